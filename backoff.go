@@ -1,0 +1,52 @@
+package redisdelay
+
+import (
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+)
+
+// Backoff decides how long a nacked message waits before it is due again.
+type Backoff interface {
+	// NackDelay returns the delay, relative to the Redis clock at the time of the Nack, after
+	// the given failed attempt. attempt is 1 for the first delivery of a message.
+	NackDelay(attempt int) time.Duration
+}
+
+// ExponentialBackoff waits InitialInterval after the first failed attempt and Multiplier times
+// longer after each further one, never more than MaxInterval, each step spread at random by
+// ±RandomizationFactor (0.2 means ±20 %) so that messages that failed together do not come back
+// together. The maths is github.com/cenkalti/backoff/v5's ExponentialBackOff.
+type ExponentialBackoff struct {
+	InitialInterval     time.Duration
+	MaxInterval         time.Duration
+	Multiplier          float64
+	RandomizationFactor float64
+}
+
+// maxBackoffSteps bounds the work NackDelay does for a very high attempt number; any sensible
+// Multiplier has reached MaxInterval long before.
+const maxBackoffSteps = 64
+
+// NackDelay implements Backoff.
+func (b ExponentialBackoff) NackDelay(attempt int) time.Duration {
+	e := &backoff.ExponentialBackOff{
+		InitialInterval:     b.InitialInterval,
+		MaxInterval:         b.MaxInterval,
+		Multiplier:          b.Multiplier,
+		RandomizationFactor: b.RandomizationFactor,
+	}
+	e.Reset()
+	d := e.NextBackOff()
+	for i := 1; i < min(attempt, maxBackoffSteps); i++ {
+		d = e.NextBackOff()
+	}
+	return d
+}
+
+// ConstantBackoff waits the same time after every failed attempt. ConstantBackoff(0) makes a
+// nacked message due again at once.
+type ConstantBackoff time.Duration
+
+// NackDelay implements Backoff.
+func (b ConstantBackoff) NackDelay(int) time.Duration { return time.Duration(b) }

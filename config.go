@@ -1,0 +1,181 @@
+package redisdelay
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
+)
+
+const (
+	// DefaultKeyPrefix is the namespace put before every Redis key and channel when KeyPrefix is
+	// empty.
+	DefaultKeyPrefix = "redisdelay:"
+	// DefaultConsumerGroup is the consumer group of a Subscriber whose ConsumerGroup is empty,
+	// and the group that keeps messages published to a topic on which no group is registered.
+	DefaultConsumerGroup = "default"
+	// DefaultLeaseTimeout is the lease (visibility timeout) when LeaseTimeout is zero.
+	DefaultLeaseTimeout = 30 * time.Second
+	// DefaultClaimBatchSize is the most messages one claim takes when ClaimBatchSize is zero.
+	DefaultClaimBatchSize = 100
+	// DefaultRecheckInterval is the longest an idle subscription sleeps without asking Redis,
+	// when RecheckInterval is zero. It only bounds the delay after a lost wake-up.
+	DefaultRecheckInterval = 10 * time.Second
+	// DefaultOperationTimeout bounds each Redis call when OperationTimeout is zero.
+	DefaultOperationTimeout = 5 * time.Second
+)
+
+// DefaultNackBackoff is the backoff of a Subscriber whose NackBackoff is nil: 1 s after the
+// first failed attempt, doubling up to 5 minutes, each step spread by ±20 %.
+var DefaultNackBackoff Backoff = ExponentialBackoff{
+	InitialInterval:     time.Second,
+	MaxInterval:         5 * time.Minute,
+	Multiplier:          2,
+	RandomizationFactor: 0.2,
+}
+
+// PublisherConfig configures a Publisher. The zero value of every field but Client means its
+// documented default.
+type PublisherConfig struct {
+	// Client is the Redis connection: a *redis.Client, a *redis.ClusterClient or any other
+	// redis.UniversalClient. Required. Close never closes it.
+	Client redis.UniversalClient
+	// KeyPrefix is put before every key and channel; DefaultKeyPrefix when empty. It must not
+	// contain '{' or '}'. Publishers and subscribers of a topic must use the same prefix.
+	KeyPrefix string
+	// Marshaler encodes messages; DefaultMarshalerUnmarshaler when nil.
+	Marshaler Marshaler
+	// OperationTimeout bounds one Publish call, its Redis round trips included;
+	// DefaultOperationTimeout when zero. The client's own dial, read and write timeouts apply too.
+	OperationTimeout time.Duration
+}
+
+func (c *PublisherConfig) setDefaults() {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.Marshaler == nil {
+		c.Marshaler = DefaultMarshalerUnmarshaler{}
+	}
+	if c.OperationTimeout == 0 {
+		c.OperationTimeout = DefaultOperationTimeout
+	}
+}
+
+// Validate reports the first field that is missing or out of range.
+func (c PublisherConfig) Validate() error {
+	if c.Client == nil {
+		return errors.New("redisdelay: PublisherConfig.Client is required")
+	}
+	if err := validatePrefix(c.KeyPrefix); err != nil {
+		return fmt.Errorf("redisdelay: PublisherConfig.KeyPrefix: %w", err)
+	}
+	if c.OperationTimeout < 0 {
+		return fmt.Errorf("redisdelay: PublisherConfig.OperationTimeout is %s, want > 0", c.OperationTimeout)
+	}
+	return nil
+}
+
+// SubscriberConfig configures a Subscriber. The zero value of every field but Client means its
+// documented default.
+type SubscriberConfig struct {
+	// Client is the Redis connection, as in PublisherConfig. Required. Close never closes it.
+	// Each Subscriber also holds one Pub/Sub connection of this client for wake-ups.
+	Client redis.UniversalClient
+	// KeyPrefix is the namespace of keys and channels; DefaultKeyPrefix when empty.
+	KeyPrefix string
+	// Unmarshaler decodes messages; DefaultMarshalerUnmarshaler when nil.
+	Unmarshaler Unmarshaler
+	// ConsumerGroup is the group this subscriber consumes for. Every group registered on a
+	// topic receives every message published after it registered (fan-out); the subscribers of
+	// one group compete for its messages. Empty means DefaultConsumerGroup.
+	ConsumerGroup string
+	// Consumer names this subscriber in logs; a random UUID when empty.
+	Consumer string
+	// LeaseTimeout is how long a claimed message stays invisible to the other consumers of its
+	// group. While a message is held, the subscriber extends its lease every LeaseTimeout/3;
+	// when the holder stops extending (it crashed), the message is delivered again after the
+	// lease, with its attempt count raised by one. DefaultLeaseTimeout when zero.
+	LeaseTimeout time.Duration
+	// NackBackoff decides when a nacked message is due again; DefaultNackBackoff when nil.
+	// A Nack after a middleware such as middleware.DelayOnError changed the message's delay
+	// metadata uses that metadata instead (see DelayOf).
+	NackBackoff Backoff
+	// ClaimBatchSize is the most messages one claim takes from Redis. Messages are still handed
+	// out one at a time; the subscription claims fewer when its handler is slow, so that
+	// claimed messages wait at most about 100 ms of handler time. DefaultClaimBatchSize when
+	// zero.
+	ClaimBatchSize int
+	// RecheckInterval is the longest an idle subscription sleeps before it asks Redis again,
+	// a safety net for wake-ups lost while the Pub/Sub connection was down.
+	// DefaultRecheckInterval when zero.
+	RecheckInterval time.Duration
+	// OperationTimeout bounds each Redis call; DefaultOperationTimeout when zero.
+	OperationTimeout time.Duration
+}
+
+func (c *SubscriberConfig) setDefaults() {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.Unmarshaler == nil {
+		c.Unmarshaler = DefaultMarshalerUnmarshaler{}
+	}
+	if c.ConsumerGroup == "" {
+		c.ConsumerGroup = DefaultConsumerGroup
+	}
+	if c.Consumer == "" {
+		c.Consumer = uuid.NewString()
+	}
+	if c.LeaseTimeout == 0 {
+		c.LeaseTimeout = DefaultLeaseTimeout
+	}
+	if c.NackBackoff == nil {
+		c.NackBackoff = DefaultNackBackoff
+	}
+	if c.ClaimBatchSize == 0 {
+		c.ClaimBatchSize = DefaultClaimBatchSize
+	}
+	if c.RecheckInterval == 0 {
+		c.RecheckInterval = DefaultRecheckInterval
+	}
+	if c.OperationTimeout == 0 {
+		c.OperationTimeout = DefaultOperationTimeout
+	}
+}
+
+// Validate reports the first field that is missing or out of range.
+func (c SubscriberConfig) Validate() error {
+	if c.Client == nil {
+		return errors.New("redisdelay: SubscriberConfig.Client is required")
+	}
+	if err := validatePrefix(c.KeyPrefix); err != nil {
+		return fmt.Errorf("redisdelay: SubscriberConfig.KeyPrefix: %w", err)
+	}
+	if err := ValidateName("consumer group", c.ConsumerGroup); err != nil {
+		return fmt.Errorf("redisdelay: SubscriberConfig.ConsumerGroup: %w", err)
+	}
+	if c.LeaseTimeout < 10*time.Millisecond {
+		return fmt.Errorf("redisdelay: SubscriberConfig.LeaseTimeout is %s, want at least 10ms", c.LeaseTimeout)
+	}
+	if c.ClaimBatchSize < 1 || c.ClaimBatchSize > 10000 {
+		return fmt.Errorf("redisdelay: SubscriberConfig.ClaimBatchSize is %d, want 1 to 10000", c.ClaimBatchSize)
+	}
+	if c.RecheckInterval < time.Millisecond {
+		return fmt.Errorf("redisdelay: SubscriberConfig.RecheckInterval is %s, want at least 1ms", c.RecheckInterval)
+	}
+	if c.OperationTimeout < 0 {
+		return fmt.Errorf("redisdelay: SubscriberConfig.OperationTimeout is %s, want > 0", c.OperationTimeout)
+	}
+	return nil
+}
+
+func validatePrefix(prefix string) error {
+	if strings.ContainsAny(prefix, "{}") {
+		return fmt.Errorf("%q contains '{' or '}', which would break the Redis Cluster hash tag", prefix)
+	}
+	return nil
+}

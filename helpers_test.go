@@ -1,0 +1,105 @@
+package redisdelay_test
+
+import (
+	"log"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
+)
+
+// backend is a Redis the tests run against.
+type backend struct {
+	name   string
+	client redis.UniversalClient
+}
+
+// realRedis starts a dedicated redis-server for the test.
+func realRedis(t *testing.T) backend {
+	srv := redistest.Start(t, redistest.Options{})
+	return backend{name: "redis", client: srv.Client(t)}
+}
+
+// embeddedRedis starts a miniredis server for the test.
+func embeddedRedis(t *testing.T) backend {
+	mr := miniredis.RunT(t)
+	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	t.Cleanup(func() { _ = c.Close() })
+	return backend{name: "miniredis", client: c}
+}
+
+// forEachBackend runs f as a parallel subtest against a real redis-server and against miniredis.
+func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
+	for _, be := range []struct {
+		name  string
+		start func(*testing.T) backend
+	}{{"redis", realRedis}, {"miniredis", embeddedRedis}} {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			f(t, be.start(t))
+		})
+	}
+}
+
+// errorLogger logs only errors, so that test output stays readable.
+type errorLogger struct{ fields watermill.LogFields }
+
+func (l errorLogger) Error(msg string, err error, fields watermill.LogFields) {
+	log.Printf("ERROR %s: %v %v %v", msg, err, l.fields, fields)
+}
+func (l errorLogger) Info(string, watermill.LogFields)  {}
+func (l errorLogger) Debug(string, watermill.LogFields) {}
+func (l errorLogger) Trace(string, watermill.LogFields) {}
+func (l errorLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return errorLogger{fields: l.fields.Add(fields)}
+}
+
+// newPublisher returns a Publisher closed when the test ends.
+func newPublisher(t *testing.T, b backend) *redisdelay.Publisher {
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: b.client}, errorLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	return pub
+}
+
+// newSubscriber returns a Subscriber closed when the test ends; edit adjusts its config.
+func newSubscriber(t *testing.T, b backend, edit func(*redisdelay.SubscriberConfig)) *redisdelay.Subscriber {
+	cfg := redisdelay.SubscriberConfig{Client: b.client, NackBackoff: redisdelay.ConstantBackoff(0)}
+	if edit != nil {
+		edit(&cfg)
+	}
+	sub, err := redisdelay.NewSubscriber(cfg, errorLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	return sub
+}
+
+// receive waits up to timeout for one message.
+func receive(t *testing.T, ch <-chan *message.Message, timeout time.Duration) *message.Message {
+	t.Helper()
+	select {
+	case msg, ok := <-ch:
+		require.True(t, ok, "channel closed")
+		return msg
+	case <-time.After(timeout):
+		t.Fatalf("no message within %s", timeout)
+		return nil
+	}
+}
+
+// expectNone asserts that no message arrives within d.
+func expectNone(t *testing.T, ch <-chan *message.Message, d time.Duration) {
+	t.Helper()
+	select {
+	case msg := <-ch:
+		t.Fatalf("unexpected message %s (attempt %s)", msg.UUID, msg.Metadata.Get(redisdelay.AttemptMetadataKey))
+	case <-time.After(d):
+	}
+}

@@ -1,0 +1,155 @@
+// Package redistest starts throw-away redis-server processes on free loopback ports for tests.
+//
+// When redis-server is not on the PATH, Start skips the test with a message, unless the
+// environment variable REDISDELAY_REQUIRE_REDIS is "1" (as in CI), which makes it fail instead.
+package redistest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// RequireEnv is the environment variable that turns a missing redis-server into a failure.
+const RequireEnv = "REDISDELAY_REQUIRE_REDIS"
+
+// Server is one redis-server process bound to 127.0.0.1.
+type Server struct {
+	Addr string
+	Dir  string // working directory, where AOF files go
+
+	bin  string
+	args []string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+// Options configure a Server.
+type Options struct {
+	// AppendOnly turns on AOF persistence with appendfsync "always", so a restart keeps every
+	// acknowledged write.
+	AppendOnly bool
+	// Extra are further redis-server arguments, such as "--cluster-enabled", "yes".
+	Extra []string
+}
+
+// Binary returns the redis-server path, skipping or failing t when there is none.
+func Binary(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		if os.Getenv(RequireEnv) == "1" {
+			t.Fatalf("redis-server is not on the PATH and %s=1", RequireEnv)
+		}
+		t.Skipf("redis-server is not on the PATH; install it (apt-get install redis-server) or set %s=1 to make this a failure", RequireEnv)
+	}
+	return bin
+}
+
+// Start starts a redis-server on a free loopback port and stops it when the test ends.
+func Start(t testing.TB, opts Options) *Server {
+	t.Helper()
+	bin := Binary(t)
+	port, err := FreePort()
+	if err != nil {
+		t.Fatalf("find a free port: %v", err)
+	}
+	dir := t.TempDir()
+	args := []string{
+		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
+		"--save", "", "--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log"),
+	}
+	if opts.AppendOnly {
+		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
+	} else {
+		args = append(args, "--appendonly", "no")
+	}
+	args = append(args, opts.Extra...)
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, bin: bin, args: args}
+	if err := s.start(); err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// FreePort returns a loopback TCP port that was free a moment ago.
+func FreePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func (s *Server) start() error {
+	s.cmd = exec.Command(s.bin, s.args...)
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := s.cmd.Start(); err != nil {
+		return err
+	}
+	s.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) {
+		_ = cmd.Wait()
+		close(done)
+	}(s.cmd, s.done)
+	return s.waitReady(10 * time.Second)
+}
+
+func (s *Server) waitReady(timeout time.Duration) error {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
+	defer c.Close()
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+		err := c.Ping(ctx).Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.done:
+			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
+			return fmt.Errorf("redis-server exited: %s", strings.TrimSpace(string(log)))
+		default:
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("redis-server on %s not ready after %s: %w", s.Addr, timeout, err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// Stop kills the server (SIGKILL) and waits for it to exit. It is idempotent.
+func (s *Server) Stop() {
+	if s.cmd == nil || s.cmd.Process == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
+}
+
+// Restart kills the server and starts it again on the same port with the same data directory,
+// waiting until it answers PING.
+func (s *Server) Restart() error {
+	s.Stop()
+	return s.start()
+}
+
+// Client returns a client for the server that is closed when the test ends.
+func (s *Server) Client(t testing.TB) *redis.Client {
+	c := redis.NewClient(&redis.Options{Addr: s.Addr})
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}

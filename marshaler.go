@@ -1,0 +1,169 @@
+package redisdelay
+
+import (
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/google/uuid"
+)
+
+// Marshaler turns a message into the bytes stored in Redis. The stored bytes are opaque to the
+// Lua scripts. Marshal must not modify msg.
+type Marshaler interface {
+	Marshal(topic string, msg *message.Message) ([]byte, error)
+}
+
+// Unmarshaler turns stored bytes back into a message. The returned message must carry the UUID,
+// metadata and payload that were marshaled, and a non-nil Metadata map.
+type Unmarshaler interface {
+	Unmarshal(topic string, data []byte) (*message.Message, error)
+}
+
+// MarshalerUnmarshaler is both a Marshaler and an Unmarshaler.
+type MarshalerUnmarshaler interface {
+	Marshaler
+	Unmarshaler
+}
+
+// DefaultMarshalerUnmarshaler stores a message in a compact binary form that round-trips the
+// UUID, every metadata key and value, and the payload byte for byte:
+//
+//	byte     format: 1 = UUID as length-prefixed text, 2 = canonical UUID as 16 raw bytes
+//	...      UUID
+//	uvarint  number of metadata entries, then per entry, in key order:
+//	         uvarint key length, key, uvarint value length, value
+//	...      payload (the rest)
+//
+// Lengths are unsigned varints (encoding/binary). A canonical UUID is the lower-case 36-character
+// form that uuid.UUID.String produces; other UUID strings, "1" included, are stored as text.
+type DefaultMarshalerUnmarshaler struct{}
+
+const (
+	formatTextUUID   byte = 1
+	formatBinaryUUID byte = 2
+)
+
+// Marshal encodes msg. It never fails; the error is part of the Marshaler interface.
+func (DefaultMarshalerUnmarshaler) Marshal(_ string, msg *message.Message) ([]byte, error) {
+	keys := make([]string, 0, len(msg.Metadata))
+	size := 1 + binary.MaxVarintLen64*(2+2*len(msg.Metadata)) + len(msg.UUID) + len(msg.Payload)
+	for k, v := range msg.Metadata {
+		keys = append(keys, k)
+		size += len(k) + len(v)
+	}
+	slices.Sort(keys)
+
+	buf := make([]byte, 0, size)
+	if id, ok := canonicalUUID(msg.UUID); ok {
+		buf = append(buf, formatBinaryUUID)
+		buf = append(buf, id[:]...)
+	} else {
+		buf = append(buf, formatTextUUID)
+		buf = appendString(buf, msg.UUID)
+	}
+	buf = binary.AppendUvarint(buf, uint64(len(keys)))
+	for _, k := range keys {
+		buf = appendString(buf, k)
+		buf = appendString(buf, msg.Metadata[k])
+	}
+	return append(buf, msg.Payload...), nil
+}
+
+// Unmarshal decodes data written by Marshal. It returns an error wrapping ErrCorruptMessage when
+// data is truncated or of an unknown format.
+func (DefaultMarshalerUnmarshaler) Unmarshal(topic string, data []byte) (*message.Message, error) {
+	d := decoder{data: data}
+	var msgUUID string
+	switch format := d.byte(); format {
+	case formatBinaryUUID:
+		var id uuid.UUID
+		copy(id[:], d.bytes(16))
+		msgUUID = id.String()
+	case formatTextUUID:
+		msgUUID = d.string()
+	default:
+		if d.err == nil {
+			return nil, fmt.Errorf("redisdelay: topic %q: %w: unknown format byte %d", topic, ErrCorruptMessage, format)
+		}
+	}
+	n := d.uvarint()
+	if n > uint64(len(data)) { // each entry takes at least two bytes
+		return nil, fmt.Errorf("redisdelay: topic %q: %w: %d metadata entries in %d bytes", topic, ErrCorruptMessage, n, len(data))
+	}
+	metadata := make(message.Metadata, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		k := d.string()
+		metadata[k] = d.string()
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("redisdelay: topic %q: %w: %v", topic, ErrCorruptMessage, d.err)
+	}
+	msg := message.NewMessage(msgUUID, slices.Clone(d.data))
+	msg.Metadata = metadata
+	return msg, nil
+}
+
+func canonicalUUID(s string) (uuid.UUID, bool) {
+	if len(s) != 36 {
+		return uuid.UUID{}, false
+	}
+	id, err := uuid.Parse(s)
+	if err != nil || id.String() != s {
+		return uuid.UUID{}, false
+	}
+	return id, true
+}
+
+func appendString(buf []byte, s string) []byte {
+	buf = binary.AppendUvarint(buf, uint64(len(s)))
+	return append(buf, s...)
+}
+
+// decoder reads the default format; the first error sticks and later reads return zero values.
+type decoder struct {
+	data []byte
+	err  error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("truncated %s", what)
+	}
+	d.data = nil
+}
+
+func (d *decoder) byte() byte {
+	if len(d.data) < 1 {
+		d.fail("format byte")
+		return 0
+	}
+	b := d.data[0]
+	d.data = d.data[1:]
+	return b
+}
+
+func (d *decoder) bytes(n uint64) []byte {
+	if uint64(len(d.data)) < n {
+		d.fail("field")
+		return nil
+	}
+	b := d.data[:n]
+	d.data = d.data[n:]
+	return b
+}
+
+func (d *decoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.data)
+	if n <= 0 {
+		d.fail("length")
+		return 0
+	}
+	d.data = d.data[n:]
+	return v
+}
+
+func (d *decoder) string() string {
+	return string(d.bytes(d.uvarint()))
+}

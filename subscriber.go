@@ -1,0 +1,145 @@
+package redisdelay
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// AttemptMetadataKey is set on every delivered message to its delivery attempt in its consumer
+// group, in decimal: "1" on the first delivery, "2" after one Nack or one expired lease, and so
+// on. A message released unhandled by Close does not use up an attempt. Publish drops the key,
+// so a message re-published from a handler starts again at attempt 1.
+const AttemptMetadataKey = "_redisdelay_attempt"
+
+// Subscriber consumes messages of one consumer group. It implements message.Subscriber and
+// message.SubscribeInitializer and is safe for concurrent use. Each Subscribe call is a
+// subscription with its own unbuffered output channel and at most one message in flight.
+type Subscriber struct {
+	config  SubscriberConfig
+	logger  watermill.LoggerAdapter
+	store   store
+	wakeups *wakeups
+
+	mu      sync.Mutex // guards closed and wg.Add
+	closed  bool
+	closing chan struct{}
+	wg      sync.WaitGroup
+}
+
+var (
+	_ message.Subscriber           = (*Subscriber)(nil)
+	_ message.SubscribeInitializer = (*Subscriber)(nil)
+)
+
+// NewSubscriber returns a Subscriber. A nil logger means watermill.NopLogger. It makes no Redis
+// call; an invalid config is returned as an error naming the field.
+func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Subscriber, error) {
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	logger = logger.With(watermill.LogFields{
+		"provider":       "redisdelay",
+		"consumer_group": config.ConsumerGroup,
+		"consumer":       config.Consumer,
+	})
+	return &Subscriber{
+		config:  config,
+		logger:  logger,
+		store:   store{client: config.Client, keys: keySpace{prefix: config.KeyPrefix}},
+		wakeups: newWakeups(config.Client, logger),
+		closing: make(chan struct{}),
+	}, nil
+}
+
+// SubscribeInitialize registers the subscriber's consumer group on topic (SADD to the topic's
+// group set), so that every message published from then on is kept for the group, even while
+// none of its subscribers runs. Subscribe does the same. Errors: ErrSubscriberClosed, an error
+// wrapping ErrInvalidName, or the Redis error wrapped with topic and group, within
+// OperationTimeout.
+func (s *Subscriber) SubscribeInitialize(topic string) error {
+	if err := ValidateName("topic", topic); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrSubscriberClosed
+	}
+	return s.register(context.Background(), topic)
+}
+
+func (s *Subscriber) register(ctx context.Context, topic string) error {
+	ctx, cancel := context.WithTimeout(ctx, s.config.OperationTimeout)
+	defer cancel()
+	if err := s.store.registerGroup(ctx, topic, s.config.ConsumerGroup); err != nil {
+		return fmt.Errorf("redisdelay: register consumer group %q on topic %q: %w", s.config.ConsumerGroup, topic, err)
+	}
+	return nil
+}
+
+// Subscribe registers the consumer group on topic and returns an unbuffered channel of its
+// messages, each handed out when due and held under a lease until Ack or Nack. The next
+// message comes only after the previous one was acked or nacked. A message's context is
+// derived from ctx and is cancelled after Ack or Nack, and when the subscription stops.
+//
+// The subscription stops when ctx is cancelled or the Subscriber is closed: messages it claimed
+// and had not finished are released to the group, and the channel is closed. If Redis cannot be
+// reached, Subscribe still returns the channel and the subscription keeps trying in the
+// background, logging each failure and backing off.
+//
+// Errors: ErrSubscriberClosed after Close, or an error wrapping ErrInvalidName for a bad topic.
+func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
+	if err := ValidateName("topic", topic); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrSubscriberClosed
+	}
+	s.wg.Add(1)
+	s.mu.Unlock()
+
+	logger := s.logger.With(watermill.LogFields{"topic": topic})
+	registered := true
+	if err := s.register(ctx, topic); err != nil {
+		logger.Error("Cannot register consumer group yet, retrying in the background", err, nil)
+		registered = false
+	}
+	sub := newSubscription(s, ctx, topic, logger)
+	go func() {
+		defer s.wg.Done()
+		sub.run(registered)
+	}()
+	logger.Info("Subscribed", nil)
+	return sub.out, nil
+}
+
+// Close stops every subscription, releases the messages they hold to their groups, closes every
+// output channel and waits for all goroutines. It never closes the Redis client. It is
+// idempotent and returns nil; releasing is bounded by OperationTimeout, so Close returns in
+// bounded time even while Redis is down (the leases of messages it could not release expire).
+func (s *Subscriber) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.closing)
+	s.mu.Unlock()
+
+	s.wg.Wait()
+	s.wakeups.close()
+	s.logger.Debug("Subscriber closed", nil)
+	return nil
+}
