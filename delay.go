@@ -18,6 +18,10 @@ const MaxDelay = 100 * 365 * 24 * time.Hour
 // lies in [until, until+untilResolution).
 const untilResolution = time.Second
 
+// freshSlack is how long after delay.For or delay.Until a message may be published and still
+// wait its full _watermill_delayed_for, measured from Publish.
+const freshSlack = 100 * time.Millisecond
+
 // DelayOf returns how long after now a message is due, from Watermill's delay metadata
 // (components/delay). now is the publishing client's clock; the result is relative, and the
 // Publisher adds it to the Redis server's clock (TIME inside the publish script), so the due time
@@ -28,61 +32,78 @@ const untilResolution = time.Second
 //
 //   - neither key: 0, due at once;
 //   - only F: F (a negative F counts as 0);
-//   - only U: U - now, or 0 when U is in the past;
-//   - both: (now + F) clamped into [U, U+1s), minus now; 0 when that is in the past.
+//   - only U: U - now, or 0 when U is in the past. The Publisher schedules such a message at
+//     the instant U itself, read on the Redis clock, so that messages naming the same instant
+//     share a due time and come out in publish order;
+//   - both: now + F, clamped into [U, U + 1.1s], minus now; 0 when that is in the past.
 //
-// The last rule serves the two ways both keys reach a publisher. A fresh delay.For(d) or
-// delay.Until(t) gives now+F ≥ the exact until ≥ U, so the message waits the full F, with
-// millisecond precision, although U is truncated to whole seconds. A message re-published after
-// its delay elapsed (a poison queue, a requeuer, a forwarder) still carries F, but now+F lies
-// past U+1s, so it is due at once (never more than the 1 s truncation of U later than the
-// original due time) instead of being delayed a second time.
+// The last rule serves the two ways both keys reach a publisher. For a fresh delay.For(d) or
+// delay.Until(t), published within 100 ms of that call, now+F lies in the clamp range (the exact
+// until lies in [U, U+1s) because RFC3339 truncates to whole seconds), so the message waits the
+// full F after Publish, with millisecond precision. A message re-published after its delay
+// elapsed (a poison queue, a requeuer, a forwarder) still carries F, but now+F lies past the
+// range, so it waits at most until U + 1.1s: if that has passed it is due at once, and it is
+// never delayed a second time. Clamping never makes a message due before the until it carries.
 //
 // An unparseable value, or a delay above MaxDelay, is an error that names the key and the value.
 func DelayOf(msg *message.Message, now time.Time) (time.Duration, error) {
+	d, at, err := scheduleOf(msg, now)
+	if !at.IsZero() {
+		d = max(at.Sub(now), 0)
+	}
+	return d, err
+}
+
+// scheduleOf applies the DelayOf rule. A message with only _watermill_delayed_until is due at
+// that absolute instant, read on the Redis clock, so that messages naming the same instant get
+// the same due time and keep their publish order; it is returned as at. Otherwise at is zero and
+// d is the delay relative to now.
+func scheduleOf(msg *message.Message, now time.Time) (d time.Duration, at time.Time, err error) {
 	untilStr, forStr := msg.Metadata.Get(delay.DelayedUntilKey), msg.Metadata.Get(delay.DelayedForKey)
-	var (
-		until time.Time
-		d     time.Duration
-		err   error
-	)
+	var until time.Time
 	if untilStr != "" {
 		if until, err = time.Parse(time.RFC3339, untilStr); err != nil {
-			return 0, &metadataError{key: delay.DelayedUntilKey, value: untilStr, err: errors.New("not an RFC3339 time")}
+			return 0, time.Time{}, &metadataError{key: delay.DelayedUntilKey, value: untilStr, err: errors.New("not an RFC3339 time")}
 		}
 	}
 	if forStr != "" {
 		if d, err = time.ParseDuration(forStr); err != nil {
-			return 0, &metadataError{key: delay.DelayedForKey, value: forStr, err: errors.New("not a Go duration such as \"1m30s\"")}
+			return 0, time.Time{}, &metadataError{key: delay.DelayedForKey, value: forStr, err: errors.New("not a Go duration such as \"1m30s\"")}
 		}
 	}
 
-	due := now
+	tooLong := func(key, value string, d time.Duration) error {
+		return &metadataError{key: key, value: value, err: fmt.Errorf("delay %s exceeds MaxDelay %s", d, MaxDelay)}
+	}
 	switch {
 	case untilStr == "" && forStr == "":
-		return 0, nil
+		return 0, time.Time{}, nil
 	case untilStr == "":
-		due = now.Add(d)
+		if d > MaxDelay {
+			return 0, time.Time{}, tooLong(delay.DelayedForKey, forStr, d)
+		}
+		return max(d, 0), time.Time{}, nil
 	case forStr == "":
+		if remaining := until.Sub(now); remaining > MaxDelay {
+			return 0, time.Time{}, tooLong(delay.DelayedUntilKey, untilStr, remaining)
+		}
+		return 0, until, nil
+	}
+	due := now.Add(d)
+	if due.Before(until) {
 		due = until
-	default:
-		due = now.Add(d)
-		if due.Before(until) {
-			due = until
-		}
-		if latest := until.Add(untilResolution - time.Nanosecond); due.After(latest) {
-			due = latest
-		}
+	}
+	if latest := until.Add(untilResolution + freshSlack); due.After(latest) {
+		due = latest
 	}
 	remaining := max(due.Sub(now), 0)
 	if remaining > MaxDelay {
-		key, value := delay.DelayedForKey, forStr
-		if forStr == "" || (untilStr != "" && d <= MaxDelay) {
-			key, value = delay.DelayedUntilKey, untilStr
+		if d > MaxDelay {
+			return 0, time.Time{}, tooLong(delay.DelayedForKey, forStr, remaining)
 		}
-		return 0, &metadataError{key: key, value: value, err: fmt.Errorf("delay %s exceeds MaxDelay %s", remaining, MaxDelay)}
+		return 0, time.Time{}, tooLong(delay.DelayedUntilKey, untilStr, remaining)
 	}
-	return remaining, nil
+	return remaining, time.Time{}, nil
 }
 
 // metadataError is a problem with one metadata entry; Publish turns it into a MessageError.

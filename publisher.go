@@ -84,7 +84,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 	now := time.Now()
 	batch := make([]stored, len(msgs))
 	for i, msg := range msgs {
-		d, err := DelayOf(msg, now)
+		d, at, err := scheduleOf(msg, now)
 		if err != nil {
 			var me *metadataError
 			if errors.As(err, &me) {
@@ -101,7 +101,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 		if err != nil {
 			return &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("marshal: %w", err)}
 		}
-		batch[i] = stored{data: data, delay: d}
+		batch[i] = stored{data: data, delay: d, at: at}
 	}
 
 	ctx, cancel := context.WithTimeout(msgs[0].Context(), p.config.OperationTimeout)

@@ -48,10 +48,21 @@ func newScript(body string) *redis.Script {
 	return redis.NewScript(luaLib + "\n" + body)
 }
 
-// stored is a message ready to be published: its marshaled form and its delay.
+// stored is a message ready to be published: its marshaled form and when it is due, either
+// delay after the Redis clock at publish time or, when at is set, at that instant.
 type stored struct {
 	data  []byte
 	delay time.Duration
+	at    time.Time
+}
+
+// scheduleArg encodes when a message is due for publish.lua: a delay in µs, or "@" and a Unix
+// time in ms.
+func (m stored) scheduleArg() any {
+	if !m.at.IsZero() {
+		return "@" + strconv.FormatInt(m.at.UnixMilli(), 10)
+	}
+	return m.delay.Microseconds()
 }
 
 // errStaleGroups means the publisher's view of a topic's consumer groups was out of date.
@@ -78,7 +89,7 @@ func (s store) publish(ctx context.Context, topic string, expected int, groups [
 	}
 	args = append(args, channels...)
 	for _, m := range msgs {
-		args = append(args, m.data, m.delay.Microseconds())
+		args = append(args, m.data, m.scheduleArg())
 	}
 	res, err := publishScript.Run(ctx, s.client, keys, args...).Slice()
 	if err != nil {

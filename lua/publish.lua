@@ -10,7 +10,8 @@
 -- ARGV[2]        G, the number of groups passed
 -- ARGV[3..2+G]   group names
 -- ARGV[3+G..2+2G] wake channels of those groups, same order
--- ARGV[3+2G..]   pairs: marshaled message, delay in µs after the Redis clock now
+-- ARGV[3+2G..]   pairs: marshaled message, schedule: a delay in µs after the Redis clock now,
+--                or "@" and an absolute due time in Unix ms (due at once if already past)
 --
 -- When no group is registered, the caller passes the default group as its only group and
 -- expects 0; the script registers it, so the messages wait for it instead of being dropped.
@@ -41,7 +42,13 @@ local min_score = nil
 
 for i = 0, count - 1 do
   local id = string.format('%012x', last_id - count + 1 + i)
-  local score = due_ms(now, tonumber(ARGV[first + 2 * i + 1]))
+  local schedule = ARGV[first + 2 * i + 1]
+  local score
+  if string.sub(schedule, 1, 1) == '@' then
+    score = math.max(tonumber(string.sub(schedule, 2)), math.floor(now / 1000))
+  else
+    score = due_ms(now, tonumber(schedule))
+  end
   if min_score == nil or score < min_score then min_score = score end
   redis.call('HSET', KEYS[2], id, ARGV[first + 2 * i])
   if ngroups > 1 then redis.call('HSET', KEYS[3], id, ngroups) end
