@@ -1,7 +1,7 @@
 // Package redisdelay is a Watermill Pub/Sub whose transport is a Redis delay queue.
 //
 // A Publisher stores each message once per topic and schedules it, in a sorted set scored by
-// its due time (Unix milliseconds, Redis server clock), for every consumer group registered on
+// its due time (Unix microseconds, Redis server clock), for every consumer group registered on
 // the topic. A Subscriber claims due messages of its group atomically in a Lua script, leases
 // them for LeaseTimeout, and hands them out one at a time on an unbuffered channel. Ack removes
 // the lease; Nack makes the message due again after a backoff; a lease that expires makes the

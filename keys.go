@@ -33,8 +33,8 @@ func ValidateName(kind, name string) error {
 //	P{T}:msg           hash    ID -> marshaled message, stored once per topic
 //	P{T}:refs          hash    ID -> groups that still hold the message (only while > 1)
 //	P{T}:groups        set     consumer groups registered on the topic
-//	P{T}:g:G:due       zset    ID scored by due time (Unix ms, Redis clock)
-//	P{T}:g:G:lease     zset    ID scored by lease deadline (Unix ms, Redis clock)
+//	P{T}:g:G:due       zset    ID scored by due time (Unix µs, Redis clock)
+//	P{T}:g:G:lease     zset    ID scored by lease deadline (Unix µs, Redis clock)
 //	P{T}:g:G:attempts  hash    ID -> delivery attempts so far; the current attempt fences acks
 //	P{T}:g:G:wake      channel Pub/Sub channel that carries the new earliest due time
 //

@@ -57,10 +57,10 @@ type stored struct {
 }
 
 // scheduleArg encodes when a message is due for publish.lua: a delay in µs, or "@" and a Unix
-// time in ms.
+// time in µs.
 func (m stored) scheduleArg() any {
 	if !m.at.IsZero() {
-		return "@" + strconv.FormatInt(m.at.UnixMilli(), 10)
+		return "@" + strconv.FormatInt(m.at.UnixMicro(), 10)
 	}
 	return m.delay.Microseconds()
 }
@@ -119,7 +119,7 @@ func (s store) registerGroup(ctx context.Context, topic, group string) error {
 type claimed struct {
 	id        string
 	attempt   int64
-	dueMs     int64
+	dueUs     int64 // due time, Unix µs on the Redis clock
 	data      []byte // nil once decoded or when the stored message vanished
 	delivered bool   // handed to the application
 }
@@ -129,9 +129,9 @@ func (c *claimed) token() []any { return []any{c.id, c.attempt} }
 
 // claimResult is what one claim call returns.
 type claimResult struct {
-	nowMs       int64 // Redis clock when the script ran
-	nextDueMs   int64 // earliest due time left in the group, -1 if none
-	nextLeaseMs int64 // earliest lease deadline in the group, -1 if none
+	nowUs       int64 // Redis clock when the script ran, Unix µs
+	nextDueUs   int64 // earliest due time left in the group, -1 if none
+	nextLeaseUs int64 // earliest lease deadline in the group, -1 if none
 	refusedAcks int64
 	vanished    int64
 	messages    []*claimed
@@ -141,7 +141,7 @@ type claimResult struct {
 func (s store) claim(ctx context.Context, topic, group string, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
 	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
 	args := make([]any, 0, 3+2*len(acks))
-	args = append(args, limit, lease.Milliseconds(), len(acks))
+	args = append(args, limit, lease.Microseconds(), len(acks))
 	for _, a := range acks {
 		args = append(args, a.token()...)
 	}
@@ -153,9 +153,9 @@ func (s store) claim(ctx context.Context, topic, group string, limit int, lease 
 		return claimResult{}, fmt.Errorf("claim script returned %d values", len(res))
 	}
 	r := claimResult{
-		nowMs:       asInt(res[0]),
-		nextDueMs:   asInt(res[1]),
-		nextLeaseMs: asInt(res[2]),
+		nowUs:       asInt(res[0]),
+		nextDueUs:   asInt(res[1]),
+		nextLeaseUs: asInt(res[2]),
 		refusedAcks: asInt(res[3]),
 		vanished:    asInt(res[4]),
 	}
@@ -165,7 +165,7 @@ func (s store) claim(ctx context.Context, topic, group string, limit int, lease 
 		r.messages = append(r.messages, &claimed{
 			id:      id,
 			attempt: asInt(res[i+1]),
-			dueMs:   asInt(res[i+2]),
+			dueUs:   asInt(res[i+2]),
 			data:    []byte(data),
 		})
 	}
@@ -199,7 +199,7 @@ func (s store) release(ctx context.Context, topic, group string, held []*claimed
 		if c.delivered {
 			delivered = 1
 		}
-		args = append(args, c.id, c.attempt, c.dueMs, delivered)
+		args = append(args, c.id, c.attempt, c.dueUs, delivered)
 	}
 	return releaseScript.Run(ctx, s.client, []string{gk.due, gk.lease, gk.attempts}, args...).Err()
 }
@@ -223,7 +223,7 @@ func (s store) extend(ctx context.Context, topic, group string, lease time.Durat
 	}
 	gk := s.keys.group(topic, group)
 	args := make([]any, 0, 1+2*len(held))
-	args = append(args, lease.Milliseconds())
+	args = append(args, lease.Microseconds())
 	for _, c := range held {
 		args = append(args, c.token()...)
 	}

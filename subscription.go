@@ -143,12 +143,12 @@ func (s *subscription) adaptLimit(delivered int, took time.Duration) {
 // sleep waits until the group's next due time or lease deadline, a wake-up for an earlier due
 // time, the recheck interval, or the end of the subscription, whichever comes first.
 func (s *subscription) sleep(res claimResult, receivedAt time.Time, wake *wakeup) {
-	// The Redis clock at receivedAt was at least res.nowMs, so this never wakes early.
-	until := func(dueMs int64) time.Duration {
-		return time.Duration(dueMs-res.nowMs)*time.Millisecond - time.Since(receivedAt)
+	// The Redis clock at receivedAt was at least res.nowUs, so this never wakes early.
+	until := func(dueUs int64) time.Duration {
+		return time.Duration(dueUs-res.nowUs)*time.Microsecond - time.Since(receivedAt)
 	}
 	wait := s.sub.config.RecheckInterval
-	for _, next := range []int64{res.nextDueMs, res.nextLeaseMs} {
+	for _, next := range []int64{res.nextDueUs, res.nextLeaseUs} {
 		if next >= 0 {
 			wait = min(wait, until(next))
 		}

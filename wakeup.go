@@ -11,7 +11,7 @@ import (
 )
 
 // wakeups multiplexes the wake channels of all subscriptions of one Subscriber over a single
-// Redis Pub/Sub connection. Scripts PUBLISH a group's new earliest due time (Unix ms) on the
+// Redis Pub/Sub connection. Scripts PUBLISH a group's new earliest due time (Unix µs) on the
 // group's channel whenever it moves earlier; subscriptions sleep until their earliest due time
 // and are woken by it. A (re)subscribe confirmation wakes a channel's subscriptions too, since
 // messages published while the connection was down are lost.
@@ -27,7 +27,7 @@ type wakeups struct {
 
 // wakeup is one subscription's view of its channel.
 type wakeup struct {
-	// due receives the earliest due time (Unix ms, Redis clock) announced since the last
+	// due receives the earliest due time (Unix µs, Redis clock) announced since the last
 	// receive; 0 means "check now". Sends never block: a pending value is merged with the new
 	// one, keeping the earlier.
 	due chan int64

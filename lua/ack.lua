@@ -1,7 +1,7 @@
 -- ack.lua: acknowledges messages a consumer finished: their leases go, and each stored message
 -- goes once the last group has acknowledged it.
 --
--- KEYS[1] lease     zset  ID -> lease deadline (ms)
+-- KEYS[1] lease     zset  ID -> lease deadline (µs)
 -- KEYS[2] attempts  hash  ID -> attempts so far
 -- KEYS[3] messages  hash  ID -> marshaled message
 -- KEYS[4] refs      hash  ID -> groups still holding it

@@ -3,25 +3,25 @@
 -- claimed in due-time order, ties in publish order (IDs are fixed-width, so they sort as
 -- published).
 --
--- KEYS[1] due       zset  ID -> due time (ms)
--- KEYS[2] lease     zset  ID -> lease deadline (ms)
+-- KEYS[1] due       zset  ID -> due time (µs)
+-- KEYS[2] lease     zset  ID -> lease deadline (µs)
 -- KEYS[3] attempts  hash  ID -> attempts so far
 -- KEYS[4] messages  hash  ID -> marshaled message
 -- KEYS[5] refs      hash  ID -> groups still holding it
 -- ARGV[1] N, the most messages to claim
--- ARGV[2] lease timeout in ms
+-- ARGV[2] lease timeout in µs
 -- ARGV[3] A, the number of acks that follow
 -- ARGV[4..3+2A] pairs: ID, attempt of a message the caller acked
 --
--- Returns {now ms, next due ms or -1, next lease deadline ms or -1, acks refused, vanished,
---          then per claimed message: ID, attempt, due ms, marshaled message}.
+-- Returns {now µs, next due µs or -1, next lease deadline µs or -1, acks refused, vanished,
+--          then per claimed message: ID, attempt, due µs, marshaled message}.
 -- An ack is refused when its lease was lost (fencing). A claimed ID whose stored message has
 -- vanished is dropped from the group and counted as vanished.
 
 local limit = tonumber(ARGV[1])
-local lease_ms = tonumber(ARGV[2])
+local lease = tonumber(ARGV[2])
 local acks = tonumber(ARGV[3])
-local now = math.floor(now_us() / 1000)
+local now = now_us()
 
 local refused = 0
 for i = 0, acks - 1 do
@@ -49,7 +49,7 @@ for i = 1, #due, 2 do
   redis.call('ZREM', KEYS[1], id)
   local data = redis.call('HGET', KEYS[4], id)
   if data then
-    redis.call('ZADD', KEYS[2], now + lease_ms, id)
+    redis.call('ZADD', KEYS[2], now + lease, id)
     local attempt = redis.call('HINCRBY', KEYS[3], id, 1)
     table.insert(result, id)
     table.insert(result, attempt)

@@ -1,6 +1,6 @@
 -- lib.lua: helpers prepended to every script. It declares no keys of its own.
 
--- now_us is the Redis server clock in microseconds. Scripts never take time from clients.
+-- now_us is the Redis server clock in Unix microseconds. Scripts never take time from clients.
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -40,9 +40,5 @@ local function finish(lease, attempts, messages, refs, id)
   redis.call('HDEL', messages, id)
 end
 
--- due_ms turns a delay in microseconds after `now` (µs) into a due time in ms, rounded up so
--- that a message is never due before its delay has passed.
-local function due_ms(now, delay)
-  if delay <= 0 then return math.floor(now / 1000) end
-  return math.ceil((now + delay) / 1000)
-end
+-- All times are Unix microseconds on the Redis clock: exact integers in a Lua double until the
+-- year 2255, and fine enough that rounding never makes a message late or early.

@@ -5,13 +5,13 @@
 -- KEYS[2]        messages  hash    ID -> marshaled message
 -- KEYS[3]        refs      hash    ID -> number of groups still holding it (written when > 1)
 -- KEYS[4]        groups    set     registered consumer groups
--- KEYS[5..4+G]   due       zset    one per group in ARGV[3..2+G], same order
+-- KEYS[5..4+G]   due       zset    ID -> due time (µs), one per group in ARGV[3..2+G]
 -- ARGV[1]        number of groups the caller believes are registered
 -- ARGV[2]        G, the number of groups passed
 -- ARGV[3..2+G]   group names
 -- ARGV[3+G..2+2G] wake channels of those groups, same order
 -- ARGV[3+2G..]   pairs: marshaled message, schedule: a delay in µs after the Redis clock now,
---                or "@" and an absolute due time in Unix ms (due at once if already past)
+--                or "@" and an absolute due time in Unix µs (due at once if already past)
 --
 -- When no group is registered, the caller passes the default group as its only group and
 -- expects 0; the script registers it, so the messages wait for it instead of being dropped.
@@ -45,9 +45,9 @@ for i = 0, count - 1 do
   local schedule = ARGV[first + 2 * i + 1]
   local score
   if string.sub(schedule, 1, 1) == '@' then
-    score = math.max(tonumber(string.sub(schedule, 2)), math.floor(now / 1000))
+    score = math.max(tonumber(string.sub(schedule, 2)), now)
   else
-    score = due_ms(now, tonumber(schedule))
+    score = now + math.max(tonumber(schedule), 0)
   end
   if min_score == nil or score < min_score then min_score = score end
   redis.call('HSET', KEYS[2], id, ARGV[first + 2 * i])

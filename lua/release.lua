@@ -2,11 +2,11 @@
 -- a subscription stops (Close or a cancelled Subscribe context). A message that was claimed but
 -- never handed to the application does not count as an attempt.
 --
--- KEYS[1] due       zset  ID -> due time (ms)
--- KEYS[2] lease     zset  ID -> lease deadline (ms)
+-- KEYS[1] due       zset  ID -> due time (µs)
+-- KEYS[2] lease     zset  ID -> lease deadline (µs)
 -- KEYS[3] attempts  hash  ID -> attempts so far
 -- ARGV[1] wake channel of the group
--- ARGV[2..] quadruples: ID, attempt, due time (ms), 1 if it was handed out else 0
+-- ARGV[2..] quadruples: ID, attempt, due time (µs), 1 if it was handed out else 0
 --
 -- Returns the number of messages released; a message whose lease was already lost is skipped.
 
