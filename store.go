@@ -119,7 +119,7 @@ func (s store) registerGroup(ctx context.Context, topic, group string) error {
 type claimed struct {
 	id        string
 	attempt   int64
-	dueUs     int64 // due time, Unix µs on the Redis clock
+	dueUs     int64  // due time, Unix µs on the Redis clock
 	data      []byte // nil once decoded or when the stored message vanished
 	delivered bool   // handed to the application
 }
