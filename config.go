@@ -26,6 +26,15 @@ const (
 	DefaultRecheckInterval = 10 * time.Second
 	// DefaultOperationTimeout bounds each Redis call when OperationTimeout is zero.
 	DefaultOperationTimeout = 5 * time.Second
+	// DefaultMaxMessageBytes is the largest marshaled message Publish accepts when
+	// MaxMessageBytes is zero: 1 MiB.
+	DefaultMaxMessageBytes = 1 << 20
+	// DefaultMaxAttempts is how many deliveries a message gets in a consumer group before it
+	// becomes a dead letter, when MaxAttempts is zero.
+	DefaultMaxAttempts = 25
+	// UnlimitedAttempts as MaxAttempts means a message is delivered until it is acked and never
+	// becomes a dead letter.
+	UnlimitedAttempts = -1
 )
 
 // DefaultNackBackoff is the backoff of a Subscriber whose NackBackoff is nil: 1 s after the
@@ -49,8 +58,12 @@ type PublisherConfig struct {
 	// Marshaler encodes messages; DefaultMarshalerUnmarshaler when nil.
 	Marshaler Marshaler
 	// OperationTimeout bounds one Publish call, its Redis round trips included;
-	// DefaultOperationTimeout when zero. The client's own dial, read and write timeouts apply too.
+	// DefaultOperationTimeout when zero. It holds even when Redis does not answer at all.
 	OperationTimeout time.Duration
+	// MaxMessageBytes is the largest marshaled message (UUID, metadata and payload) Publish
+	// accepts; DefaultMaxMessageBytes when zero. A larger message is refused with a
+	// *MessageError and nothing of its batch is stored.
+	MaxMessageBytes int
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -62,6 +75,9 @@ func (c *PublisherConfig) setDefaults() {
 	}
 	if c.OperationTimeout == 0 {
 		c.OperationTimeout = DefaultOperationTimeout
+	}
+	if c.MaxMessageBytes == 0 {
+		c.MaxMessageBytes = DefaultMaxMessageBytes
 	}
 }
 
@@ -76,6 +92,9 @@ func (c PublisherConfig) Validate() error {
 	if c.OperationTimeout < 0 {
 		return fmt.Errorf("redisdelay: PublisherConfig.OperationTimeout is %s, want > 0", c.OperationTimeout)
 	}
+	if c.MaxMessageBytes < 0 {
+		return fmt.Errorf("redisdelay: PublisherConfig.MaxMessageBytes is %d, want > 0", c.MaxMessageBytes)
+	}
 	return nil
 }
 
@@ -87,8 +106,9 @@ type SubscriberConfig struct {
 	Client redis.UniversalClient
 	// KeyPrefix is the namespace of keys and channels; DefaultKeyPrefix when empty.
 	KeyPrefix string
-	// Unmarshaler decodes messages; DefaultMarshalerUnmarshaler when nil.
-	Unmarshaler Unmarshaler
+	// Marshaler decodes messages, and encodes dead letters and the changes a handler makes to a
+	// message before Nack; DefaultMarshalerUnmarshaler when nil.
+	Marshaler MarshalerUnmarshaler
 	// ConsumerGroup is the group this subscriber consumes for. Every group registered on a
 	// topic receives every message published after it registered (fan-out); the subscribers of
 	// one group compete for its messages. Empty means DefaultConsumerGroup.
@@ -113,6 +133,14 @@ type SubscriberConfig struct {
 	// a safety net for wake-ups lost while the Pub/Sub connection was down.
 	// DefaultRecheckInterval when zero.
 	RecheckInterval time.Duration
+	// MaxAttempts is how many deliveries a message gets in this consumer group. When the last
+	// one is nacked, or its lease expires, the message is moved, in the same Lua call, to the
+	// dead-letter topic. DefaultMaxAttempts when zero; UnlimitedAttempts (-1) never gives up.
+	MaxAttempts int
+	// DeadLetterTopic names the dead-letter topic of a topic and consumer group;
+	// DefaultDeadLetterTopic when nil. The name must share the topic's hash slot, that is
+	// start with the topic followed by DeadLetterInfix, because the move is one Lua call.
+	DeadLetterTopic func(topic, group string) string
 	// OperationTimeout bounds each Redis call; DefaultOperationTimeout when zero.
 	OperationTimeout time.Duration
 }
@@ -121,8 +149,8 @@ func (c *SubscriberConfig) setDefaults() {
 	if c.KeyPrefix == "" {
 		c.KeyPrefix = DefaultKeyPrefix
 	}
-	if c.Unmarshaler == nil {
-		c.Unmarshaler = DefaultMarshalerUnmarshaler{}
+	if c.Marshaler == nil {
+		c.Marshaler = DefaultMarshalerUnmarshaler{}
 	}
 	if c.ConsumerGroup == "" {
 		c.ConsumerGroup = DefaultConsumerGroup
@@ -144,6 +172,12 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 	if c.OperationTimeout == 0 {
 		c.OperationTimeout = DefaultOperationTimeout
+	}
+	if c.MaxAttempts == 0 {
+		c.MaxAttempts = DefaultMaxAttempts
+	}
+	if c.DeadLetterTopic == nil {
+		c.DeadLetterTopic = DefaultDeadLetterTopic
 	}
 }
 
@@ -169,6 +203,9 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if c.OperationTimeout < 0 {
 		return fmt.Errorf("redisdelay: SubscriberConfig.OperationTimeout is %s, want > 0", c.OperationTimeout)
+	}
+	if c.MaxAttempts < UnlimitedAttempts {
+		return fmt.Errorf("redisdelay: SubscriberConfig.MaxAttempts is %d, want > 0 or UnlimitedAttempts (-1)", c.MaxAttempts)
 	}
 	return nil
 }

@@ -38,7 +38,8 @@ func ValidateName(kind, name string) error {
 //	P{T}:g:G:attempts  hash    ID -> delivery attempts so far; the current attempt fences acks
 //	P{T}:g:G:wake      channel Pub/Sub channel that carries the new earliest due time
 //
-// The braces make {T} the hash tag, so every key of a topic maps to one Redis Cluster slot.
+// The braces make {T} the hash tag, so every key of a topic maps to one Redis Cluster slot. The
+// keys of a dead-letter topic T.dead-letter.G are P{T}.dead-letter.G:..., in T's slot.
 type keySpace struct {
 	prefix string
 }
@@ -54,8 +55,26 @@ type groupKeys struct {
 	wakeChannel          string
 }
 
+// tag is the key prefix of a topic, with its hash tag in braces. A dead-letter topic, whose
+// name is its source topic, DeadLetterInfix and more, shares the source topic's hash tag, so
+// that a message can move to it in one Lua call on Redis Cluster. The whole topic name is in
+// the prefix either way, so no two topics share keys.
 func (k keySpace) tag(topic string) string {
+	if i := strings.Index(topic, DeadLetterInfix); i > 0 {
+		return k.prefix + "{" + topic[:i] + "}" + topic[i:]
+	}
 	return k.prefix + "{" + topic + "}"
+}
+
+// sameSlot reports whether two topics' keys share one hash tag, hence one Redis Cluster slot.
+func (k keySpace) sameSlot(a, b string) bool {
+	return hashTag(k.tag(a)) == hashTag(k.tag(b))
+}
+
+func hashTag(key string) string {
+	start := strings.IndexByte(key, '{')
+	end := strings.IndexByte(key[start+1:], '}')
+	return key[start+1 : start+1+end]
 }
 
 func (k keySpace) topic(topic string) topicKeys {

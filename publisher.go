@@ -23,8 +23,7 @@ type Publisher struct {
 	closeMu sync.RWMutex // Publish holds it for reading, so Close waits for publishes under way
 	closed  bool
 
-	groupsMu sync.Mutex
-	groups   map[string][]string // topic -> consumer groups last seen registered
+	groups groupCache
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -43,7 +42,6 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 		config: config,
 		logger: logger.With(watermill.LogFields{"provider": "redisdelay"}),
 		store:  store{client: config.Client, keys: keySpace{prefix: config.KeyPrefix}},
-		groups: map[string][]string{},
 	}
 	// delay.NewPublisher turns a delay set with delay.WithContext on a message's context into
 	// delay metadata, as Watermill's own delayed publishers do; AllowNoDelay keeps messages
@@ -59,12 +57,16 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // The due time of each message is the Redis server clock at the time of the call plus DelayOf
 // the message; a delay set with delay.WithContext on the message's context counts too (it is
 // written to the message's metadata first, as delay.NewPublisher does). The AttemptMetadataKey
-// of a message received from a Subscriber is not stored.
+// of a message received from a Subscriber is not stored; other metadata keys that start with
+// ReservedMetadataPrefix are refused, except the dead-letter keys, so that a dead letter can be
+// re-published as it is.
 //
 // Errors: ErrPublisherClosed after Close; an error wrapping ErrInvalidName for a bad topic; a
 // *MessageError (wrapping ErrInvalidMessage) naming the topic, UUID and metadata key of a
-// message that cannot be stored; otherwise the Redis error, wrapped with the topic. The call is
-// bounded by OperationTimeout and by the context of the first message.
+// message that cannot be stored (bad delay metadata, a reserved key, more than MaxMessageBytes
+// marshaled), and nothing of the batch is stored; otherwise the Redis error, wrapped with the
+// topic. The call is bounded by OperationTimeout, even when Redis does not answer; the
+// cancellation of the messages' contexts does not abort it.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.closeMu.RLock()
 	defer p.closeMu.RUnlock()
@@ -92,46 +94,34 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 			}
 			return &MessageError{Topic: topic, UUID: msg.UUID, Err: err}
 		}
+		if err := checkReservedMetadata(msg); err != nil {
+			return &MessageError{Topic: topic, UUID: msg.UUID, Key: err.key, Value: err.value, Err: err.err}
+		}
 		if _, ok := msg.Metadata[AttemptMetadataKey]; ok {
-			msg = msg.Copy()
-			msg.Metadata = maps.Clone(msg.Metadata)
-			delete(msg.Metadata, AttemptMetadataKey)
+			msg = withoutAttempt(msg)
 		}
 		data, err := p.config.Marshaler.Marshal(topic, msg)
 		if err != nil {
 			return &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("marshal: %w", err)}
 		}
+		if len(data) > p.config.MaxMessageBytes {
+			return &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("message is %d bytes marshaled (payload %d), more than MaxMessageBytes %d", len(data), len(msg.Payload), p.config.MaxMessageBytes)}
+		}
 		batch[i] = stored{data: data, delay: d, at: at}
 	}
 
-	ctx, cancel := context.WithTimeout(msgs[0].Context(), p.config.OperationTimeout)
+	// Not cancelled with the message's context: a message received from a Subscriber is often
+	// re-published after its Ack cancelled that context.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(msgs[0].Context()), p.config.OperationTimeout)
 	defer cancel()
-
-	p.groupsMu.Lock()
-	groups := p.groups[topic]
-	p.groupsMu.Unlock()
-	// Groups only ever get added, so the publisher's view needs refreshing at most once per new
-	// group; the script refuses a stale view without writing anything.
-	for try := 0; ; try++ {
-		expected, target := len(groups), groups
-		if expected == 0 {
-			target = []string{DefaultConsumerGroup}
-		}
-		err := p.store.publish(ctx, topic, expected, target, batch)
-		var stale *errStaleGroups
-		switch {
-		case err == nil:
-			p.groupsMu.Lock()
-			p.groups[topic] = target
-			p.groupsMu.Unlock()
-			p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
-			return nil
-		case errors.As(err, &stale) && try < 5:
-			groups = stale.groups
-		default:
-			return fmt.Errorf("redisdelay: publish %d message(s) to topic %q (first UUID %q): %w", len(msgs), topic, msgs[0].UUID, err)
-		}
+	err := p.groups.publish(ctx, topic, func(ctx context.Context, expected int, groups []string) error {
+		return p.store.publish(ctx, topic, expected, groups, batch)
+	})
+	if err != nil {
+		return fmt.Errorf("redisdelay: publish %d message(s) to topic %q (first UUID %q): %w", len(msgs), topic, msgs[0].UUID, err)
 	}
+	p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
+	return nil
 }
 
 // Close makes further Publish calls return ErrPublisherClosed and waits for the ones under way.
@@ -149,3 +139,12 @@ type publishFunc func(topic string, msgs ...*message.Message) error
 func (f publishFunc) Publish(topic string, msgs ...*message.Message) error { return f(topic, msgs...) }
 
 func (f publishFunc) Close() error { return nil }
+
+// withoutAttempt returns a copy of msg, context included, without AttemptMetadataKey.
+func withoutAttempt(msg *message.Message) *message.Message {
+	c := msg.Copy()
+	c.Metadata = maps.Clone(msg.Metadata)
+	delete(c.Metadata, AttemptMetadataKey)
+	c.SetContext(msg.Context())
+	return c
+}

@@ -33,6 +33,8 @@ var (
 	luaNack string
 	//go:embed lua/extend.lua
 	luaExtend string
+	//go:embed lua/deadletter.lua
+	luaDeadLetter string
 
 	// Each script is loaded once per server and then run with EVALSHA (redis.Script falls back
 	// to EVAL on NOSCRIPT, for example after a restart).
@@ -41,7 +43,8 @@ var (
 	ackScript     = newScript(luaAck)
 	releaseScript = newScript(luaRelease)
 	nackScript    = newScript(luaNack)
-	extendScript  = newScript(luaExtend)
+	extendScript     = newScript(luaExtend)
+	deadLetterScript = newScript(luaDeadLetter)
 )
 
 func newScript(body string) *redis.Script {
@@ -56,8 +59,8 @@ type stored struct {
 	at    time.Time
 }
 
-// scheduleArg encodes when a message is due for publish.lua: a delay in µs, or "@" and a Unix
-// time in µs.
+// scheduleArg encodes when a message is due for publish_to in lib.lua: a delay in µs, or "@"
+// and a Unix time in µs.
 func (m stored) scheduleArg() any {
 	if !m.at.IsZero() {
 		return "@" + strconv.FormatInt(m.at.UnixMicro(), 10)
@@ -65,20 +68,21 @@ func (m stored) scheduleArg() any {
 	return m.delay.Microseconds()
 }
 
-// errStaleGroups means the publisher's view of a topic's consumer groups was out of date.
+// errStaleGroups means the caller's view of a topic's consumer groups was out of date; groups
+// are the ones registered now.
 type errStaleGroups struct{ groups []string }
 
 func (errStaleGroups) Error() string { return "registered consumer groups changed" }
 
-// publish runs publish.lua for one batch, scheduled for the given groups. expected is how many
-// groups the caller believes are registered (0 means none: groups must then be just the default
-// group, which the script registers). It returns *errStaleGroups with the current groups when
-// that belief is wrong.
-func (s store) publish(ctx context.Context, topic string, expected int, groups []string, msgs []stored) error {
+// errLeaseLost means a script refused an operation because the caller's lease had expired and
+// the message had been claimed again (fencing).
+var errLeaseLost = errors.New("lease lost")
+
+// publishTarget appends the keys and arguments that publish_to in lib.lua expects for a topic:
+// its keys, then the expected group count, the groups, their wake channels and the messages.
+func (s store) publishTarget(keys []string, args []any, topic string, expected int, groups []string, msgs []stored) ([]string, []any) {
 	tk := s.keys.topic(topic)
-	keys := make([]string, 0, 4+len(groups))
 	keys = append(keys, tk.seq, tk.messages, tk.refs, tk.groups)
-	args := make([]any, 0, 2+2*len(groups)+2*len(msgs))
 	args = append(args, expected, len(groups))
 	channels := make([]any, 0, len(groups))
 	for _, g := range groups {
@@ -91,15 +95,19 @@ func (s store) publish(ctx context.Context, topic string, expected int, groups [
 	for _, m := range msgs {
 		args = append(args, m.data, m.scheduleArg())
 	}
-	res, err := publishScript.Run(ctx, s.client, keys, args...).Slice()
-	if err != nil {
-		return err
-	}
+	return keys, args
+}
+
+// publishReply reads the reply of publish_to: nil, *errStaleGroups or errLeaseLost.
+func publishReply(res []any) error {
 	if len(res) == 0 {
-		return errors.New("empty reply from publish script")
+		return errors.New("empty reply from script")
 	}
-	if ok, _ := res[0].(int64); ok == 1 {
+	switch code, _ := res[0].(int64); code {
+	case 1:
 		return nil
+	case -1:
+		return errLeaseLost
 	}
 	stale := &errStaleGroups{}
 	for _, g := range res[1:] {
@@ -109,10 +117,69 @@ func (s store) publish(ctx context.Context, topic string, expected int, groups [
 	return stale
 }
 
+// publish runs publish.lua for one batch, scheduled for the given groups. expected is how many
+// groups the caller believes are registered (0 means none: groups must then be just the default
+// group, which the script registers). It returns *errStaleGroups with the current groups when
+// that belief is wrong; nothing is stored then.
+func (s store) publish(ctx context.Context, topic string, expected int, groups []string, msgs []stored) error {
+	keys, args := s.publishTarget(make([]string, 0, 4+len(groups)), make([]any, 0, 2+2*len(groups)+2*len(msgs)), topic, expected, groups, msgs)
+	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return publishScript.Run(ctx, s.client, keys, args...).Slice()
+	})
+	if err != nil {
+		return err
+	}
+	return publishReply(res)
+}
+
+// deadLetter runs deadletter.lua: it publishes letter to the dead-letter topic for the given
+// groups and ends the source group's hold on c, atomically. It returns errLeaseLost or
+// *errStaleGroups when nothing was changed.
+func (s store) deadLetter(ctx context.Context, topic, group string, c *claimed, deadLetterTopic string, expected int, groups []string, letter []byte) error {
+	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
+	keys := []string{gk.lease, gk.attempts, tk.messages, tk.refs}
+	args := []any{c.id, c.attempt}
+	keys, args = s.publishTarget(keys, args, deadLetterTopic, expected, groups, []stored{{data: letter}})
+	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return deadLetterScript.Run(ctx, s.client, keys, args...).Slice()
+	})
+	if err != nil {
+		return err
+	}
+	return publishReply(res)
+}
+
+// bounded runs f and returns when it does or when ctx is done, whichever comes first. go-redis
+// bounds a call by its own dial and socket timeouts, and honours a context deadline only with
+// ContextTimeoutEnabled; bounded makes OperationTimeout hold in any case. A call abandoned this
+// way finishes in the background and may still take effect: every script is atomic, so it takes
+// effect whole or not at all.
+func bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
 // registerGroup adds a consumer group to a topic (SADD). From then on every message published
 // to the topic is scheduled for the group too.
 func (s store) registerGroup(ctx context.Context, topic, group string) error {
-	return s.client.SAdd(ctx, s.keys.topic(topic).groups, group).Err()
+	_, err := bounded(ctx, func(ctx context.Context) (int64, error) {
+		return s.client.SAdd(ctx, s.keys.topic(topic).groups, group).Result()
+	})
+	return err
 }
 
 // claimed is one message a subscription holds a lease on.
@@ -120,7 +187,8 @@ type claimed struct {
 	id        string
 	attempt   int64
 	dueUs     int64  // due time, Unix µs on the Redis clock
-	data      []byte // nil once decoded or when the stored message vanished
+	data      []byte // the stored message
+	uuid      string // the message UUID, once decoded, for logs
 	delivered bool   // handed to the application
 }
 
@@ -132,7 +200,7 @@ type claimResult struct {
 	nowUs       int64 // Redis clock when the script ran, Unix µs
 	nextDueUs   int64 // earliest due time left in the group, -1 if none
 	nextLeaseUs int64 // earliest lease deadline in the group, -1 if none
-	refusedAcks int64
+	refusedAcks []string // IDs whose ack was refused: the lease had been lost
 	vanished    int64
 	messages    []*claimed
 }
@@ -145,7 +213,9 @@ func (s store) claim(ctx context.Context, topic, group string, limit int, lease 
 	for _, a := range acks {
 		args = append(args, a.token()...)
 	}
-	res, err := claimScript.Run(ctx, s.client, []string{gk.due, gk.lease, gk.attempts, tk.messages, tk.refs}, args...).Slice()
+	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
+		return claimScript.Run(ctx, s.client, []string{gk.due, gk.lease, gk.attempts, tk.messages, tk.refs}, args...).Slice()
+	})
 	if err != nil {
 		return claimResult{}, err
 	}
@@ -156,7 +226,7 @@ func (s store) claim(ctx context.Context, topic, group string, limit int, lease 
 		nowUs:       asInt(res[0]),
 		nextDueUs:   asInt(res[1]),
 		nextLeaseUs: asInt(res[2]),
-		refusedAcks: asInt(res[3]),
+		refusedAcks: asStrings(res[3]),
 		vanished:    asInt(res[4]),
 	}
 	for i := 5; i < len(res); i += 4 {
@@ -172,18 +242,19 @@ func (s store) claim(ctx context.Context, topic, group string, limit int, lease 
 	return r, nil
 }
 
-// ack runs ack.lua and returns how many acks were refused because their lease had been lost.
-func (s store) ack(ctx context.Context, topic, group string, acks []*claimed) (int, error) {
+// ack runs ack.lua and returns the IDs whose ack was refused because their lease had been lost.
+func (s store) ack(ctx context.Context, topic, group string, acks []*claimed) ([]string, error) {
 	if len(acks) == 0 {
-		return 0, nil
+		return nil, nil
 	}
 	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
 	args := make([]any, 0, 2*len(acks))
 	for _, a := range acks {
 		args = append(args, a.token()...)
 	}
-	refused, err := ackScript.Run(ctx, s.client, []string{gk.lease, gk.attempts, tk.messages, tk.refs}, args...).Slice()
-	return len(refused), err
+	return bounded(ctx, func(ctx context.Context) ([]string, error) {
+		return ackScript.Run(ctx, s.client, []string{gk.lease, gk.attempts, tk.messages, tk.refs}, args...).StringSlice()
+	})
 }
 
 // release runs release.lua for messages a stopping subscription still holds.
@@ -201,19 +272,27 @@ func (s store) release(ctx context.Context, topic, group string, held []*claimed
 		}
 		args = append(args, c.id, c.attempt, c.dueUs, delivered)
 	}
-	return releaseScript.Run(ctx, s.client, []string{gk.due, gk.lease, gk.attempts}, args...).Err()
+	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
+		return releaseScript.Run(ctx, s.client, []string{gk.due, gk.lease, gk.attempts}, args...).Result()
+	})
+	return err
 }
 
 // nack runs nack.lua. changed is the re-marshaled message when the consumer modified it, else
-// nil. It returns false when the lease had been lost.
-func (s store) nack(ctx context.Context, topic, group string, c *claimed, delay time.Duration, changed []byte) (bool, error) {
+// nil. It returns errLeaseLost when the lease had been lost.
+func (s store) nack(ctx context.Context, topic, group string, c *claimed, delay time.Duration, changed []byte) error {
 	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
 	args := []any{c.id, c.attempt, delay.Microseconds(), gk.wakeChannel}
 	if changed != nil {
 		args = append(args, changed)
 	}
-	score, err := nackScript.Run(ctx, s.client, []string{gk.due, gk.lease, gk.attempts, tk.messages, tk.refs, tk.seq}, args...).Int64()
-	return score >= 0, err
+	score, err := bounded(ctx, func(ctx context.Context) (int64, error) {
+		return nackScript.Run(ctx, s.client, []string{gk.due, gk.lease, gk.attempts, tk.messages, tk.refs, tk.seq}, args...).Int64()
+	})
+	if err == nil && score < 0 {
+		return errLeaseLost
+	}
+	return err
 }
 
 // extend runs extend.lua and returns the IDs whose lease had been lost.
@@ -227,7 +306,9 @@ func (s store) extend(ctx context.Context, topic, group string, lease time.Durat
 	for _, c := range held {
 		args = append(args, c.token()...)
 	}
-	return extendScript.Run(ctx, s.client, []string{gk.lease, gk.attempts}, args...).StringSlice()
+	return bounded(ctx, func(ctx context.Context) ([]string, error) {
+		return extendScript.Run(ctx, s.client, []string{gk.lease, gk.attempts}, args...).StringSlice()
+	})
 }
 
 // asInt reads an integer reply element; Redis returns integers as int64 and scores as strings.
@@ -243,4 +324,16 @@ func asInt(v any) int64 {
 		return int64(f)
 	}
 	return 0
+}
+
+// asStrings reads an array reply element of strings.
+func asStrings(v any) []string {
+	list, _ := v.([]any)
+	out := make([]string, 0, len(list))
+	for _, e := range list {
+		if s, ok := e.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
 }

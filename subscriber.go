@@ -9,12 +9,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// AttemptMetadataKey is set on every delivered message to its delivery attempt in its consumer
-// group, in decimal: "1" on the first delivery, "2" after one Nack or one expired lease, and so
-// on. A message released unhandled by Close does not use up an attempt. Publish drops the key,
-// so a message re-published from a handler starts again at attempt 1.
-const AttemptMetadataKey = "_redisdelay_attempt"
-
 // Subscriber consumes messages of one consumer group. It implements message.Subscriber and
 // message.SubscribeInitializer and is safe for concurrent use. Each Subscribe call is a
 // subscription with its own unbuffered output channel and at most one message in flight.
@@ -23,6 +17,8 @@ type Subscriber struct {
 	logger  watermill.LoggerAdapter
 	store   store
 	wakeups *wakeups
+	// deadLetterGroups is the view of the consumer groups of the dead-letter topics.
+	deadLetterGroups groupCache
 
 	mu      sync.Mutex // guards closed and wg.Add
 	closed  bool
@@ -96,9 +92,14 @@ func (s *Subscriber) register(ctx context.Context, topic string) error {
 // reached, Subscribe still returns the channel and the subscription keeps trying in the
 // background, logging each failure and backing off.
 //
-// Errors: ErrSubscriberClosed after Close, or an error wrapping ErrInvalidName for a bad topic.
+// Errors: ErrSubscriberClosed after Close, or an error wrapping ErrInvalidName for a bad topic
+// or a dead-letter topic (see SubscriberConfig.DeadLetterTopic) that cannot be used.
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := ValidateName("topic", topic); err != nil {
+		return nil, err
+	}
+	deadLetterTopic, err := s.deadLetterTopic(topic)
+	if err != nil {
 		return nil, err
 	}
 	s.mu.Lock()
@@ -115,7 +116,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		logger.Error("Cannot register consumer group yet, retrying in the background", err, nil)
 		registered = false
 	}
-	sub := newSubscription(s, ctx, topic, logger)
+	sub := newSubscription(s, ctx, topic, deadLetterTopic, logger)
 	go func() {
 		defer s.wg.Done()
 		sub.run(registered)

@@ -3,6 +3,7 @@ package redisdelay
 import (
 	"bytes"
 	"context"
+	"errors"
 	"maps"
 	"strconv"
 	"time"
@@ -13,43 +14,52 @@ import (
 	"github.com/cenkalti/backoff/v5"
 )
 
-// prefetchWindow bounds how much handler time the claimed-but-not-yet-delivered messages of a
-// subscription represent: a slow handler claims few messages at a time, so that its group's
-// other consumers can take the rest.
-const prefetchWindow = 100 * time.Millisecond
+const (
+	// prefetchWindow bounds how much handler time the claimed-but-not-yet-delivered messages of
+	// a subscription represent: a slow handler claims few messages at a time, so that its
+	// group's other consumers can take the rest.
+	prefetchWindow = 100 * time.Millisecond
+	// ackDelay is the longest an ack waits to be confirmed to Redis when no claim or heartbeat
+	// carries it earlier. Batching acks saves round trips; the delay bounds the duplicates a
+	// crash can cause.
+	ackDelay = 50 * time.Millisecond
+)
 
 // subscription is one Subscribe call: a single goroutine that claims, delivers, acks and
 // releases, so none of its state needs a lock.
 type subscription struct {
-	sub    *Subscriber
-	ctx    context.Context
-	topic  string
-	group  string
-	logger watermill.LoggerAdapter
-	out    chan *message.Message
+	sub             *Subscriber
+	ctx             context.Context
+	topic           string
+	deadLetterTopic string
+	group           string
+	logger          watermill.LoggerAdapter
+	out             chan *message.Message
 
 	pending  []*claimed // claimed, not yet delivered, in due order
 	inflight *claimed   // delivered, waiting for Ack or Nack
 	acks     []*claimed // acked, not yet confirmed to Redis
 	limit    int        // how many messages the next claim takes
 
-	heartbeat *time.Ticker
+	heartbeat *time.Ticker // extends leases every LeaseTimeout/3
+	ackTimer  *time.Timer  // confirms acks ackDelay after the first unconfirmed one
 	retry     *backoff.ExponentialBackOff
 }
 
-func newSubscription(s *Subscriber, ctx context.Context, topic string, logger watermill.LoggerAdapter) *subscription {
+func newSubscription(s *Subscriber, ctx context.Context, topic, deadLetterTopic string, logger watermill.LoggerAdapter) *subscription {
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 100 * time.Millisecond
 	retry.MaxInterval = 5 * time.Second
 	return &subscription{
-		sub:    s,
-		ctx:    ctx,
-		topic:  topic,
-		group:  s.config.ConsumerGroup,
-		logger: logger,
-		out:    make(chan *message.Message),
-		limit:  1,
-		retry:  retry,
+		sub:             s,
+		ctx:             ctx,
+		topic:           topic,
+		deadLetterTopic: deadLetterTopic,
+		group:           s.config.ConsumerGroup,
+		logger:          logger,
+		out:             make(chan *message.Message),
+		limit:           1,
+		retry:           retry,
 	}
 }
 
@@ -70,6 +80,9 @@ func (s *subscription) run(registered bool) {
 	cfg := s.sub.config
 	s.heartbeat = time.NewTicker(cfg.LeaseTimeout / 3)
 	defer s.heartbeat.Stop()
+	s.ackTimer = time.NewTimer(time.Hour)
+	s.ackTimer.Stop()
+	defer s.ackTimer.Stop()
 
 	channel := s.sub.store.keys.group(s.topic, s.group).wakeChannel
 	wake := s.sub.wakeups.watch(channel)
@@ -109,7 +122,7 @@ func (s *subscription) run(registered bool) {
 	}
 }
 
-// claim sends the pending acks and claims the next batch in one round trip.
+// claim confirms the pending acks and claims the next batch in one round trip.
 func (s *subscription) claim() (claimResult, time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
 	defer cancel()
@@ -117,10 +130,7 @@ func (s *subscription) claim() (claimResult, time.Time, error) {
 	if err != nil {
 		return res, time.Time{}, err
 	}
-	s.acks = s.acks[:0]
-	if res.refusedAcks > 0 {
-		s.logger.Info("Acks refused: their leases had expired and the messages were claimed again", watermill.LogFields{"refused": res.refusedAcks})
-	}
+	s.acksConfirmed(res.refusedAcks)
 	if res.vanished > 0 {
 		s.logger.Error("Due messages whose stored data had vanished were dropped", nil, watermill.LogFields{"vanished": res.vanished})
 	}
@@ -181,7 +191,7 @@ func (s *subscription) sleep(res claimResult, receivedAt time.Time, wake *wakeup
 }
 
 // deliverPending hands the claimed messages out one at a time and returns how many were
-// finished (acked or nacked). It returns early when the subscription stops.
+// finished. It returns early when the subscription stops.
 func (s *subscription) deliverPending() int {
 	n := 0
 	for len(s.pending) > 0 {
@@ -201,11 +211,18 @@ func (s *subscription) deliverPending() int {
 // deliver sends one message and waits for its Ack or Nack. It returns false, leaving c to be
 // released, when the subscription stops first.
 func (s *subscription) deliver(c *claimed) bool {
-	msg, err := s.sub.config.Unmarshaler.Unmarshal(s.topic, c.data)
+	msg, err := s.sub.config.Marshaler.Unmarshal(s.topic, c.data)
 	if err != nil {
-		// A message that cannot be decoded would fail every time; it is dropped, loudly.
-		s.logger.Error("Dropping stored message that cannot be unmarshaled", err, watermill.LogFields{"id": c.id})
-		s.acks = append(s.acks, c)
+		// Stored data that cannot be decoded would fail on every attempt and cannot carry
+		// dead-letter metadata: it is removed, loudly, so that the group goes on.
+		s.logger.Error("Removing stored message that cannot be unmarshaled", err, watermill.LogFields{"id": c.id, "attempt": c.attempt, "bytes": len(c.data)})
+		s.addAck(c)
+		return true
+	}
+	c.uuid = msg.UUID
+	if s.exhausted(c.attempt - 1) {
+		// Its last attempt was never acknowledged.
+		s.deadLetter(c, msg, DeadLetterReasonLeaseExpired)
 		return true
 	}
 	msg.Metadata.Set(AttemptMetadataKey, strconv.FormatInt(c.attempt, 10))
@@ -220,6 +237,8 @@ func (s *subscription) deliver(c *claimed) bool {
 			sent = true
 		case <-s.heartbeat.C:
 			s.extendLeases()
+		case <-s.ackTimer.C:
+			s.confirmAcks()
 		case <-s.ctx.Done():
 			return false
 		case <-s.sub.closing:
@@ -234,7 +253,7 @@ func (s *subscription) deliver(c *claimed) bool {
 		select {
 		case <-msg.Acked():
 			s.inflight = nil
-			s.acks = append(s.acks, c)
+			s.addAck(c)
 			s.logger.Trace("Message acked", logFields)
 			return true
 		case <-msg.Nacked():
@@ -244,6 +263,8 @@ func (s *subscription) deliver(c *claimed) bool {
 			return true
 		case <-s.heartbeat.C:
 			s.extendLeases()
+		case <-s.ackTimer.C:
+			s.confirmAcks()
 		case <-s.ctx.Done():
 			return false
 		case <-s.sub.closing:
@@ -252,18 +273,61 @@ func (s *subscription) deliver(c *claimed) bool {
 	}
 }
 
+// addAck queues an ack for the next claim, heartbeat or ackDelay, whichever comes first.
+func (s *subscription) addAck(c *claimed) {
+	if len(s.acks) == 0 {
+		s.ackTimer.Reset(ackDelay)
+	}
+	s.acks = append(s.acks, c)
+}
+
+// confirmAcks sends the queued acks to Redis; on failure they stay queued for the next try.
+func (s *subscription) confirmAcks() {
+	if len(s.acks) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
+	defer cancel()
+	refused, err := s.sub.store.ack(ctx, s.topic, s.group, s.acks)
+	if err != nil {
+		s.logger.Error("Ack failed, will retry", err, watermill.LogFields{"acks": len(s.acks)})
+		s.ackTimer.Reset(ackDelay)
+		return
+	}
+	s.acksConfirmed(refused)
+}
+
+// acksConfirmed clears the queued acks after Redis processed them and logs the refused ones.
+func (s *subscription) acksConfirmed(refused []string) {
+	if len(refused) > 0 {
+		gone := map[string]bool{}
+		for _, id := range refused {
+			gone[id] = true
+		}
+		for _, c := range s.acks {
+			if gone[c.id] {
+				s.logger.Info("Ack refused: the lease had expired and the message was claimed again", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
+			}
+		}
+	}
+	s.acks = s.acks[:0]
+	s.ackTimer.Stop()
+}
+
 // nack makes a nacked message due again: after NackBackoff, or at the time its delay metadata
 // now names if the handler (for example middleware.DelayOnError) changed that metadata. When the
-// handler changed the message and the Unmarshaler can also marshal, the change is stored too.
+// handler changed the message, the change is stored too. A message nacked on its last attempt
+// becomes a dead letter.
 func (s *subscription) nack(c *claimed, msg *message.Message) {
 	cfg := s.sub.config
+	delivered := withoutAttempt(msg)
+	if s.exhausted(c.attempt) {
+		s.deadLetter(c, delivered, DeadLetterReasonNacked)
+		return
+	}
 	wait := cfg.NackBackoff.NackDelay(int(c.attempt))
 	var changed []byte
-
-	delivered := msg.Copy()
-	delivered.Metadata = maps.Clone(msg.Metadata)
-	delete(delivered.Metadata, AttemptMetadataKey)
-	original, err := cfg.Unmarshaler.Unmarshal(s.topic, c.data)
+	original, err := cfg.Marshaler.Unmarshal(s.topic, c.data)
 	if err == nil && !sameMessage(original, delivered) {
 		if original.Metadata.Get(delay.DelayedUntilKey) != delivered.Metadata.Get(delay.DelayedUntilKey) ||
 			original.Metadata.Get(delay.DelayedForKey) != delivered.Metadata.Get(delay.DelayedForKey) {
@@ -273,22 +337,21 @@ func (s *subscription) nack(c *claimed, msg *message.Message) {
 				s.logger.Error("Ignoring invalid delay metadata set before Nack; using the nack backoff", err, watermill.LogFields{"message_uuid": msg.UUID})
 			}
 		}
-		if m, ok := cfg.Unmarshaler.(Marshaler); ok {
-			if data, err := m.Marshal(s.topic, delivered); err == nil {
-				changed = data
-			}
+		if data, err := cfg.Marshaler.Marshal(s.topic, delivered); err == nil {
+			changed = data
+		} else {
+			s.logger.Error("Cannot store the changes made before Nack", err, watermill.LogFields{"message_uuid": msg.UUID})
 		}
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.OperationTimeout)
 	defer cancel()
-	ok, err := s.sub.store.nack(ctx, s.topic, s.group, c, wait, changed)
-	switch {
+	switch err := s.sub.store.nack(ctx, s.topic, s.group, c, wait, changed); {
+	case errors.Is(err, errLeaseLost):
+		s.logger.Info("Nack refused: the lease had expired and the message was claimed again", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt})
 	case err != nil:
 		// The message keeps its lease and comes back when the lease expires.
 		s.logger.Error("Nack failed; the message is delivered again after its lease", err, watermill.LogFields{"message_uuid": msg.UUID})
-	case !ok:
-		s.logger.Info("Nack refused: the lease had expired and the message was claimed again", watermill.LogFields{"message_uuid": msg.UUID})
 	}
 }
 
@@ -296,34 +359,31 @@ func sameMessage(a, b *message.Message) bool {
 	return a.UUID == b.UUID && bytes.Equal(a.Payload, b.Payload) && maps.Equal(a.Metadata, b.Metadata)
 }
 
-// extendLeases is the heartbeat: it confirms pending acks and extends the leases of every
-// message the subscription still holds. Messages whose lease was lost meanwhile are not
-// delivered.
+// extendLeases is the heartbeat: it confirms queued acks and extends the leases of every
+// message the subscription still holds. Messages whose lease was lost meanwhile are dropped
+// from the prefetch buffer, so they are not delivered twice.
 func (s *subscription) extendLeases() {
-	cfg := s.sub.config
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.OperationTimeout)
-	defer cancel()
-	if refused, err := s.sub.store.ack(ctx, s.topic, s.group, s.acks); err != nil {
-		s.logger.Error("Ack failed, will retry", err, nil)
-	} else {
-		if refused > 0 {
-			s.logger.Info("Acks refused: their leases had expired and the messages were claimed again", watermill.LogFields{"refused": refused})
-		}
-		s.acks = s.acks[:0]
-	}
+	s.confirmAcks()
 	held := s.held()
-	lost, err := s.sub.store.extend(ctx, s.topic, s.group, cfg.LeaseTimeout, held)
+	if len(held) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
+	defer cancel()
+	lost, err := s.sub.store.extend(ctx, s.topic, s.group, s.sub.config.LeaseTimeout, held)
 	if err != nil {
-		s.logger.Error("Lease extension failed, will retry", err, nil)
+		s.logger.Error("Lease extension failed, will retry", err, watermill.LogFields{"held": len(held)})
 		return
 	}
 	if len(lost) == 0 {
 		return
 	}
-	s.logger.Info("Leases lost; those messages belong to another consumer now", watermill.LogFields{"lost": len(lost)})
 	gone := map[string]bool{}
 	for _, id := range lost {
 		gone[id] = true
+	}
+	if s.inflight != nil && gone[s.inflight.id] {
+		s.logger.Info("Lease lost while the handler runs; the message belongs to another consumer now", watermill.LogFields{"message_uuid": s.inflight.uuid, "attempt": s.inflight.attempt})
 	}
 	kept := s.pending[:0]
 	for _, c := range s.pending {
@@ -353,18 +413,18 @@ func (s *subscription) backoff(err error, what string) {
 	}
 }
 
-// stop confirms pending acks and releases every message still held, bounded by
+// stop confirms queued acks and releases every message still held, bounded by
 // OperationTimeout; what it cannot release comes back when its lease expires.
 func (s *subscription) stop() {
-	cfg := s.sub.config
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.OperationTimeout)
-	defer cancel()
-	if _, err := s.sub.store.ack(ctx, s.topic, s.group, s.acks); err != nil {
-		s.logger.Error("Ack on close failed; those messages are delivered again after their lease", err, nil)
-	}
+	s.confirmAcks()
 	held := s.held()
+	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
+	defer cancel()
 	if err := s.sub.store.release(ctx, s.topic, s.group, held); err != nil {
 		s.logger.Error("Release on close failed; those messages are delivered again after their lease", err, watermill.LogFields{"held": len(held)})
+	}
+	if len(s.acks) > 0 {
+		s.logger.Error("Acks not confirmed on close; those messages are delivered again after their lease", nil, watermill.LogFields{"acks": len(s.acks)})
 	}
 	s.pending, s.inflight, s.acks = nil, nil, nil
 	s.logger.Debug("Subscription stopped", watermill.LogFields{"released": len(held)})

@@ -13,8 +13,8 @@
 -- ARGV[3] A, the number of acks that follow
 -- ARGV[4..3+2A] pairs: ID, attempt of a message the caller acked
 --
--- Returns {now µs, next due µs or -1, next lease deadline µs or -1, acks refused, vanished,
---          then per claimed message: ID, attempt, due µs, marshaled message}.
+-- Returns {now µs, next due µs or -1, next lease deadline µs or -1, {IDs whose ack was refused},
+--          vanished count, then per claimed message: ID, attempt, due µs, marshaled message}.
 -- An ack is refused when its lease was lost (fencing). A claimed ID whose stored message has
 -- vanished is dropped from the group and counted as vanished.
 
@@ -23,13 +23,13 @@ local lease = tonumber(ARGV[2])
 local acks = tonumber(ARGV[3])
 local now = now_us()
 
-local refused = 0
+local refused = {}
 for i = 0, acks - 1 do
   local id, attempt = ARGV[4 + 2 * i], ARGV[5 + 2 * i]
   if holds(KEYS[2], KEYS[3], id, attempt) then
     finish(KEYS[2], KEYS[3], KEYS[4], KEYS[5], id)
   else
-    refused = refused + 1
+    table.insert(refused, id)
   end
 end
 

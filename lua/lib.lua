@@ -42,3 +42,58 @@ end
 
 -- All times are Unix microseconds on the Redis clock: exact integers in a Lua double until the
 -- year 2255, and fine enough that rounding never makes a message late or early.
+
+-- publish_to stores messages once and schedules each for every consumer group registered on a
+-- topic. The topic's keys start at KEYS[k]: seq (string), messages (hash), refs (hash), groups
+-- (set), then one due sorted set per group. Its arguments start at ARGV[a]: the number of groups
+-- the caller believes are registered, G, G group names, their G wake channels, then pairs of
+-- marshaled message and schedule (a delay in µs after now, or "@" and a Unix time in µs, due at
+-- once if past).
+--
+-- When no group is registered, the caller passes the default group as its only group and
+-- expects 0; it gets registered, so the messages wait for it instead of being dropped. Groups
+-- are never unregistered, so the count identifies the set.
+--
+-- Returns {1, first ID}, or {0, group...} when the caller's view of the groups is stale; nothing
+-- is written then, and the caller retries with the listed groups.
+local function publish_to(k, a)
+  local seq, messages, refs, groups = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
+  local expected, ngroups = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
+  local registered = redis.call('SCARD', groups)
+  if registered == 0 and expected == 0 and ngroups == 1 then
+    redis.call('SADD', groups, ARGV[a + 2])
+  elseif registered ~= expected or registered ~= ngroups then
+    local current = redis.call('SMEMBERS', groups)
+    table.insert(current, 1, 0)
+    return current
+  end
+
+  local first = a + 2 + 2 * ngroups
+  local count = (#ARGV - first + 1) / 2
+  local last_id = redis.call('INCRBY', seq, count)
+  local now = now_us()
+
+  local before = {}
+  for g = 1, ngroups do before[g] = head(KEYS[k + 3 + g]) end
+  local min_score = nil
+  for i = 0, count - 1 do
+    local id = string.format('%012x', last_id - count + 1 + i)
+    local schedule = ARGV[first + 2 * i + 1]
+    local score
+    if string.sub(schedule, 1, 1) == '@' then
+      score = math.max(tonumber(string.sub(schedule, 2)), now)
+    else
+      score = now + math.max(tonumber(schedule), 0)
+    end
+    if min_score == nil or score < min_score then min_score = score end
+    redis.call('HSET', messages, id, ARGV[first + 2 * i])
+    if ngroups > 1 then redis.call('HSET', refs, id, ngroups) end
+    for g = 1, ngroups do
+      redis.call('ZADD', KEYS[k + 3 + g], score, id)
+    end
+  end
+  for g = 1, ngroups do
+    wake(ARGV[a + 1 + ngroups + g], before[g], min_score)
+  end
+  return {1, string.format('%012x', last_id - count + 1)}
+end

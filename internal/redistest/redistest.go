@@ -60,11 +60,21 @@ func Binary(t testing.TB) string {
 func Start(t testing.TB, opts Options) *Server {
 	t.Helper()
 	bin := Binary(t)
+	s, err := newServer(bin, t.TempDir(), opts)
+	if err != nil {
+		t.Fatalf("start redis-server: %v", err)
+	}
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// newServer starts a redis-server on a free loopback port with its files in dir. The caller
+// must Stop it.
+func newServer(bin, dir string, opts Options) (*Server, error) {
 	port, err := FreePort()
 	if err != nil {
-		t.Fatalf("find a free port: %v", err)
+		return nil, fmt.Errorf("find a free port: %w", err)
 	}
-	dir := t.TempDir()
 	args := []string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--save", "", "--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log"),
@@ -77,10 +87,10 @@ func Start(t testing.TB, opts Options) *Server {
 	args = append(args, opts.Extra...)
 	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, bin: bin, args: args}
 	if err := s.start(); err != nil {
-		t.Fatalf("start redis-server: %v", err)
+		s.Stop()
+		return nil, err
 	}
-	t.Cleanup(s.Stop)
-	return s
+	return s, nil
 }
 
 // FreePort returns a loopback TCP port that was free a moment ago.

@@ -1,0 +1,75 @@
+package redisdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"strconv"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// DeadLetterInfix joins a topic and a consumer group in the name of their dead-letter topic. A
+// topic whose name contains it shares the hash slot of the part before it.
+const DeadLetterInfix = ".dead-letter."
+
+// DefaultDeadLetterTopic returns topic + DeadLetterInfix + group, for example
+// "orders.dead-letter.billing". Dead letters are ordinary messages on that topic: subscribe to
+// it to handle them.
+func DefaultDeadLetterTopic(topic, group string) string {
+	return topic + DeadLetterInfix + group
+}
+
+// deadLetterTopic returns the dead-letter topic of the subscription's topic and group, checking
+// that it is a valid name in the same hash slot.
+func (s *Subscriber) deadLetterTopic(topic string) (string, error) {
+	dlt := s.config.DeadLetterTopic(topic, s.config.ConsumerGroup)
+	if err := ValidateName("dead-letter topic", dlt); err != nil {
+		return "", err
+	}
+	if dlt == topic || !s.store.keys.sameSlot(topic, dlt) {
+		return "", fmt.Errorf("redisdelay: %w: dead-letter topic %q of topic %q must be the topic name followed by %q and more, so that both share a hash slot", ErrInvalidName, dlt, topic, DeadLetterInfix)
+	}
+	return dlt, nil
+}
+
+// exhausted reports whether c has used up its attempts.
+func (s *subscription) exhausted(attempt int64) bool {
+	max := s.sub.config.MaxAttempts
+	return max != UnlimitedAttempts && attempt >= int64(max)
+}
+
+// deadLetter moves msg, which ran out of attempts, to the dead-letter topic with the metadata
+// that says why. If that fails, the message keeps its lease and is dead-lettered on its next
+// claim, after the lease expired.
+func (s *subscription) deadLetter(c *claimed, msg *message.Message, reason string) {
+	letter := msg.Copy()
+	letter.Metadata = maps.Clone(msg.Metadata)
+	delete(letter.Metadata, AttemptMetadataKey)
+	letter.Metadata[DeadLetterTopicKey] = s.topic
+	letter.Metadata[DeadLetterGroupKey] = s.group
+	letter.Metadata[DeadLetterAttemptsKey] = strconv.FormatInt(min(c.attempt, int64(s.sub.config.MaxAttempts)), 10)
+	letter.Metadata[DeadLetterReasonKey] = reason
+	fields := watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt, "reason": reason, "dead_letter_topic": s.deadLetterTopic}
+
+	data, err := s.sub.config.Marshaler.Marshal(s.deadLetterTopic, letter)
+	if err != nil {
+		s.logger.Error("Cannot marshal dead letter; it stays in the group until its lease expires", err, fields)
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
+	defer cancel()
+	err = s.sub.deadLetterGroups.publish(ctx, s.deadLetterTopic, func(ctx context.Context, expected int, groups []string) error {
+		return s.sub.store.deadLetter(ctx, s.topic, s.group, c, s.deadLetterTopic, expected, groups, data)
+	})
+	switch {
+	case errors.Is(err, errLeaseLost):
+		s.logger.Info("Dead-lettering refused: the lease had expired and the message was claimed again", fields)
+	case err != nil:
+		s.logger.Error("Dead-lettering failed; the message is retried after its lease expires", err, fields)
+	default:
+		s.logger.Info("Message moved to the dead-letter topic", fields)
+	}
+}

@@ -1,0 +1,81 @@
+package redistest
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// TestClusterStartsAndFailsOver checks the helper itself: six nodes, three masters each with a
+// replica, a working ClusterClient, and a replica that takes over after its master is killed.
+func TestClusterStartsAndFailsOver(t *testing.T) {
+	start := time.Now()
+	c := StartCluster(t, ClusterOptions{})
+	t.Logf("cluster ready in %s: %v", time.Since(start).Round(time.Millisecond), c.Addrs())
+	if n := len(c.Addrs()); n != 6 {
+		t.Fatalf("%d nodes, want 6", n)
+	}
+	masters, err := c.Masters()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(masters) != ClusterMasters {
+		t.Fatalf("masters %v, want %d", masters, ClusterMasters)
+	}
+	replicas := map[string]string{}
+	for _, m := range masters {
+		r, err := c.ReplicaOf(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(masters, r) || replicas[r] != "" {
+			t.Fatalf("replica %s of %s is also a master or another master's replica", r, m)
+		}
+		replicas[r] = m
+	}
+
+	ctx := context.Background()
+	client := c.Client(t)
+	for _, key := range []string{"a", "b", "c", "{x}1", "{x}2"} {
+		if err := client.Set(ctx, key, key, 0).Err(); err != nil {
+			t.Fatalf("SET %s: %v", key, err)
+		}
+	}
+
+	victim := masters[0]
+	promoted, _ := c.ReplicaOf(victim)
+	killedAt := time.Now()
+	if err := c.Kill(victim); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		now, err := c.Masters()
+		if err == nil && slices.Contains(now, promoted) && !slices.Contains(now, victim) {
+			t.Logf("replica %s took over from %s after %s", promoted, victim, time.Since(killedAt).Round(time.Millisecond))
+			break
+		}
+		if time.Since(killedAt) > 20*time.Second {
+			t.Fatalf("no failover within 20s: masters %v, err %v", now, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if _, err := c.ReplicaOf(promoted); err == nil {
+		t.Errorf("promoted master %s should have no healthy replica while its old master is down", promoted)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, key := range []string{"a", "b", "c", "{x}1", "{x}2"} {
+		for {
+			v, err := client.Get(ctx, key).Result()
+			if err == nil && v == key {
+				break
+			}
+			// go-redis refreshes its slot map on its own only every few seconds.
+			client.ReloadState(ctx)
+			if time.Now().After(deadline) {
+				t.Fatalf("GET %s after failover: %q %v", key, v, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}

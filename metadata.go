@@ -1,0 +1,62 @@
+package redisdelay
+
+import (
+	"errors"
+	"strings"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// ReservedMetadataPrefix starts every metadata key the adapter writes. Publish refuses other
+// keys with this prefix, so that the adapter's keys keep their meaning.
+const ReservedMetadataPrefix = "_redisdelay_"
+
+// AttemptMetadataKey is set on every delivered message to its delivery attempt in its consumer
+// group, in decimal: "1" on the first delivery, "2" after one Nack or one expired lease, and so
+// on. A message released unhandled by Close does not use up an attempt. Publish drops the key,
+// so a message re-published from a handler starts again at attempt 1.
+const AttemptMetadataKey = ReservedMetadataPrefix + "attempt"
+
+// Metadata a dead letter gains when it is moved to its dead-letter topic. Publish keeps these
+// keys, so a dead letter can be re-published as it is.
+const (
+	// DeadLetterTopicKey is the topic the message ran out of attempts on.
+	DeadLetterTopicKey = ReservedMetadataPrefix + "dead_letter_topic"
+	// DeadLetterGroupKey is the consumer group it ran out of attempts in.
+	DeadLetterGroupKey = ReservedMetadataPrefix + "dead_letter_group"
+	// DeadLetterAttemptsKey is the number of attempts it had, in decimal.
+	DeadLetterAttemptsKey = ReservedMetadataPrefix + "dead_letter_attempts"
+	// DeadLetterReasonKey is why the last attempt failed: DeadLetterReasonNacked or
+	// DeadLetterReasonLeaseExpired.
+	DeadLetterReasonKey = ReservedMetadataPrefix + "dead_letter_reason"
+)
+
+// Values of DeadLetterReasonKey.
+const (
+	// DeadLetterReasonNacked means the last attempt ended with Nack.
+	DeadLetterReasonNacked = "nacked"
+	// DeadLetterReasonLeaseExpired means the last attempt was never acknowledged: its lease
+	// expired (the consumer crashed or lost Redis), or its subscription stopped first.
+	DeadLetterReasonLeaseExpired = "lease expired"
+)
+
+// publishableReserved are the reserved keys Publish accepts: the attempt, which it drops, and
+// the dead-letter keys, which it keeps.
+var publishableReserved = map[string]bool{
+	AttemptMetadataKey:    true,
+	DeadLetterTopicKey:    true,
+	DeadLetterGroupKey:    true,
+	DeadLetterAttemptsKey: true,
+	DeadLetterReasonKey:   true,
+}
+
+// checkReservedMetadata refuses a metadata key that starts with ReservedMetadataPrefix and is
+// not one the adapter itself puts on delivered messages.
+func checkReservedMetadata(msg *message.Message) *metadataError {
+	for k, v := range msg.Metadata {
+		if strings.HasPrefix(k, ReservedMetadataPrefix) && !publishableReserved[k] {
+			return &metadataError{key: k, value: v, err: errors.New("the " + ReservedMetadataPrefix + " prefix is reserved for the adapter")}
+		}
+	}
+	return nil
+}
