@@ -38,11 +38,11 @@ var (
 
 	// Each script is loaded once per server and then run with EVALSHA (redis.Script falls back
 	// to EVAL on NOSCRIPT, for example after a restart).
-	publishScript = newScript(luaPublish)
-	claimScript   = newScript(luaClaim)
-	ackScript     = newScript(luaAck)
-	releaseScript = newScript(luaRelease)
-	nackScript    = newScript(luaNack)
+	publishScript    = newScript(luaPublish)
+	claimScript      = newScript(luaClaim)
+	ackScript        = newScript(luaAck)
+	releaseScript    = newScript(luaRelease)
+	nackScript       = newScript(luaNack)
 	extendScript     = newScript(luaExtend)
 	deadLetterScript = newScript(luaDeadLetter)
 )
@@ -197,9 +197,9 @@ func (c *claimed) token() []any { return []any{c.id, c.attempt} }
 
 // claimResult is what one claim call returns.
 type claimResult struct {
-	nowUs       int64 // Redis clock when the script ran, Unix µs
-	nextDueUs   int64 // earliest due time left in the group, -1 if none
-	nextLeaseUs int64 // earliest lease deadline in the group, -1 if none
+	nowUs       int64    // Redis clock when the script ran, Unix µs
+	nextDueUs   int64    // earliest due time left in the group, -1 if none
+	nextLeaseUs int64    // earliest lease deadline in the group, -1 if none
 	refusedAcks []string // IDs whose ack was refused: the lease had been lost
 	vanished    int64
 	messages    []*claimed
