@@ -50,3 +50,33 @@ type ConstantBackoff time.Duration
 
 // NackDelay implements Backoff.
 func (b ConstantBackoff) NackDelay(int) time.Duration { return time.Duration(b) }
+
+// ScheduleBackoff waits the i-th delay after the i-th failed attempt, and the last delay after
+// every attempt past the end of the schedule. Combine it with MaxAttempts = MaxAttempts() to
+// give up, that is dead-letter the message, once the schedule is used up.
+type ScheduleBackoff []time.Duration
+
+// NackDelay implements Backoff.
+func (b ScheduleBackoff) NackDelay(attempt int) time.Duration {
+	if len(b) == 0 {
+		return 0
+	}
+	return b[min(max(attempt, 1), len(b))-1]
+}
+
+// MaxAttempts is the first delivery plus one retry per delay of the schedule.
+func (b ScheduleBackoff) MaxAttempts() int { return len(b) + 1 }
+
+// NotifyRetrySchedule is the retry schedule payment providers use for asynchronous
+// notifications (webhooks): 15 s, 15 s, 30 s, 3 min, 10 min, 20 min, 30 min, 30 min, 30 min,
+// 1 h, 3 h, 3 h, 3 h, 6 h, 6 h, then give up, about 24 hours and 15 retries in all. Use it as
+//
+//	SubscriberConfig{
+//		NackBackoff: redisdelay.NotifyRetrySchedule,
+//		MaxAttempts: redisdelay.NotifyRetrySchedule.MaxAttempts(), // 16
+//	}
+var NotifyRetrySchedule = ScheduleBackoff{
+	15 * time.Second, 15 * time.Second, 30 * time.Second, 3 * time.Minute, 10 * time.Minute,
+	20 * time.Minute, 30 * time.Minute, 30 * time.Minute, 30 * time.Minute, time.Hour,
+	3 * time.Hour, 3 * time.Hour, 3 * time.Hour, 6 * time.Hour, 6 * time.Hour,
+}

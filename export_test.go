@@ -1,5 +1,7 @@
 package redisdelay
 
+import "github.com/ThreeDotsLabs/watermill/message"
+
 // GroupKeysForTest returns the due and lease sorted-set keys of a consumer group, so that tests
 // can check what Redis holds.
 func GroupKeysForTest(prefix, topic, group string) (due, lease string) {
@@ -17,3 +19,5 @@ func MessagesKeyForTest(prefix, topic string) string {
 	}
 	return keySpace{prefix: prefix}.topic(topic).messages
 }
+
+func messageWithUUID(uuid string) *message.Message { return message.NewMessage(uuid, nil) }

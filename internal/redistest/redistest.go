@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -28,10 +29,14 @@ type Server struct {
 	Addr string
 	Dir  string // working directory, where AOF files go
 
-	bin  string
-	args []string
-	cmd  *exec.Cmd
-	done chan struct{}
+	bin       string
+	args      []string
+	supervise bool
+
+	mu      sync.Mutex // guards cmd, done and stopped
+	cmd     *exec.Cmd
+	done    chan struct{} // closed when cmd has exited
+	stopped bool
 }
 
 // Options configure a Server.
@@ -41,6 +46,9 @@ type Options struct {
 	AppendOnly bool
 	// Extra are further redis-server arguments, such as "--cluster-enabled", "yes".
 	Extra []string
+	// Supervise restarts the server on the same port, with the same data, whenever it exits
+	// other than through Stop, as a service manager would; see CrashCommand.
+	Supervise bool
 }
 
 // Binary returns the redis-server path, skipping or failing t when there is none.
@@ -78,6 +86,7 @@ func newServer(bin, dir string, opts Options) (*Server, error) {
 	args := []string{
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--save", "", "--daemonize", "no", "--logfile", filepath.Join(dir, "redis.log"),
+		"--pidfile", filepath.Join(dir, "redis.pid"),
 	}
 	if opts.AppendOnly {
 		args = append(args, "--appendonly", "yes", "--appendfsync", "always")
@@ -85,7 +94,7 @@ func newServer(bin, dir string, opts Options) (*Server, error) {
 		args = append(args, "--appendonly", "no")
 	}
 	args = append(args, opts.Extra...)
-	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, bin: bin, args: args}
+	s := &Server{Addr: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Dir: dir, bin: bin, args: args, supervise: opts.Supervise}
 	if err := s.start(); err != nil {
 		s.Stop()
 		return nil, err
@@ -104,20 +113,48 @@ func FreePort() (int, error) {
 }
 
 func (s *Server) start() error {
-	s.cmd = exec.Command(s.bin, s.args...)
-	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := s.cmd.Start(); err != nil {
+	s.mu.Lock()
+	s.stopped = false
+	err := s.launch()
+	done := s.done
+	s.mu.Unlock()
+	if err != nil {
 		return err
 	}
-	s.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) {
-		_ = cmd.Wait()
-		close(done)
-	}(s.cmd, s.done)
-	return s.waitReady(10 * time.Second)
+	return s.waitReady(10*time.Second, done)
 }
 
-func (s *Server) waitReady(timeout time.Duration) error {
+// launch starts the process; s.mu is held.
+func (s *Server) launch() error {
+	cmd := exec.Command(s.bin, s.args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	s.cmd, s.done = cmd, done
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.supervise && !s.stopped && s.cmd == cmd {
+			time.Sleep(100 * time.Millisecond) // like a service manager's restart delay
+			if err := s.launch(); err != nil {
+				fmt.Fprintf(os.Stderr, "redistest: restarting redis-server on %s: %v\n", s.Addr, err)
+			}
+		}
+	}()
+	return nil
+}
+
+// CrashCommand returns a shell command that kills the server with SIGKILL, as a crash would.
+// With Options.Supervise the server comes back by itself.
+func (s *Server) CrashCommand() []string {
+	return []string{"sh", "-c", "kill -9 $(cat " + filepath.Join(s.Dir, "redis.pid") + ")"}
+}
+
+func (s *Server) waitReady(timeout time.Duration, done chan struct{}) error {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(timeout)
@@ -129,7 +166,7 @@ func (s *Server) waitReady(timeout time.Duration) error {
 			return nil
 		}
 		select {
-		case <-s.done:
+		case <-done:
 			log, _ := os.ReadFile(filepath.Join(s.Dir, "redis.log"))
 			return fmt.Errorf("redis-server exited: %s", strings.TrimSpace(string(log)))
 		default:
@@ -143,15 +180,19 @@ func (s *Server) waitReady(timeout time.Duration) error {
 
 // Stop kills the server (SIGKILL) and waits for it to exit. It is idempotent.
 func (s *Server) Stop() {
-	if s.cmd == nil || s.cmd.Process == nil {
+	s.mu.Lock()
+	s.stopped = true
+	cmd, done := s.cmd, s.done
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
 		return
 	}
-	_ = s.cmd.Process.Kill()
-	<-s.done
+	_ = cmd.Process.Kill()
+	<-done
 }
 
 // Restart kills the server and starts it again on the same port with the same data directory,
-// waiting until it answers PING.
+// waiting until it answers PING. It also starts a stopped server.
 func (s *Server) Restart() error {
 	s.Stop()
 	return s.start()

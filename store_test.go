@@ -1,0 +1,67 @@
+package redisdelay
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
+)
+
+// TestStaleLeaseHolderIsFencedOut checks every script's fencing: once a lease expired and
+// another consumer claimed the message, the old holder's ack, nack, extension, release and
+// dead-lettering are refused and leave the new holder's lease alone.
+func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
+	mr := miniredis.RunT(t)
+	for name, addr := range map[string]string{"miniredis": mr.Addr(), "redis": redistest.Start(t, redistest.Options{}).Addr} {
+		t.Run(name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: addr})
+			defer client.Close()
+			s := store{client: client, keys: keySpace{prefix: DefaultKeyPrefix}}
+			ctx := context.Background()
+			const topic, group = "fencing", DefaultConsumerGroup
+			data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("m"))
+			require.NoError(t, s.publish(ctx, topic, 0, []string{group}, []stored{{data: data}}))
+
+			const lease = 100 * time.Millisecond
+			a, err := s.claim(ctx, topic, group, 10, lease, nil)
+			require.NoError(t, err)
+			require.Len(t, a.messages, 1)
+			stale := a.messages[0]
+			require.EqualValues(t, 1, stale.attempt)
+
+			time.Sleep(lease + 20*time.Millisecond)
+			b, err := s.claim(ctx, topic, group, 10, time.Minute, nil)
+			require.NoError(t, err)
+			require.Len(t, b.messages, 1, "the expired lease makes the message due again")
+			current := b.messages[0]
+			require.EqualValues(t, 2, current.attempt)
+			gk := s.keys.group(topic, group)
+			leaseOf := func() float64 { return client.ZScore(ctx, gk.lease, current.id).Val() }
+			deadline := leaseOf()
+
+			refused, err := s.ack(ctx, topic, group, []*claimed{stale})
+			require.NoError(t, err)
+			assert.Equal(t, []string{stale.id}, refused, "stale ack")
+			assert.ErrorIs(t, s.nack(ctx, topic, group, stale, 0, nil), errLeaseLost, "stale nack")
+			lost, err := s.extend(ctx, topic, group, time.Hour, []*claimed{stale})
+			require.NoError(t, err)
+			assert.Equal(t, []string{stale.id}, lost, "stale extension")
+			require.NoError(t, s.release(ctx, topic, group, []*claimed{stale}))
+			assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, DefaultDeadLetterTopic(topic, group), 0, []string{group}, data), errLeaseLost, "stale dead-lettering")
+
+			assert.Equal(t, deadline, leaseOf(), "the new holder's lease is untouched")
+			assert.Zero(t, client.ZCard(ctx, gk.due).Val(), "nothing went back to the due set")
+
+			refused, err = s.ack(ctx, topic, group, []*claimed{current})
+			require.NoError(t, err)
+			assert.Empty(t, refused)
+			assert.Zero(t, client.HLen(ctx, s.keys.topic(topic).messages).Val(), "acked by the holder, the message is gone")
+		})
+	}
+}
