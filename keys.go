@@ -33,10 +33,11 @@ func ValidateName(kind, name string) error {
 //	P{T}:msg           hash    ID -> marshaled message, stored once per topic
 //	P{T}:refs          hash    ID -> groups that still hold the message (only while > 1)
 //	P{T}:groups        set     consumer groups registered on the topic
-//	P{T}:g:G:due       zset    ID scored by due time (Unix µs, Redis clock)
-//	P{T}:g:G:lease     zset    ID scored by lease deadline (Unix µs, Redis clock)
-//	P{T}:g:G:attempts  hash    ID -> delivery attempts so far; the current attempt fences acks
+//	P{T}:g:G:due       zset    ID, or ID:N after N attempts, scored by due time (Unix µs)
+//	P{T}:g:G:lease     zset    ID:N, leased for attempt N, scored by lease deadline (Unix µs)
 //	P{T}:g:G:wake      channel Pub/Sub channel that carries the new earliest due time
+//
+// Times are on the Redis clock. ID:N in the lease set is the lease's fencing token.
 //
 // The braces make {T} the hash tag, so every key of a topic maps to one Redis Cluster slot. The
 // keys of a dead-letter topic T.dead-letter.G are P{T}.dead-letter.G:..., in T's slot.
@@ -51,8 +52,8 @@ type topicKeys struct {
 
 // groupKeys are the keys of one consumer group on one topic.
 type groupKeys struct {
-	due, lease, attempts string
-	wakeChannel          string
+	due, lease  string
+	wakeChannel string
 }
 
 // tag is the key prefix of a topic, with its hash tag in braces. A dead-letter topic, whose
@@ -92,7 +93,6 @@ func (k keySpace) group(topic, group string) groupKeys {
 	return groupKeys{
 		due:         g + ":due",
 		lease:       g + ":lease",
-		attempts:    g + ":attempts",
 		wakeChannel: g + ":wake",
 	}
 }

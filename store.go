@@ -137,8 +137,8 @@ func (s store) publish(ctx context.Context, topic string, expected int, groups [
 // *errStaleGroups when nothing was changed.
 func (s store) deadLetter(ctx context.Context, topic, group string, c *claimed, deadLetterTopic string, expected int, groups []string, letter []byte) error {
 	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
-	keys := []string{gk.lease, gk.attempts, tk.messages, tk.refs}
-	args := []any{c.id, c.attempt}
+	keys := []string{gk.lease, tk.messages, tk.refs}
+	args := []any{c.member()}
 	keys, args = s.publishTarget(keys, args, deadLetterTopic, expected, groups, []stored{{data: letter}})
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
 		return deadLetterScript.Run(ctx, s.client, keys, args...).Slice()
@@ -192,8 +192,8 @@ type claimed struct {
 	delivered bool   // handed to the application
 }
 
-// token is the (ID, attempt) pair that fences a lease.
-func (c *claimed) token() []any { return []any{c.id, c.attempt} }
+// member is the message's name in the lease sorted set, ID:attempt: the lease's fencing token.
+func (c *claimed) member() string { return c.id + ":" + strconv.FormatInt(c.attempt, 10) }
 
 // claimResult is what one claim call returns.
 type claimResult struct {
@@ -208,13 +208,13 @@ type claimResult struct {
 // claim runs claim.lua: it acknowledges acks, then claims up to limit due messages.
 func (s store) claim(ctx context.Context, topic, group string, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
 	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
-	args := make([]any, 0, 3+2*len(acks))
-	args = append(args, limit, lease.Microseconds(), len(acks))
+	args := make([]any, 0, 2+len(acks))
+	args = append(args, limit, lease.Microseconds())
 	for _, a := range acks {
-		args = append(args, a.token()...)
+		args = append(args, a.member())
 	}
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return claimScript.Run(ctx, s.client, []string{gk.due, gk.lease, gk.attempts, tk.messages, tk.refs}, args...).Slice()
+		return claimScript.Run(ctx, s.client, []string{gk.due, gk.lease, tk.messages, tk.refs}, args...).Slice()
 	})
 	if err != nil {
 		return claimResult{}, err
@@ -248,12 +248,12 @@ func (s store) ack(ctx context.Context, topic, group string, acks []*claimed) ([
 		return nil, nil
 	}
 	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
-	args := make([]any, 0, 2*len(acks))
+	args := make([]any, 0, len(acks))
 	for _, a := range acks {
-		args = append(args, a.token()...)
+		args = append(args, a.member())
 	}
 	return bounded(ctx, func(ctx context.Context) ([]string, error) {
-		return ackScript.Run(ctx, s.client, []string{gk.lease, gk.attempts, tk.messages, tk.refs}, args...).StringSlice()
+		return ackScript.Run(ctx, s.client, []string{gk.lease, tk.messages, tk.refs}, args...).StringSlice()
 	})
 }
 
@@ -263,17 +263,17 @@ func (s store) release(ctx context.Context, topic, group string, held []*claimed
 		return nil
 	}
 	gk := s.keys.group(topic, group)
-	args := make([]any, 0, 1+4*len(held))
+	args := make([]any, 0, 1+3*len(held))
 	args = append(args, gk.wakeChannel)
 	for _, c := range held {
 		delivered := 0
 		if c.delivered {
 			delivered = 1
 		}
-		args = append(args, c.id, c.attempt, c.dueUs, delivered)
+		args = append(args, c.member(), c.dueUs, delivered)
 	}
 	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
-		return releaseScript.Run(ctx, s.client, []string{gk.due, gk.lease, gk.attempts}, args...).Result()
+		return releaseScript.Run(ctx, s.client, []string{gk.due, gk.lease}, args...).Result()
 	})
 	return err
 }
@@ -282,12 +282,12 @@ func (s store) release(ctx context.Context, topic, group string, held []*claimed
 // nil. It returns errLeaseLost when the lease had been lost.
 func (s store) nack(ctx context.Context, topic, group string, c *claimed, delay time.Duration, changed []byte) error {
 	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
-	args := []any{c.id, c.attempt, delay.Microseconds(), gk.wakeChannel}
+	args := []any{c.member(), delay.Microseconds(), gk.wakeChannel}
 	if changed != nil {
 		args = append(args, changed)
 	}
 	score, err := bounded(ctx, func(ctx context.Context) (int64, error) {
-		return nackScript.Run(ctx, s.client, []string{gk.due, gk.lease, gk.attempts, tk.messages, tk.refs, tk.seq}, args...).Int64()
+		return nackScript.Run(ctx, s.client, []string{gk.due, gk.lease, tk.messages, tk.refs, tk.seq}, args...).Int64()
 	})
 	if err == nil && score < 0 {
 		return errLeaseLost
@@ -301,13 +301,13 @@ func (s store) extend(ctx context.Context, topic, group string, lease time.Durat
 		return nil, nil
 	}
 	gk := s.keys.group(topic, group)
-	args := make([]any, 0, 1+2*len(held))
+	args := make([]any, 0, 1+len(held))
 	args = append(args, lease.Microseconds())
 	for _, c := range held {
-		args = append(args, c.token()...)
+		args = append(args, c.member())
 	}
 	return bounded(ctx, func(ctx context.Context) ([]string, error) {
-		return extendScript.Run(ctx, s.client, []string{gk.lease, gk.attempts}, args...).StringSlice()
+		return extendScript.Run(ctx, s.client, []string{gk.lease}, args...).StringSlice()
 	})
 }
 

@@ -1,20 +1,27 @@
 -- extend.lua: extends the leases a consumer still holds (the heartbeat).
 --
--- KEYS[1] lease     zset  ID -> lease deadline (µs)
--- KEYS[2] attempts  hash  ID -> attempts so far
+-- KEYS[1] lease  zset  ID:attempt -> lease deadline (µs)
 -- ARGV[1] lease timeout in µs, counted from the Redis clock now
--- ARGV[2..] pairs: ID, attempt (fencing token)
+-- ARGV[2..] lease members (ID:attempt, the fencing tokens)
 --
--- Returns the IDs whose lease had been lost; their leases are left untouched.
+-- Returns the IDs whose lease had been lost; nothing is written for them.
 
 local deadline = now_us() + tonumber(ARGV[1])
-local lost = {}
-for i = 2, #ARGV, 2 do
-  local id, attempt = ARGV[i], ARGV[i + 1]
-  if holds(KEYS[1], KEYS[2], id, attempt) then
-    redis.call('ZADD', KEYS[1], 'XX', deadline, id)
+local members = {}
+for i = 2, #ARGV do members[#members + 1] = ARGV[i] end
+local leased = held(KEYS[1], members)
+local extended, lost = {}, {}
+for _, m in ipairs(members) do
+  if leased[m] then
+    extended[#extended + 1] = deadline
+    extended[#extended + 1] = m
   else
-    table.insert(lost, id)
+    lost[#lost + 1] = (split(m))
+  end
+end
+if #extended > 0 then
+  for i = 1, #extended, CHUNK do
+    redis.call('ZADD', KEYS[1], 'XX', unpack(extended, i, math.min(i + CHUNK - 1, #extended)))
   end
 end
 return lost

@@ -1,9 +1,54 @@
 -- lib.lua: helpers prepended to every script. It declares no keys of its own.
+--
+-- All times are Unix microseconds on the Redis clock: exact integers in a Lua double until the
+-- year 2255, and fine enough that rounding never makes a message late or early.
+--
+-- A message of a topic has an internal ID: 12 hex digits, so IDs sort in publish order. In a
+-- consumer group it is a member of the due or the lease sorted set, named
+--   ID               due, never claimed
+--   ID:N             due after N attempts, or leased for attempt N
+-- so the attempt count travels with the message and ID:N is the lease's fencing token: once a
+-- lease expired and another consumer claimed attempt N+1, no command of the old holder matches.
 
 -- now_us is the Redis server clock in Unix microseconds. Scripts never take time from clients.
 local function now_us()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
+end
+
+-- split returns the ID and the attempt count of a due or lease member.
+local function split(member)
+  local colon = string.find(member, ':', 1, true)
+  if colon == nil then return member, 0 end
+  return string.sub(member, 1, colon - 1), tonumber(string.sub(member, colon + 1))
+end
+
+-- member names a message after `attempts` attempts.
+local function member(id, attempts)
+  if attempts == 0 then return id end
+  return id .. ':' .. attempts
+end
+
+-- Lua's unpack takes a few thousand values at most, so variadic commands go in chunks.
+local CHUNK = 1000
+
+-- each_chunk calls redis.call(cmd, key, values...) for every CHUNK values (an even number, so
+-- score/member pairs stay together) and returns the replies.
+local function each_chunk(cmd, key, values)
+  local replies = {}
+  for i = 1, #values, CHUNK do
+    replies[#replies + 1] = redis.call(cmd, key, unpack(values, i, math.min(i + CHUNK - 1, #values)))
+  end
+  return replies
+end
+
+-- hmget returns the values of fields of a hash, false where a field is missing.
+local function hmget(key, fields)
+  local values = {}
+  for _, reply in ipairs(each_chunk('HMGET', key, fields)) do
+    for _, v in ipairs(reply) do values[#values + 1] = v end
+  end
+  return values
 end
 
 -- head returns the lowest score of a sorted set, or nil when it is empty.
@@ -21,27 +66,58 @@ local function wake(channel, before, score)
   end
 end
 
--- holds reports whether the claim (id, attempt) still owns its lease. The attempt number is
--- the fencing token: once a lease expires and another consumer claims the message, the
--- attempt number moves on and the old holder's ack, nack or extension is refused.
-local function holds(lease, attempts, id, attempt)
-  return redis.call('HGET', attempts, id) == attempt and redis.call('ZSCORE', lease, id) ~= false
-end
-
--- finish ends a group's interest in a message: its lease and attempt count go, and the stored
--- message goes too once no other group holds it.
-local function finish(lease, attempts, messages, refs, id)
-  redis.call('ZREM', lease, id)
-  redis.call('HDEL', attempts, id)
-  if redis.call('HEXISTS', refs, id) == 1 then
-    if redis.call('HINCRBY', refs, id, -1) > 0 then return end
-    redis.call('HDEL', refs, id)
+-- held returns which of the given lease members are still leased: a table member -> true.
+local function held(lease, members)
+  local leased = {}
+  if #members == 0 then return leased end
+  local scores = {}
+  for _, reply in ipairs(each_chunk('ZMSCORE', lease, members)) do
+    for _, s in ipairs(reply) do scores[#scores + 1] = s end
   end
-  redis.call('HDEL', messages, id)
+  for i, m in ipairs(members) do
+    if scores[i] then leased[m] = true end
+  end
+  return leased
 end
 
--- All times are Unix microseconds on the Redis clock: exact integers in a Lua double until the
--- year 2255, and fine enough that rounding never makes a message late or early.
+-- drop ends one group's interest in the messages with the given IDs: each stored message is
+-- deleted once no other group holds it (refs counts the groups while more than one does).
+local function drop(messages, refs, ids)
+  if #ids == 0 then return end
+  local free = ids
+  if redis.call('EXISTS', refs) == 1 then
+    free = {}
+    local counts = hmget(refs, ids)
+    for i, id in ipairs(ids) do
+      if not counts[i] then
+        free[#free + 1] = id
+      elseif redis.call('HINCRBY', refs, id, -1) <= 0 then
+        redis.call('HDEL', refs, id)
+        free[#free + 1] = id
+      end
+    end
+  end
+  if #free > 0 then each_chunk('HDEL', messages, free) end
+end
+
+-- ack removes the given lease members and drops their messages. It returns the IDs whose lease
+-- had been lost, which are left alone.
+local function ack(lease, messages, refs, members)
+  local leased = held(lease, members)
+  local done, ids, refused = {}, {}, {}
+  for _, m in ipairs(members) do
+    local id = split(m)
+    if leased[m] then
+      done[#done + 1] = m
+      ids[#ids + 1] = id
+    else
+      refused[#refused + 1] = id
+    end
+  end
+  if #done > 0 then each_chunk('ZREM', lease, done) end
+  drop(messages, refs, ids)
+  return refused
+end
 
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic. The topic's keys start at KEYS[k]: seq (string), messages (hash), refs (hash), groups
@@ -73,8 +149,7 @@ local function publish_to(k, a)
   local last_id = redis.call('INCRBY', seq, count)
   local now = now_us()
 
-  local before = {}
-  for g = 1, ngroups do before[g] = head(KEYS[k + 3 + g]) end
+  local stored, scheduled, counted = {}, {}, {}
   local min_score = nil
   for i = 0, count - 1 do
     local id = string.format('%012x', last_id - count + 1 + i)
@@ -86,14 +161,20 @@ local function publish_to(k, a)
       score = now + math.max(tonumber(schedule), 0)
     end
     if min_score == nil or score < min_score then min_score = score end
-    redis.call('HSET', messages, id, ARGV[first + 2 * i])
-    if ngroups > 1 then redis.call('HSET', refs, id, ngroups) end
-    for g = 1, ngroups do
-      redis.call('ZADD', KEYS[k + 3 + g], score, id)
-    end
+    stored[#stored + 1] = id
+    stored[#stored + 1] = ARGV[first + 2 * i]
+    scheduled[#scheduled + 1] = score
+    scheduled[#scheduled + 1] = id
+    counted[#counted + 1] = id
+    counted[#counted + 1] = ngroups
   end
+  each_chunk('HSET', messages, stored)
+  if ngroups > 1 then each_chunk('HSET', refs, counted) end
   for g = 1, ngroups do
-    wake(ARGV[a + 1 + ngroups + g], before[g], min_score)
+    local due = KEYS[k + 3 + g]
+    local before = head(due)
+    each_chunk('ZADD', due, scheduled)
+    wake(ARGV[a + 1 + ngroups + g], before, min_score)
   end
   return {1, string.format('%012x', last_id - count + 1)}
 end
