@@ -4,7 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"time"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/google/uuid"
 )
@@ -33,12 +35,36 @@ type MarshalerUnmarshaler interface {
 //	byte     format: 1 = UUID as length-prefixed text, 2 = canonical UUID as 16 raw bytes
 //	...      UUID
 //	uvarint  number of metadata entries, then per entry, in key order:
-//	         uvarint key length, key, uvarint value length, value
+//	         key:   uvarint 16+length, then the key; or a uvarint below 16 that names one of
+//	                the well-known keys (Watermill's delay keys, the dead-letter keys)
+//	         value: uvarint 1+length, then the value; or 0, then a uvarint of Unix seconds,
+//	                for a time that time.RFC3339 formats in UTC exactly as stored
 //	...      payload (the rest)
 //
 // Lengths are unsigned varints (encoding/binary). A canonical UUID is the lower-case 36-character
-// form that uuid.UUID.String produces; other UUID strings, "1" included, are stored as text.
+// form that uuid.UUID.String produces; other UUID strings, "1" included, are stored as text. The
+// short forms keep a delayed message's stored metadata at about a dozen bytes.
 type DefaultMarshalerUnmarshaler struct{}
+
+// wellKnownKeys are the metadata keys stored as one byte. The order is part of the stored format:
+// append only.
+var wellKnownKeys = []string{
+	delay.DelayedUntilKey, delay.DelayedForKey,
+	DeadLetterTopicKey, DeadLetterGroupKey, DeadLetterAttemptsKey, DeadLetterReasonKey,
+}
+
+const (
+	reservedKeyTags = 16 // key tags below this name well-known keys
+	compactTimeTag  = 0  // value tag of a compact RFC3339 time
+)
+
+var wellKnownKeyTags = func() map[string]uint64 {
+	tags := make(map[string]uint64, len(wellKnownKeys))
+	for i, k := range wellKnownKeys {
+		tags[k] = uint64(i)
+	}
+	return tags
+}()
 
 const (
 	formatTextUUID   byte = 1
@@ -65,8 +91,20 @@ func (DefaultMarshalerUnmarshaler) Marshal(_ string, msg *message.Message) ([]by
 	}
 	buf = binary.AppendUvarint(buf, uint64(len(keys)))
 	for _, k := range keys {
-		buf = appendString(buf, k)
-		buf = appendString(buf, msg.Metadata[k])
+		if tag, ok := wellKnownKeyTags[k]; ok {
+			buf = binary.AppendUvarint(buf, tag)
+		} else {
+			buf = binary.AppendUvarint(buf, reservedKeyTags+uint64(len(k)))
+			buf = append(buf, k...)
+		}
+		v := msg.Metadata[k]
+		if t, err := time.Parse(time.RFC3339, v); err == nil && t.Unix() >= 0 && time.Unix(t.Unix(), 0).UTC().Format(time.RFC3339) == v {
+			buf = binary.AppendUvarint(buf, compactTimeTag)
+			buf = binary.AppendUvarint(buf, uint64(t.Unix()))
+		} else {
+			buf = binary.AppendUvarint(buf, 1+uint64(len(v)))
+			buf = append(buf, v...)
+		}
 	}
 	return append(buf, msg.Payload...), nil
 }
@@ -94,8 +132,21 @@ func (DefaultMarshalerUnmarshaler) Unmarshal(topic string, data []byte) (*messag
 	}
 	metadata := make(message.Metadata, n)
 	for i := uint64(0); i < n && d.err == nil; i++ {
-		k := d.string()
-		metadata[k] = d.string()
+		var k string
+		switch tag := d.uvarint(); {
+		case tag >= reservedKeyTags:
+			k = string(d.bytes(tag - reservedKeyTags))
+		case tag < uint64(len(wellKnownKeys)):
+			k = wellKnownKeys[tag]
+		default:
+			d.fail(fmt.Sprintf("unknown key tag %d", tag))
+		}
+		switch tag := d.uvarint(); tag {
+		case compactTimeTag:
+			metadata[k] = time.Unix(int64(d.uvarint()), 0).UTC().Format(time.RFC3339)
+		default:
+			metadata[k] = string(d.bytes(tag - 1))
+		}
 	}
 	if d.err != nil {
 		return nil, fmt.Errorf("redisdelay: topic %q: %w: %v", topic, ErrCorruptMessage, d.err)
@@ -116,6 +167,7 @@ func canonicalUUID(s string) (uuid.UUID, bool) {
 	return id, true
 }
 
+// appendString appends a uvarint length and s.
 func appendString(buf []byte, s string) []byte {
 	buf = binary.AppendUvarint(buf, uint64(len(s)))
 	return append(buf, s...)

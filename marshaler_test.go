@@ -3,7 +3,9 @@ package redisdelay_test
 import (
 	"bytes"
 	"testing"
+	"time"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -24,6 +26,12 @@ func TestMarshalerRoundTripsEveryByte(t *testing.T) {
 	withMeta.Metadata.Set("binary\x00key", "\xff\xfe value")
 	withMeta.Metadata.Set("_watermill_delayed_for", "1.5s")
 	cases = append(cases, withMeta)
+	for _, until := range []string{"2026-11-21T12:00:00Z", "2026-11-21T13:00:00+01:00", "2026-11-21T12:00:00.5Z", "1969-12-31T23:59:59Z", "not a time"} {
+		m := message.NewMessage("u", nil)
+		m.Metadata.Set("_watermill_delayed_until", until)
+		m.Metadata.Set("created_at", until)
+		cases = append(cases, m)
+	}
 
 	for _, msg := range cases {
 		data, err := m.Marshal("t", msg)
@@ -45,6 +53,18 @@ func TestMarshalerStoresCanonicalUUIDsCompactly(t *testing.T) {
 	data, err := m.Marshal("t", message.NewMessage("0b3c8b28-4e5a-4b7e-9f4c-2d1e6f7a8b9c", nil))
 	require.NoError(t, err)
 	assert.Len(t, data, 1+16+1, "format byte, 16 UUID bytes, empty metadata count")
+}
+
+func TestMarshalerStoresDelayMetadataInAFewBytes(t *testing.T) {
+	msg := message.NewMessage("0b3c8b28-4e5a-4b7e-9f4c-2d1e6f7a8b9c", make([]byte, 100))
+	delay.Message(msg, delay.For(30*time.Minute))
+	data, err := redisdelay.DefaultMarshalerUnmarshaler{}.Marshal("t", msg)
+	require.NoError(t, err)
+	overhead := len(data) - len(msg.Payload)
+	assert.LessOrEqual(t, overhead, 1+16+1+7+8, "format, UUID, count, until, for: %d bytes", overhead)
+	got, err := redisdelay.DefaultMarshalerUnmarshaler{}.Unmarshal("t", data)
+	require.NoError(t, err)
+	assert.Equal(t, msg.Metadata, got.Metadata)
 }
 
 func TestUnmarshalRejectsCorruptData(t *testing.T) {
