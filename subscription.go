@@ -105,20 +105,25 @@ func (s *subscription) run(registered bool) {
 			}
 			registered = true
 		}
+		limit := s.limit
 		res, receivedAt, err := s.claim()
 		if err != nil {
 			s.backoff(err, "claim")
 			continue
 		}
 		s.retry.Reset()
-		if len(res.messages) == 0 {
-			s.sleep(res, receivedAt, wake)
-			continue
+		if len(res.messages) > 0 {
+			s.pending = res.messages
+			start := time.Now()
+			n := s.deliverPending()
+			s.adaptLimit(n, time.Since(start))
+			if len(res.messages) == limit {
+				continue // more may be due
+			}
 		}
-		s.pending = res.messages
-		start := time.Now()
-		n := s.deliverPending()
-		s.adaptLimit(n, time.Since(start))
+		// The group had nothing more due when this claim ran, so sleep on what it said; anything
+		// published since then has sent a wake-up, which ends the sleep at once.
+		s.sleep(res, receivedAt, wake)
 	}
 }
 
@@ -182,6 +187,8 @@ func (s *subscription) sleep(res claimResult, receivedAt time.Time, wake *wakeup
 				deadline = time.Now().Add(w)
 				timer.Reset(w)
 			}
+		case <-s.ackTimer.C:
+			s.confirmAcks()
 		case <-s.ctx.Done():
 			return
 		case <-s.sub.closing:
