@@ -13,7 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/message/router/middleware"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -225,8 +224,7 @@ func TestExpiredLeaseRedeliversWithNextAttempt(t *testing.T) {
 
 		// The first consumer uses its own connection, which then dies: it can neither extend
 		// the lease nor release the message, as after a crash.
-		opts := b.client.(*redis.Client).Options()
-		doomed := redis.NewClient(&redis.Options{Addr: opts.Addr})
+		doomed := newClientLike(b)
 		crashed := newSubscriber(t, backend{name: b.name, client: doomed}, func(c *redisdelay.SubscriberConfig) {
 			c.LeaseTimeout = lease
 			c.OperationTimeout = 200 * time.Millisecond

@@ -35,12 +35,13 @@ func embeddedRedis(t *testing.T) backend {
 	return backend{name: "miniredis", client: c}
 }
 
-// forEachBackend runs f as a parallel subtest against a real redis-server and against miniredis.
+// forEachBackend runs f as a parallel subtest against a real redis-server, miniredis and a
+// Redis Cluster of 3 masters and 3 replicas.
 func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 	for _, be := range []struct {
 		name  string
 		start func(*testing.T) backend
-	}{{"redis", realRedis}, {"miniredis", embeddedRedis}} {
+	}{{"redis", realRedis}, {"miniredis", embeddedRedis}, {"cluster", clusterBackend}} {
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			f(t, be.start(t))

@@ -68,7 +68,7 @@ func TestExpiredLeasesRunOutOfAttemptsIntoDeadLetterTopic(t *testing.T) {
 			c.MaxAttempts = 1
 			c.OperationTimeout = 100 * time.Millisecond
 		}
-		doomed := redis.NewClient(&redis.Options{Addr: b.client.(*redis.Client).Options().Addr})
+		doomed := newClientLike(b)
 		crashed := newSubscriber(t, backend{name: b.name, client: doomed}, cfg)
 		ch, err := crashed.Subscribe(context.Background(), topic)
 		require.NoError(t, err)

@@ -273,10 +273,27 @@ func (s *subscription) deliver(c *claimed) bool {
 		case <-s.ackTimer.C:
 			s.confirmAcks()
 		case <-s.ctx.Done():
-			return false
+			return s.finishedAnyway(c, msg)
 		case <-s.sub.closing:
-			return false
+			return s.finishedAnyway(c, msg)
 		}
+	}
+}
+
+// finishedAnyway handles an Ack or Nack that raced with the end of the subscription (select
+// picks among ready cases at random): it reports whether msg was finished after all.
+func (s *subscription) finishedAnyway(c *claimed, msg *message.Message) bool {
+	select {
+	case <-msg.Acked():
+		s.inflight = nil
+		s.addAck(c)
+		return true
+	case <-msg.Nacked():
+		s.inflight = nil
+		s.nack(c, msg)
+		return true
+	default:
+		return false
 	}
 }
 

@@ -70,7 +70,8 @@ func TestClusterStartsAndFailsOver(t *testing.T) {
 			if err == nil && v == key {
 				break
 			}
-			// go-redis refreshes its slot map on its own only every few seconds.
+			// go-redis refreshes its slot map by itself only every ClusterStateReloadInterval
+			// (60 s by default); a refused connection does not trigger a refresh.
 			client.ReloadState(ctx)
 			if time.Now().After(deadline) {
 				t.Fatalf("GET %s after failover: %q %v", key, v, err)
