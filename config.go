@@ -29,6 +29,8 @@ const (
 	// DefaultMaxMessageBytes is the largest marshaled message Publish accepts when
 	// MaxMessageBytes is zero: 1 MiB.
 	DefaultMaxMessageBytes = 1 << 20
+	// MaxPartitions is the most partitions a topic may have.
+	MaxPartitions = 1024
 	// DefaultMaxAttempts is how many deliveries a message gets in a consumer group before it
 	// becomes a dead letter, when MaxAttempts is zero.
 	DefaultMaxAttempts = 25
@@ -64,6 +66,15 @@ type PublisherConfig struct {
 	// accepts; DefaultMaxMessageBytes when zero. A larger message is refused with a
 	// *MessageError and nothing of its batch is stored.
 	MaxMessageBytes int
+	// Partitions splits every topic into this many partitions, each with its own hash tag, so
+	// that on Redis Cluster one busy topic spreads over the masters. 1 when zero. Publishers and
+	// subscribers of a topic must agree on it. Order (equal due times in publish order) holds
+	// within a partition.
+	Partitions int
+	// PartitionKey is a metadata key whose value picks a message's partition (FNV-1a hash modulo
+	// Partitions), so that related messages share a partition and keep their order. Messages
+	// without it go round-robin, one Publish call to one partition.
+	PartitionKey string
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -78,6 +89,9 @@ func (c *PublisherConfig) setDefaults() {
 	}
 	if c.MaxMessageBytes == 0 {
 		c.MaxMessageBytes = DefaultMaxMessageBytes
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 1
 	}
 }
 
@@ -94,6 +108,9 @@ func (c PublisherConfig) Validate() error {
 	}
 	if c.MaxMessageBytes < 0 {
 		return fmt.Errorf("redisdelay: PublisherConfig.MaxMessageBytes is %d, want > 0", c.MaxMessageBytes)
+	}
+	if c.Partitions < 1 || c.Partitions > MaxPartitions {
+		return fmt.Errorf("redisdelay: PublisherConfig.Partitions is %d, want 1 to %d", c.Partitions, MaxPartitions)
 	}
 	return nil
 }
@@ -141,6 +158,10 @@ type SubscriberConfig struct {
 	// DefaultDeadLetterTopic when nil. The name must share the topic's hash slot, that is
 	// start with the topic followed by DeadLetterInfix, because the move is one Lua call.
 	DeadLetterTopic func(topic, group string) string
+	// Partitions is the number of partitions of every topic, as in PublisherConfig; 1 when
+	// zero. A subscription claims from all of them, each woken on its own, and still hands out
+	// one message at a time. A dead-letter topic has as many partitions as its source topic.
+	Partitions int
 	// OperationTimeout bounds each Redis call; DefaultOperationTimeout when zero.
 	OperationTimeout time.Duration
 }
@@ -179,6 +200,9 @@ func (c *SubscriberConfig) setDefaults() {
 	if c.DeadLetterTopic == nil {
 		c.DeadLetterTopic = DefaultDeadLetterTopic
 	}
+	if c.Partitions == 0 {
+		c.Partitions = 1
+	}
 }
 
 // Validate reports the first field that is missing or out of range.
@@ -206,6 +230,9 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if c.MaxAttempts < UnlimitedAttempts {
 		return fmt.Errorf("redisdelay: SubscriberConfig.MaxAttempts is %d, want > 0 or UnlimitedAttempts (-1)", c.MaxAttempts)
+	}
+	if c.Partitions < 1 || c.Partitions > MaxPartitions {
+		return fmt.Errorf("redisdelay: SubscriberConfig.Partitions is %d, want 1 to %d", c.Partitions, MaxPartitions)
 	}
 	return nil
 }

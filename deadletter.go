@@ -61,8 +61,8 @@ func (s *subscription) deadLetter(c *claimed, msg *message.Message, reason strin
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
 	defer cancel()
-	err = s.sub.deadLetterGroups.publish(ctx, s.deadLetterTopic, func(ctx context.Context, expected int, groups []string) error {
-		return s.sub.store.deadLetter(ctx, s.topic, s.group, c, s.deadLetterTopic, expected, groups, data)
+	err = s.sub.deadLetterGroups.publish(ctx, s.deadLetterPart, func(ctx context.Context, expected int, groups []string) error {
+		return s.sub.store.deadLetter(ctx, s.part, s.group, c, s.deadLetterPart, expected, groups, data)
 	})
 	switch {
 	case errors.Is(err, errLeaseLost):

@@ -21,3 +21,6 @@ func MessagesKeyForTest(prefix, topic string) string {
 }
 
 func messageWithUUID(uuid string) *message.Message { return message.NewMessage(uuid, nil) }
+
+// PartitionNameForTest names partition n of a topic in the key space.
+func PartitionNameForTest(topic string, n int) string { return partitionName(topic, n) }

@@ -2,6 +2,7 @@ package redisdelay
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -9,11 +10,14 @@ import (
 const MaxNameLength = 512
 
 // ValidateName reports whether name can be used as a topic or a consumer group name. A name must
-// be non-empty, at most MaxNameLength bytes, and free of '{' and '}': braces would change the
-// Redis Cluster hash tag that keeps all keys of a topic in one slot. Any other byte, ':' included,
-// is allowed. The error wraps ErrInvalidName and names what is wrong.
+// be non-empty, at most MaxNameLength bytes, free of '{' and '}' (braces would change the Redis
+// Cluster hash tag that keeps all keys of a topic in one slot), and must not end in '#' and
+// digits, which name the partitions of a topic. Any other byte, ':' included, is allowed. The
+// error wraps ErrInvalidName and names what is wrong.
 func ValidateName(kind, name string) error {
 	switch {
+	case partitionSuffix(name) > 0 || partitionSuffix(strings.SplitN(name, DeadLetterInfix, 2)[0]) > 0:
+		return fmt.Errorf("redisdelay: %w: %s name %q ends in '#' and digits, which name topic partitions", ErrInvalidName, kind, name)
 	case name == "":
 		return fmt.Errorf("redisdelay: %w: %s name is empty", ErrInvalidName, kind)
 	case len(name) > MaxNameLength:
@@ -56,15 +60,41 @@ type groupKeys struct {
 	wakeChannel string
 }
 
-// tag is the key prefix of a topic, with its hash tag in braces. A dead-letter topic, whose
-// name is its source topic, DeadLetterInfix and more, shares the source topic's hash tag, so
-// that a message can move to it in one Lua call on Redis Cluster. The whole topic name is in
-// the prefix either way, so no two topics share keys.
-func (k keySpace) tag(topic string) string {
-	if i := strings.Index(topic, DeadLetterInfix); i > 0 {
-		return k.prefix + "{" + topic[:i] + "}" + topic[i:]
+// partitionName names partition n of a topic for the key space: the topic itself for partition
+// 0, so that a topic keeps its keys when it is split, else the topic, '#' and n.
+func partitionName(topic string, n int) string {
+	if n == 0 {
+		return topic
 	}
-	return k.prefix + "{" + topic + "}"
+	return topic + "#" + strconv.Itoa(n)
+}
+
+// partitionSuffix returns the length of a trailing '#' and digits in name, 0 if there is none.
+func partitionSuffix(name string) int {
+	i := strings.LastIndexByte(name, '#')
+	if i < 0 || i == len(name)-1 {
+		return 0
+	}
+	for _, c := range name[i+1:] {
+		if c < '0' || c > '9' {
+			return 0
+		}
+	}
+	return len(name) - i
+}
+
+// tag is the key prefix of a topic partition (see partitionName), with its hash tag in braces:
+// {topic} or {topic#n}. A dead-letter topic, whose name is its source topic, DeadLetterInfix and
+// more, shares the hash tag of the same partition of its source topic, so that a message can
+// move to it in one Lua call on Redis Cluster. The whole name is in the prefix either way, so no
+// two topics or partitions share keys.
+func (k keySpace) tag(name string) string {
+	suffix := name[len(name)-partitionSuffix(name):]
+	name = name[:len(name)-len(suffix)]
+	if i := strings.Index(name, DeadLetterInfix); i > 0 {
+		return k.prefix + "{" + name[:i] + suffix + "}" + name[i:]
+	}
+	return k.prefix + "{" + name + suffix + "}"
 }
 
 // sameSlot reports whether two topics' keys share one hash tag, hence one Redis Cluster slot.

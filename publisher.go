@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"hash/fnv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -24,7 +26,8 @@ type Publisher struct {
 	closed  bool
 
 	groups groupCache
-	queues sync.Map // topic -> *publishQueue
+	queues sync.Map      // partition name -> *publishQueue
+	next   atomic.Uint64 // round-robin partition counter
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -53,8 +56,10 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 
 // Publish stores msgs on topic and schedules each, at its due time, for every consumer group
 // registered on the topic (the default group if none is). One Publish is one atomic Lua script
-// call: all of msgs are stored or none are. Concurrent Publish calls to one topic share script
-// calls (group commit), so a busy publisher needs fewer round trips than calls.
+// call: all of msgs are stored or none are. With Partitions > 1 that holds per partition: a call
+// whose messages name different partitions through PartitionKey makes one call per partition.
+// Concurrent Publish calls to one topic share script calls (group commit), so a busy publisher
+// needs fewer round trips than calls.
 //
 // The due time of each message is the Redis server clock at the time of the call plus DelayOf
 // the message; a delay set with delay.WithContext on the message's context counts too (it is
@@ -87,7 +92,13 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 	}
 	now := time.Now()
 	batch := make([]stored, len(msgs))
+	partitions := make([]int, len(msgs))
+	roundRobin := 0
+	if p.config.Partitions > 1 {
+		roundRobin = int(p.next.Add(1) % uint64(p.config.Partitions))
+	}
 	for i, msg := range msgs {
+		partitions[i] = p.partitionOf(msg, roundRobin)
 		d, at, err := scheduleOf(msg, now)
 		if err != nil {
 			var me *metadataError
@@ -116,8 +127,10 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 	// re-published after its Ack cancelled that context.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msgs[0].Context()), p.config.OperationTimeout)
 	defer cancel()
-	if err := p.commit(ctx, topic, batch); err != nil {
-		return fmt.Errorf("redisdelay: publish %d message(s) to topic %q (first UUID %q): %w", len(msgs), topic, msgs[0].UUID, err)
+	for n, part := range splitByPartition(batch, partitions) {
+		if err := p.commit(ctx, partitionName(topic, n), part); err != nil {
+			return fmt.Errorf("redisdelay: publish %d message(s) to topic %q partition %d (first UUID %q): %w", len(part), topic, n, msgs[0].UUID, err)
+		}
 	}
 	p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
 	return nil
@@ -130,6 +143,29 @@ func (p *Publisher) Close() error {
 	defer p.closeMu.Unlock()
 	p.closed = true
 	return nil
+}
+
+// partitionOf returns the partition of msg: from the PartitionKey metadata when msg has it,
+// else roundRobin.
+func (p *Publisher) partitionOf(msg *message.Message, roundRobin int) int {
+	if p.config.Partitions == 1 {
+		return 0
+	}
+	if key, ok := msg.Metadata[p.config.PartitionKey]; ok && p.config.PartitionKey != "" {
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(key))
+		return int(h.Sum32() % uint32(p.config.Partitions))
+	}
+	return roundRobin
+}
+
+// splitByPartition groups a batch by partition, keeping the order of messages within each.
+func splitByPartition(batch []stored, partitions []int) map[int][]stored {
+	out := map[int][]stored{}
+	for i, m := range batch {
+		out[partitions[i]] = append(out[partitions[i]], m)
+	}
+	return out
 }
 
 // publishFunc adapts a function to message.Publisher, so that delay.NewPublisher can wrap it.

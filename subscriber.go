@@ -73,11 +73,14 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	return s.register(context.Background(), topic)
 }
 
+// register adds the consumer group to every partition of topic.
 func (s *Subscriber) register(ctx context.Context, topic string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.config.OperationTimeout)
 	defer cancel()
-	if err := s.store.registerGroup(ctx, topic, s.config.ConsumerGroup); err != nil {
-		return fmt.Errorf("redisdelay: register consumer group %q on topic %q: %w", s.config.ConsumerGroup, topic, err)
+	for n := 0; n < s.config.Partitions; n++ {
+		if err := s.store.registerGroup(ctx, partitionName(topic, n), s.config.ConsumerGroup); err != nil {
+			return fmt.Errorf("redisdelay: register consumer group %q on topic %q partition %d: %w", s.config.ConsumerGroup, topic, n, err)
+		}
 	}
 	return nil
 }
@@ -107,7 +110,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		s.mu.Unlock()
 		return nil, ErrSubscriberClosed
 	}
-	s.wg.Add(1)
+	s.wg.Add(s.config.Partitions + 1) // the partitions' subscriptions and the closer of out
 	s.mu.Unlock()
 
 	logger := s.logger.With(watermill.LogFields{"topic": topic})
@@ -116,13 +119,24 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		logger.Error("Cannot register consumer group yet, retrying in the background", err, nil)
 		registered = false
 	}
-	sub := newSubscription(s, ctx, topic, deadLetterTopic, logger)
+	out, turn := make(chan *message.Message), make(chan struct{}, 1)
+	var running sync.WaitGroup
+	running.Add(s.config.Partitions)
+	for n := 0; n < s.config.Partitions; n++ {
+		sub := newSubscription(s, ctx, topic, deadLetterTopic, n, out, turn, logger)
+		go func() {
+			defer s.wg.Done()
+			defer running.Done()
+			sub.run(registered)
+		}()
+	}
 	go func() {
 		defer s.wg.Done()
-		sub.run(registered)
+		running.Wait()
+		close(out)
 	}()
-	logger.Info("Subscribed", nil)
-	return sub.out, nil
+	logger.Info("Subscribed", watermill.LogFields{"partitions": s.config.Partitions})
+	return out, nil
 }
 
 // Close stops every subscription, releases the messages they hold to their groups, closes every

@@ -25,16 +25,21 @@ const (
 	ackDelay = 50 * time.Millisecond
 )
 
-// subscription is one Subscribe call: a single goroutine that claims, delivers, acks and
-// releases, so none of its state needs a lock.
+// subscription serves one partition of a Subscribe call: a single goroutine that claims,
+// delivers, acks and releases, so none of its state needs a lock. The subscriptions of the
+// partitions of one Subscribe call share its output channel and take turns, so that one message
+// at most is in flight.
 type subscription struct {
 	sub             *Subscriber
 	ctx             context.Context
-	topic           string
+	topic           string // the topic, for messages and logs
+	part            string // the partition's name in the key space
 	deadLetterTopic string
+	deadLetterPart  string
 	group           string
 	logger          watermill.LoggerAdapter
 	out             chan *message.Message
+	turn            chan struct{} // holds a token while a message of the Subscribe call is in flight
 
 	pending  []*claimed // claimed, not yet delivered, in due order
 	inflight *claimed   // delivered, waiting for Ack or Nack
@@ -46,7 +51,7 @@ type subscription struct {
 	retry     *backoff.ExponentialBackOff
 }
 
-func newSubscription(s *Subscriber, ctx context.Context, topic, deadLetterTopic string, logger watermill.LoggerAdapter) *subscription {
+func newSubscription(s *Subscriber, ctx context.Context, topic, deadLetterTopic string, partition int, out chan *message.Message, turn chan struct{}, logger watermill.LoggerAdapter) *subscription {
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 100 * time.Millisecond
 	retry.MaxInterval = 5 * time.Second
@@ -54,10 +59,13 @@ func newSubscription(s *Subscriber, ctx context.Context, topic, deadLetterTopic 
 		sub:             s,
 		ctx:             ctx,
 		topic:           topic,
+		part:            partitionName(topic, partition),
 		deadLetterTopic: deadLetterTopic,
+		deadLetterPart:  partitionName(deadLetterTopic, partition),
 		group:           s.config.ConsumerGroup,
 		logger:          logger,
-		out:             make(chan *message.Message),
+		out:             out,
+		turn:            turn,
 		limit:           1,
 		retry:           retry,
 	}
@@ -76,7 +84,6 @@ func (s *subscription) stopped() bool {
 }
 
 func (s *subscription) run(registered bool) {
-	defer close(s.out)
 	cfg := s.sub.config
 	s.heartbeat = time.NewTicker(cfg.LeaseTimeout / 3)
 	defer s.heartbeat.Stop()
@@ -84,7 +91,7 @@ func (s *subscription) run(registered bool) {
 	s.ackTimer.Stop()
 	defer s.ackTimer.Stop()
 
-	channel := s.sub.store.keys.group(s.topic, s.group).wakeChannel
+	channel := s.sub.store.keys.group(s.part, s.group).wakeChannel
 	wake := s.sub.wakeups.watch(channel)
 	defer s.sub.wakeups.unwatch(channel, wake)
 	// Claim only once wake-ups are flowing, so none published in between is missed; the
@@ -131,7 +138,7 @@ func (s *subscription) run(registered bool) {
 func (s *subscription) claim() (claimResult, time.Time, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
 	defer cancel()
-	res, err := s.sub.store.claim(ctx, s.topic, s.group, s.limit, s.sub.config.LeaseTimeout, s.acks)
+	res, err := s.sub.store.claim(ctx, s.part, s.group, s.limit, s.sub.config.LeaseTimeout, s.acks)
 	if err != nil {
 		return res, time.Time{}, err
 	}
@@ -238,6 +245,23 @@ func (s *subscription) deliver(c *claimed) bool {
 	msg.SetContext(ctx)
 	logFields := watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt}
 
+	// Take this Subscribe call's turn: one message in flight across its partitions.
+	for taken := false; !taken; {
+		select {
+		case s.turn <- struct{}{}:
+			taken = true
+		case <-s.heartbeat.C:
+			s.extendLeases()
+		case <-s.ackTimer.C:
+			s.confirmAcks()
+		case <-s.ctx.Done():
+			return false
+		case <-s.sub.closing:
+			return false
+		}
+	}
+	defer func() { <-s.turn }()
+
 	for sent := false; !sent; {
 		select {
 		case s.out <- msg:
@@ -312,7 +336,7 @@ func (s *subscription) confirmAcks() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
 	defer cancel()
-	refused, err := s.sub.store.ack(ctx, s.topic, s.group, s.acks)
+	refused, err := s.sub.store.ack(ctx, s.part, s.group, s.acks)
 	if err != nil {
 		s.logger.Error("Ack failed, will retry", err, watermill.LogFields{"acks": len(s.acks)})
 		s.ackTimer.Reset(ackDelay)
@@ -370,7 +394,7 @@ func (s *subscription) nack(c *claimed, msg *message.Message) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.OperationTimeout)
 	defer cancel()
-	switch err := s.sub.store.nack(ctx, s.topic, s.group, c, wait, changed); {
+	switch err := s.sub.store.nack(ctx, s.part, s.group, c, wait, changed); {
 	case errors.Is(err, errLeaseLost):
 		s.logger.Info("Nack refused: the lease had expired and the message was claimed again", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt})
 	case err != nil:
@@ -394,7 +418,7 @@ func (s *subscription) extendLeases() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
 	defer cancel()
-	lost, err := s.sub.store.extend(ctx, s.topic, s.group, s.sub.config.LeaseTimeout, held)
+	lost, err := s.sub.store.extend(ctx, s.part, s.group, s.sub.config.LeaseTimeout, held)
 	if err != nil {
 		s.logger.Error("Lease extension failed, will retry", err, watermill.LogFields{"held": len(held)})
 		return
@@ -444,7 +468,7 @@ func (s *subscription) stop() {
 	held := s.held()
 	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
 	defer cancel()
-	if err := s.sub.store.release(ctx, s.topic, s.group, held); err != nil {
+	if err := s.sub.store.release(ctx, s.part, s.group, held); err != nil {
 		s.logger.Error("Release on close failed; those messages are delivered again after their lease", err, watermill.LogFields{"held": len(held)})
 	}
 	if len(s.acks) > 0 {

@@ -1,0 +1,92 @@
+package redisdelay_test
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+func TestPartitionedTopicSpreadsMessagesAndKeepsOrderPerKey(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const partitions, orders, perOrder = 4, 12, 25
+		topic := newTopic()
+		pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: b.client, Partitions: partitions, PartitionKey: "order_id"}, nil)
+		require.NoError(t, err)
+		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.Partitions = partitions })
+		require.NoError(t, sub.SubscribeInitialize(topic))
+
+		for seq := 0; seq < perOrder; seq++ {
+			for o := 0; o < orders; o++ {
+				msg := message.NewMessage(fmt.Sprintf("o%d-%03d", o, seq), nil)
+				msg.Metadata.Set("order_id", strconv.Itoa(o))
+				msg.Metadata.Set("seq", strconv.Itoa(seq))
+				require.NoError(t, pub.Publish(topic, msg))
+			}
+		}
+		// Unkeyed messages go round-robin, a whole Publish call to one partition.
+		for i := 0; i < 2*partitions; i++ {
+			require.NoError(t, pub.Publish(topic, message.NewMessage(fmt.Sprintf("free-%d-a", i), nil), message.NewMessage(fmt.Sprintf("free-%d-b", i), nil)))
+		}
+		total := orders*perOrder + 4*partitions
+
+		ctx := context.Background()
+		for n := 0; n < partitions; n++ {
+			due, _ := redisdelay.GroupKeysForTest("", redisdelay.PartitionNameForTest(topic, n), redisdelay.DefaultConsumerGroup)
+			assert.Positive(t, b.client.ZCard(ctx, due).Val(), "partition %d got no messages", n)
+		}
+
+		ch, err := sub.Subscribe(ctx, topic)
+		require.NoError(t, err)
+		var inFlight atomic.Int32
+		lastSeq := map[string]int{}
+		seen := map[string]bool{}
+		for len(seen) < total {
+			msg := receive(t, ch, 5*time.Second)
+			require.EqualValues(t, 1, inFlight.Add(1), "two messages in flight at once")
+			require.False(t, seen[msg.UUID], "%s delivered twice", msg.UUID)
+			seen[msg.UUID] = true
+			if order := msg.Metadata.Get("order_id"); order != "" {
+				seq, _ := strconv.Atoi(msg.Metadata.Get("seq"))
+				if last, ok := lastSeq[order]; ok {
+					require.Greater(t, seq, last, "order %s out of order", order)
+				}
+				lastSeq[order] = seq
+			}
+			inFlight.Add(-1)
+			msg.Ack()
+		}
+		expectNone(t, ch, 200*time.Millisecond)
+		assert.Len(t, lastSeq, orders)
+	})
+}
+
+func TestPartitionsHaveTheirOwnHashSlotsAndDeadLettersFollow(t *testing.T) {
+	slots := map[int]bool{}
+	for n := 0; n < 6; n++ {
+		part := redisdelay.PartitionNameForTest("orders", n)
+		due, lease := redisdelay.GroupKeysForTest("", part, "billing")
+		require.Equal(t, keySlot(due), keySlot(lease))
+		slots[keySlot(due)] = true
+
+		dead := redisdelay.PartitionNameForTest(redisdelay.DefaultDeadLetterTopic("orders", "billing"), n)
+		deadDue, _ := redisdelay.GroupKeysForTest("", dead, "ops")
+		assert.Equal(t, keySlot(due), keySlot(deadDue), "the dead letters of partition %d share its slot", n)
+	}
+	assert.Len(t, slots, 6, "each partition has a slot of its own")
+
+	for _, name := range []string{"orders#1", "orders#12", "orders#1.dead-letter.billing"} {
+		assert.ErrorIs(t, redisdelay.ValidateName("topic", name), redisdelay.ErrInvalidName, name)
+	}
+	for _, name := range []string{"#general", "orders#", "orders#1a", "a#b"} {
+		assert.NoError(t, redisdelay.ValidateName("topic", name), name)
+	}
+}
