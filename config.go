@@ -26,6 +26,9 @@ const (
 	DefaultRecheckInterval = 10 * time.Second
 	// DefaultOperationTimeout bounds each Redis call when OperationTimeout is zero.
 	DefaultOperationTimeout = 5 * time.Second
+	// DefaultDurableTimeout is how long a durable publish waits for replicas when
+	// DurableTimeout is zero.
+	DefaultDurableTimeout = time.Second
 	// DefaultMaxMessageBytes is the largest marshaled message Publish accepts when
 	// MaxMessageBytes is zero: 1 MiB.
 	DefaultMaxMessageBytes = 1 << 20
@@ -71,6 +74,15 @@ type PublisherConfig struct {
 	// subscribers of a topic must agree on it. Order (equal due times in publish order) holds
 	// within a partition.
 	Partitions int
+	// DurableReplicas makes each publish wait until this many replicas have its messages (the
+	// WAIT command, on the connection that ran the publish script), for at most DurableTimeout,
+	// and fail with ErrNotDurable otherwise. Replication is asynchronous, so without it a
+	// failover can lose publishes that already returned nil. 0 (the default) does not wait.
+	// It needs a *redis.Client or a *redis.ClusterClient.
+	DurableReplicas int
+	// DurableTimeout bounds the wait for replicas; DefaultDurableTimeout when zero. It must be
+	// shorter than OperationTimeout.
+	DurableTimeout time.Duration
 	// PartitionKey is a metadata key whose value picks a message's partition (FNV-1a hash modulo
 	// Partitions), so that related messages share a partition and keep their order. Messages
 	// without it go round-robin, one Publish call to one partition.
@@ -93,6 +105,9 @@ func (c *PublisherConfig) setDefaults() {
 	if c.Partitions == 0 {
 		c.Partitions = 1
 	}
+	if c.DurableTimeout == 0 {
+		c.DurableTimeout = DefaultDurableTimeout
+	}
 }
 
 // Validate reports the first field that is missing or out of range.
@@ -111,6 +126,19 @@ func (c PublisherConfig) Validate() error {
 	}
 	if c.Partitions < 1 || c.Partitions > MaxPartitions {
 		return fmt.Errorf("redisdelay: PublisherConfig.Partitions is %d, want 1 to %d", c.Partitions, MaxPartitions)
+	}
+	if c.DurableReplicas < 0 {
+		return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas is %d, want >= 0", c.DurableReplicas)
+	}
+	if c.DurableReplicas > 0 {
+		switch c.Client.(type) {
+		case *redis.Client, *redis.ClusterClient:
+		default:
+			return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", c.Client)
+		}
+		if c.DurableTimeout <= 0 || c.DurableTimeout >= c.OperationTimeout {
+			return fmt.Errorf("redisdelay: PublisherConfig.DurableTimeout is %s, want > 0 and shorter than OperationTimeout %s", c.DurableTimeout, c.OperationTimeout)
+		}
 	}
 	return nil
 }

@@ -18,6 +18,11 @@ var (
 	ErrInvalidName = errors.New("invalid name")
 	// ErrCorruptMessage is returned by the default Unmarshaler for data it cannot decode.
 	ErrCorruptMessage = errors.New("corrupt stored message")
+	// ErrNotDurable is returned by Publish with DurableReplicas set when fewer replicas than
+	// that confirmed the messages within DurableTimeout. The messages are stored on the master
+	// and will be delivered unless a failover loses them; publishing them again is safe but may
+	// deliver them twice.
+	ErrNotDurable = errors.New("not confirmed by enough replicas")
 )
 
 // MessageError reports a message that Publish rejected before anything of its batch was stored.

@@ -45,7 +45,12 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 	p := &Publisher{
 		config: config,
 		logger: logger.With(watermill.LogFields{"provider": "redisdelay"}),
-		store:  store{client: config.Client, keys: keySpace{prefix: config.KeyPrefix}},
+		store: store{
+			client:          config.Client,
+			keys:            keySpace{prefix: config.KeyPrefix},
+			durableReplicas: config.DurableReplicas,
+			durableTimeout:  config.DurableTimeout,
+		},
 	}
 	// delay.NewPublisher turns a delay set with delay.WithContext on a message's context into
 	// delay metadata, as Watermill's own delayed publishers do; AllowNoDelay keeps messages

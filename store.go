@@ -16,6 +16,10 @@ import (
 type store struct {
 	client redis.UniversalClient
 	keys   keySpace
+	// durableReplicas, when > 0, makes publish WAIT for that many replicas, durableTimeout at
+	// most.
+	durableReplicas int
+	durableTimeout  time.Duration
 }
 
 var (
@@ -123,6 +127,9 @@ func publishReply(res []any) error {
 // that belief is wrong; nothing is stored then.
 func (s store) publish(ctx context.Context, topic string, expected int, groups []string, msgs []stored) error {
 	keys, args := s.publishTarget(make([]string, 0, 4+len(groups)), make([]any, 0, 2+2*len(groups)+2*len(msgs)), topic, expected, groups, msgs)
+	if s.durableReplicas > 0 {
+		return s.publishDurably(ctx, keys, args)
+	}
 	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
 		return publishScript.Run(ctx, s.client, keys, args...).Slice()
 	})
@@ -130,6 +137,40 @@ func (s store) publish(ctx context.Context, topic string, expected int, groups [
 		return err
 	}
 	return publishReply(res)
+}
+
+// publishDurably runs publish.lua and then WAIT on one connection to the master that owns the
+// keys, since WAIT counts the replicas that have that connection's writes.
+func (s store) publishDurably(ctx context.Context, keys []string, args []any) error {
+	_, err := bounded(ctx, func(ctx context.Context) (struct{}, error) {
+		var conn *redis.Conn
+		switch c := s.client.(type) {
+		case *redis.ClusterClient:
+			master, err := c.MasterForKey(ctx, keys[0])
+			if err != nil {
+				return struct{}{}, err
+			}
+			conn = master.Conn()
+		case *redis.Client:
+			conn = c.Conn()
+		default:
+			return struct{}{}, fmt.Errorf("DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
+		}
+		defer conn.Close()
+		res, err := publishScript.Run(ctx, conn, keys, args...).Slice()
+		if err == nil {
+			err = publishReply(res)
+		}
+		if err != nil {
+			return struct{}{}, err
+		}
+		replicas, err := conn.Do(ctx, "WAIT", s.durableReplicas, s.durableTimeout.Milliseconds()).Int64()
+		if err == nil && replicas < int64(s.durableReplicas) {
+			err = fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.durableReplicas, s.durableTimeout)
+		}
+		return struct{}{}, err
+	})
+	return err
 }
 
 // deadLetter runs deadletter.lua: it publishes letter to the dead-letter topic for the given

@@ -191,6 +191,18 @@ func (s *Server) Stop() {
 	<-done
 }
 
+// Signal sends sig to the server process: SIGSTOP and SIGCONT make it stall and resume, as a
+// long pause would.
+func (s *Server) Signal(sig os.Signal) error {
+	s.mu.Lock()
+	cmd := s.cmd
+	s.mu.Unlock()
+	if cmd == nil || cmd.Process == nil {
+		return fmt.Errorf("redistest: %s is not running", s.Addr)
+	}
+	return cmd.Process.Signal(sig)
+}
+
 // Restart kills the server and starts it again on the same port with the same data directory,
 // waiting until it answers PING. It also starts a stopped server.
 func (s *Server) Restart() error {
