@@ -37,7 +37,7 @@ var shared struct {
 // sharedCluster returns the package's Redis Cluster, starting it on first use. It skips t when
 // redis-server or redis-cli is missing (fails it when REDISDELAY_REQUIRE_REDIS=1). TestMain
 // stops the cluster after the last test.
-func sharedCluster(t *testing.T) *redistest.Cluster {
+func sharedCluster(t testing.TB) *redistest.Cluster {
 	t.Helper()
 	redistest.SkipIfNotInstalled(t)
 	shared.once.Do(func() {
