@@ -86,8 +86,14 @@ func TestFailoverCarriesOnAndDurablePublishClosesTheLossWindow(t *testing.T) {
 			}
 			next := func() string { seq++; return fmt.Sprintf("m%05d", seq) }
 
-			for i := 0; i < 100; i++ {
-				require.True(t, publishOnce(next()))
+			publishUntilAcked := func(id string, deadline time.Time) {
+				for !publishOnce(id) {
+					require.True(t, time.Now().Before(deadline), "could not publish %s", id)
+					time.Sleep(50 * time.Millisecond)
+				}
+			}
+			for i, deadline := 0, time.Now().Add(10*time.Second); i < 100; i++ {
+				publishUntilAcked(next(), deadline)
 			}
 
 			// The window: once the replica has caught up, its replication link breaks and it
@@ -134,10 +140,7 @@ func TestFailoverCarriesOnAndDurablePublishClosesTheLossWindow(t *testing.T) {
 				}
 				return more
 			}()...) {
-				for !publishOnce(id) {
-					require.True(t, time.Now().Before(retryUntil), "publishing did not recover within 30s")
-					time.Sleep(50 * time.Millisecond)
-				}
+				publishUntilAcked(id, retryUntil)
 			}
 			recoveredAfter := time.Since(killedAt)
 

@@ -245,36 +245,13 @@ func (s *subscription) deliver(c *claimed) bool {
 	msg.SetContext(ctx)
 	logFields := watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt}
 
-	// Take this Subscribe call's turn: one message in flight across its partitions.
-	for taken := false; !taken; {
-		select {
-		case s.turn <- struct{}{}:
-			taken = true
-		case <-s.heartbeat.C:
-			s.extendLeases()
-		case <-s.ackTimer.C:
-			s.confirmAcks()
-		case <-s.ctx.Done():
-			return false
-		case <-s.sub.closing:
-			return false
-		}
+	// Take this Subscribe call's turn (one message in flight across its partitions), then send.
+	if !sendHolding(s, s.turn, struct{}{}) {
+		return false
 	}
 	defer func() { <-s.turn }()
-
-	for sent := false; !sent; {
-		select {
-		case s.out <- msg:
-			sent = true
-		case <-s.heartbeat.C:
-			s.extendLeases()
-		case <-s.ackTimer.C:
-			s.confirmAcks()
-		case <-s.ctx.Done():
-			return false
-		case <-s.sub.closing:
-			return false
-		}
+	if !sendHolding(s, s.out, msg) {
+		return false
 	}
 	c.delivered = true
 	s.inflight = c
@@ -300,6 +277,25 @@ func (s *subscription) deliver(c *claimed) bool {
 			return s.finishedAnyway(c, msg)
 		case <-s.sub.closing:
 			return s.finishedAnyway(c, msg)
+		}
+	}
+}
+
+// sendHolding sends v on ch while keeping the subscription's leases and acks going. It returns
+// false when the subscription stops first.
+func sendHolding[T any](s *subscription, ch chan<- T, v T) bool {
+	for {
+		select {
+		case ch <- v:
+			return true
+		case <-s.heartbeat.C:
+			s.extendLeases()
+		case <-s.ackTimer.C:
+			s.confirmAcks()
+		case <-s.ctx.Done():
+			return false
+		case <-s.sub.closing:
+			return false
 		}
 	}
 }
