@@ -439,6 +439,8 @@ func TestPublishIsAllOrNothing(t *testing.T) {
 		assert.Equal(t, "soon", me.Value)
 		assert.Contains(t, err.Error(), topic)
 		assert.Zero(t, b.client.HLen(context.Background(), redisdelay.MessagesKeyForTest("", topic)).Val(), "nothing of the batch is stored")
+		due, _ := redisdelay.GroupKeysForTest("", topic, redisdelay.DefaultConsumerGroup)
+		assert.Zero(t, b.client.ZCard(context.Background(), due).Val(), "nothing of the batch is scheduled")
 	})
 }
 

@@ -150,6 +150,8 @@ func TestUnlimitedAttemptsNeverDeadLetter(t *testing.T) {
 		msg.Nack()
 	}
 	dlt := redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)
+	dltDue, _ := redisdelay.GroupKeysForTest("", dlt, redisdelay.DefaultConsumerGroup)
+	assert.Zero(t, b.client.ZCard(context.Background(), dltDue).Val(), "nothing was dead-lettered")
 	assert.Zero(t, b.client.HLen(context.Background(), redisdelay.MessagesKeyForTest("", dlt)).Val())
 }
 
@@ -245,14 +247,17 @@ func TestColonsInNamesDoNotMixTopicsOrGroups(t *testing.T) {
 
 func TestCorruptStoredMessageIsRemovedAndDeliveryGoesOn(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		topic := newTopic()
-		pub := newPublisher(t, b)
-		sub := newSubscriber(t, b, nil)
-		require.NoError(t, sub.SubscribeInitialize(topic))
-		require.NoError(t, pub.Publish(topic, message.NewMessage("first", nil), message.NewMessage("second", nil), message.NewMessage("third", nil)))
-
 		ctx := context.Background()
-		stored := redisdelay.MessagesKeyForTest("", topic)
+		pub := newPublisher(t, b)
+
+		// With two groups the messages sit in the topic's hash: corrupt one, delete another.
+		shared := newTopic()
+		subA := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "a" })
+		subB := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "b" })
+		require.NoError(t, subA.SubscribeInitialize(shared))
+		require.NoError(t, subB.SubscribeInitialize(shared))
+		require.NoError(t, pub.Publish(shared, message.NewMessage("first", nil), message.NewMessage("second", nil), message.NewMessage("third", nil)))
+		stored := redisdelay.MessagesKeyForTest("", shared)
 		ids, err := b.client.HKeys(ctx, stored).Result()
 		require.NoError(t, err)
 		require.Len(t, ids, 3)
@@ -260,16 +265,32 @@ func TestCorruptStoredMessageIsRemovedAndDeliveryGoesOn(t *testing.T) {
 		require.NoError(t, b.client.HSet(ctx, stored, ids[0], "\xff garbage").Err()) // undecodable
 		require.NoError(t, b.client.HDel(ctx, stored, ids[1]).Err())                 // vanished
 
-		ch, err := sub.Subscribe(ctx, topic)
+		ch, err := subA.Subscribe(ctx, shared)
 		require.NoError(t, err)
 		msg := receive(t, ch, 2*time.Second)
 		assert.Equal(t, "third", msg.UUID)
 		msg.Ack()
-		require.NoError(t, sub.Close())
-		due, lease := redisdelay.GroupKeysForTest("", topic, redisdelay.DefaultConsumerGroup)
+		require.NoError(t, subA.Close())
+		due, lease := redisdelay.GroupKeysForTest("", shared, "a")
 		assert.Zero(t, b.client.ZCard(ctx, due).Val())
 		assert.Zero(t, b.client.ZCard(ctx, lease).Val())
-		assert.Zero(t, b.client.HLen(ctx, stored).Val(), "the corrupt entry is cleaned up")
+
+		// With one group a scheduled message is part of its due member: corrupt one there.
+		single := newTopic()
+		sub := newSubscriber(t, b, nil)
+		require.NoError(t, sub.SubscribeInitialize(single))
+		require.NoError(t, pub.Publish(single, message.NewMessage("fine", nil)))
+		due, lease = redisdelay.GroupKeysForTest("", single, redisdelay.DefaultConsumerGroup)
+		require.NoError(t, b.client.ZAdd(ctx, due, redis.Z{Score: 0, Member: "000000000000|\xff garbage"}).Err())
+		ch, err = sub.Subscribe(ctx, single)
+		require.NoError(t, err)
+		msg = receive(t, ch, 2*time.Second)
+		assert.Equal(t, "fine", msg.UUID)
+		msg.Ack()
+		require.NoError(t, sub.Close())
+		assert.Zero(t, b.client.ZCard(ctx, due).Val())
+		assert.Zero(t, b.client.ZCard(ctx, lease).Val())
+		assert.Zero(t, b.client.HLen(ctx, redisdelay.MessagesKeyForTest("", single)).Val(), "the corrupt message is cleaned up")
 	})
 }
 

@@ -2,7 +2,7 @@
 -- again, and claims up to N due messages for the next attempt, leasing each for the lease
 -- timeout. Due messages are claimed in due-time order, ties in publish order.
 --
--- KEYS[1] due       zset  member (see lib.lua) -> due time (µs)
+-- KEYS[1] due       zset  member (ID, ID|message or ID:N, see lib.lua) -> due time (µs)
 -- KEYS[2] lease     zset  ID:attempt -> lease deadline (µs)
 -- KEYS[3] messages  hash  ID -> marshaled message
 -- KEYS[4] refs      hash  ID -> groups still holding it
@@ -40,16 +40,27 @@ end
 local result = {now, -1, -1, refused, 0}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 if #due > 0 then
-  local members, ids, attempts, scores = {}, {}, {}, {}
+  local members, ids, attempts, scores, embedded, stored = {}, {}, {}, {}, {}, {}
   for i = 1, #due, 2 do
-    local id, n = split(due[i])
+    local id, n, message = split(due[i])
     members[#members + 1] = due[i]
     ids[#ids + 1] = id
     attempts[#attempts + 1] = n + 1
     scores[#scores + 1] = due[i + 1]
+    embedded[#ids] = message
+    if message then
+      stored[#stored + 1] = id
+      stored[#stored + 1] = message
+    end
   end
   each_chunk('ZREM', KEYS[1], members)
-  local data = hmget(KEYS[3], ids)
+  -- A claimed message lives in the messages hash until its group is done with it.
+  if #stored > 0 then each_chunk('HSET', KEYS[3], stored) end
+  local data = {}
+  if #stored < 2 * #ids then data = hmget(KEYS[3], ids) end
+  for i = 1, #ids do
+    if embedded[i] then data[i] = embedded[i] end
+  end
   local leases, vanished = {}, {}
   for i, id in ipairs(ids) do
     if data[i] then

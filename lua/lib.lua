@@ -5,10 +5,13 @@
 --
 -- A message of a topic has an internal ID: 12 hex digits, so IDs sort in publish order. In a
 -- consumer group it is a member of the due or the lease sorted set, named
---   ID               due, never claimed
+--   ID               due, never claimed, stored in the messages hash
+--   ID|message       due, never claimed, the only group of its topic: the marshaled message is
+--                    part of the member, which saves a hash entry per scheduled message
 --   ID:N             due after N attempts, or leased for attempt N
 -- so the attempt count travels with the message and ID:N is the lease's fencing token: once a
 -- lease expired and another consumer claimed attempt N+1, no command of the old holder matches.
+-- A claimed message is always in the messages hash until its group is done with it.
 
 -- now_us is the Redis server clock in Unix microseconds. Scripts never take time from clients.
 local function now_us()
@@ -16,11 +19,17 @@ local function now_us()
   return tonumber(t[1]) * 1000000 + tonumber(t[2])
 end
 
--- split returns the ID and the attempt count of a due or lease member.
+-- split returns the ID, the attempt count and the embedded message (or nil) of a member.
 local function split(member)
+  local message = nil
+  local bar = string.find(member, '|', 1, true)
+  if bar ~= nil then
+    message = string.sub(member, bar + 1)
+    member = string.sub(member, 1, bar - 1)
+  end
   local colon = string.find(member, ':', 1, true)
-  if colon == nil then return member, 0 end
-  return string.sub(member, 1, colon - 1), tonumber(string.sub(member, colon + 1))
+  if colon == nil then return member, 0, message end
+  return string.sub(member, 1, colon - 1), tonumber(string.sub(member, colon + 1)), message
 end
 
 -- member names a message after `attempts` attempts.
@@ -120,7 +129,7 @@ local function ack(lease, messages, refs, members)
 end
 
 -- publish_to stores messages once and schedules each for every consumer group registered on a
--- topic. The topic's keys start at KEYS[k]: seq (string), messages (hash), refs (hash), groups
+-- topic: in the messages hash, or, with one group, in the due member itself. The topic's keys start at KEYS[k]: seq (string), messages (hash), refs (hash), groups
 -- (set), then one due sorted set per group. Its arguments start at ARGV[a]: the number of groups
 -- the caller believes are registered, G, G group names, their G wake channels, then pairs of
 -- marshaled message and schedule (a delay in µs after now, or "@" and a Unix time in µs, due at
@@ -161,15 +170,21 @@ local function publish_to(k, a)
       score = now + math.max(tonumber(schedule), 0)
     end
     if min_score == nil or score < min_score then min_score = score end
-    stored[#stored + 1] = id
-    stored[#stored + 1] = ARGV[first + 2 * i]
     scheduled[#scheduled + 1] = score
-    scheduled[#scheduled + 1] = id
-    counted[#counted + 1] = id
-    counted[#counted + 1] = ngroups
+    if ngroups == 1 then
+      scheduled[#scheduled + 1] = id .. '|' .. ARGV[first + 2 * i]
+    else
+      scheduled[#scheduled + 1] = id
+      stored[#stored + 1] = id
+      stored[#stored + 1] = ARGV[first + 2 * i]
+      counted[#counted + 1] = id
+      counted[#counted + 1] = ngroups
+    end
   end
-  each_chunk('HSET', messages, stored)
-  if ngroups > 1 then each_chunk('HSET', refs, counted) end
+  if ngroups > 1 then
+    each_chunk('HSET', messages, stored)
+    each_chunk('HSET', refs, counted)
+  end
   for g = 1, ngroups do
     local due = KEYS[k + 3 + g]
     local before = head(due)
