@@ -34,10 +34,12 @@ func ValidateName(kind, name string) error {
 // Layout, with P the key prefix, T the topic and G a consumer group:
 //
 //	P{T}:seq           string  counter that gives each published message its internal ID
-//	P{T}:msg           hash    ID -> marshaled message, stored once per topic
+//	P{T}:msg           hash    ID -> marshaled message, stored once per topic; a message of a
+//	                           single-group topic is here only once claimed
 //	P{T}:refs          hash    ID -> groups that still hold the message (only while > 1)
 //	P{T}:groups        set     consumer groups registered on the topic
-//	P{T}:g:G:due       zset    ID, or ID:N after N attempts, scored by due time (Unix µs)
+//	P{T}:g:G:due       zset    ID, ID|message (single group), or ID:N after N attempts,
+//	                           scored by due time (Unix µs)
 //	P{T}:g:G:lease     zset    ID:N, leased for attempt N, scored by lease deadline (Unix µs)
 //	P{T}:g:G:wake      channel Pub/Sub channel that carries the new earliest due time
 //
