@@ -3,7 +3,9 @@ package redisdelay_test
 import (
 	"context"
 	"fmt"
+	"hash/fnv"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -89,4 +91,49 @@ func TestPartitionsHaveTheirOwnHashSlotsAndDeadLettersFollow(t *testing.T) {
 	for _, name := range []string{"#general", "orders#", "orders#1a", "a#b"} {
 		assert.NoError(t, redisdelay.ValidateName("topic", name), name)
 	}
+}
+
+func TestNoPartitionIsStarved(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: b.client, Partitions: 2, PartitionKey: "k"}, nil)
+		require.NoError(t, err)
+		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.Partitions = 2 })
+		require.NoError(t, sub.SubscribeInitialize(topic))
+
+		// A key for each partition, by the documented FNV-1a rule.
+		keys := map[uint32]string{}
+		for i := 0; len(keys) < 2; i++ {
+			h := fnv.New32a()
+			_, _ = h.Write([]byte(strconv.Itoa(i)))
+			if _, ok := keys[h.Sum32()%2]; !ok {
+				keys[h.Sum32()%2] = strconv.Itoa(i)
+			}
+		}
+		var flood []*message.Message
+		for i := 0; i < 500; i++ {
+			m := message.NewMessage(fmt.Sprintf("busy-%03d", i), nil)
+			m.Metadata.Set("k", keys[0])
+			flood = append(flood, m)
+		}
+		require.NoError(t, pub.Publish(topic, flood...))
+		for i := 0; i < 5; i++ {
+			m := message.NewMessage(fmt.Sprintf("quiet-%d", i), nil)
+			m.Metadata.Set("k", keys[1])
+			require.NoError(t, pub.Publish(topic, m))
+		}
+
+		ch, err := sub.Subscribe(context.Background(), topic)
+		require.NoError(t, err)
+		quiet := 0
+		for i := 1; i <= 505; i++ {
+			msg := receive(t, ch, 5*time.Second)
+			if strings.HasPrefix(msg.UUID, "quiet-") {
+				quiet++
+				assert.LessOrEqual(t, i, 60, "%s waited behind %d messages of the busy partition", msg.UUID, i-quiet)
+			}
+			msg.Ack()
+		}
+		assert.Equal(t, 5, quiet)
+	})
 }
