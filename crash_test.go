@@ -120,8 +120,7 @@ Reading:
 	killedAt := time.Now()
 
 	survivor := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.LeaseTimeout = crashLease })
-	ch, err := survivor.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
+	ch := subscribe(t, survivor, topic)
 	received := map[string]string{} // UUID -> attempt
 	for len(received) < count-crashAckFirst {
 		msg := receive(t, ch, 5*time.Second)

@@ -26,8 +26,7 @@ func TestDelayedMessageIsNeverDeliveredEarly(t *testing.T) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		sub := newSubscriber(t, b, nil)
-		msgs, err := sub.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		msgs := subscribe(t, sub, topic)
 
 		delays := []time.Duration{0, 7 * time.Millisecond, 55 * time.Millisecond, 333 * time.Millisecond, 999 * time.Millisecond, 1234 * time.Millisecond}
 		published := map[string]time.Time{}
@@ -56,8 +55,7 @@ func TestDelayWithContextNeedsNoWrapper(t *testing.T) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		sub := newSubscriber(t, b, nil)
-		msgs, err := sub.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		msgs := subscribe(t, sub, topic)
 
 		msg := message.NewMessage(watermill.NewUUID(), []byte("cancel order 42"))
 		msg.SetContext(delay.WithContext(context.Background(), delay.For(400*time.Millisecond)))
@@ -79,8 +77,7 @@ func TestRepublishedPastDueMessageIsNotDelayedAgain(t *testing.T) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		sub := newSubscriber(t, b, nil)
-		msgs, err := sub.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		msgs := subscribe(t, sub, topic)
 
 		// A message whose delay elapsed an hour ago, as a poison queue re-publishes it.
 		old := message.NewMessage("old", nil)
@@ -130,8 +127,7 @@ func TestEqualDueTimesComeOutInPublishOrder(t *testing.T) {
 			require.NoError(t, pub.Publish(topic, msgs...))
 		}
 
-		ch, err := sub.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch := subscribe(t, sub, topic)
 		var got []string
 		for range want {
 			msg := receive(t, ch, 5*time.Second)
@@ -229,8 +225,7 @@ func TestExpiredLeaseRedeliversWithNextAttempt(t *testing.T) {
 			c.LeaseTimeout = lease
 			c.OperationTimeout = 200 * time.Millisecond
 		})
-		ch, err := crashed.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch := subscribe(t, crashed, topic)
 		require.NoError(t, pub.Publish(topic, message.NewMessage("job", []byte("payload"))))
 		first := receive(t, ch, 2*time.Second)
 		assert.Equal(t, "1", first.Metadata.Get(redisdelay.AttemptMetadataKey))
@@ -238,8 +233,7 @@ func TestExpiredLeaseRedeliversWithNextAttempt(t *testing.T) {
 		require.NoError(t, doomed.Close())
 
 		survivor := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.LeaseTimeout = lease })
-		ch2, err := survivor.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch2 := subscribe(t, survivor, topic)
 		second := receive(t, ch2, 3*time.Second)
 		assert.GreaterOrEqual(t, time.Since(crashedAt), lease-50*time.Millisecond, "redelivered before the lease could expire")
 		assert.Equal(t, "job", second.UUID)
@@ -258,13 +252,11 @@ func TestHeartbeatKeepsASlowHandlersLease(t *testing.T) {
 		cfg := func(c *redisdelay.SubscriberConfig) { c.LeaseTimeout = lease }
 		slow := newSubscriber(t, b, cfg)
 		other := newSubscriber(t, b, cfg)
-		ch, err := slow.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch := subscribe(t, slow, topic)
 		require.NoError(t, pub.Publish(topic, message.NewMessage("long-job", nil)))
 		msg := receive(t, ch, 2*time.Second)
 
-		ch2, err := other.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch2 := subscribe(t, other, topic)
 		expectNone(t, ch2, 3*lease) // the handler runs for three lease timeouts
 		require.True(t, msg.Ack())
 		expectNone(t, ch2, 2*lease)
@@ -277,8 +269,7 @@ func TestNackedMessageComesBackAfterBackoff(t *testing.T) {
 		pub := newPublisher(t, b)
 		const backoff = 300 * time.Millisecond
 		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.NackBackoff = redisdelay.ConstantBackoff(backoff) })
-		ch, err := sub.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch := subscribe(t, sub, topic)
 		require.NoError(t, pub.Publish(topic, message.NewMessage("flaky", nil), message.NewMessage("fine", nil)))
 
 		flaky := receive(t, ch, 2*time.Second)
@@ -302,8 +293,7 @@ func TestNackHonoursDelayOnErrorMetadata(t *testing.T) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.NackBackoff = redisdelay.ConstantBackoff(time.Hour) })
-		ch, err := sub.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch := subscribe(t, sub, topic)
 		require.NoError(t, pub.Publish(topic, message.NewMessage("webhook", nil)))
 
 		// The middleware sets the delay metadata when the handler fails; the router then nacks.
@@ -311,7 +301,7 @@ func TestNackHonoursDelayOnErrorMetadata(t *testing.T) {
 			Middleware(func(*message.Message) ([]*message.Message, error) { return nil, fmt.Errorf("endpoint down") })
 
 		msg := receive(t, ch, 2*time.Second)
-		_, err = failing(msg)
+		_, err := failing(msg)
 		require.Error(t, err)
 		nackedAt := time.Now()
 		msg.Nack()
@@ -348,8 +338,7 @@ func TestCloseReleasesClaimedMessages(t *testing.T) {
 		}
 		require.NoError(t, pub.Publish(topic, all...))
 
-		ch, err := first.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch := subscribe(t, first, topic)
 		for i := 0; i < 10; i++ { // lets the claim size grow, so more are claimed than delivered
 			receive(t, ch, time.Second).Ack()
 		}
@@ -364,8 +353,7 @@ func TestCloseReleasesClaimedMessages(t *testing.T) {
 		assert.EqualValues(t, count-10, b.client.ZCard(ctx, due).Val())
 
 		second := newSubscriber(t, b, cfg)
-		ch2, err := second.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch2 := subscribe(t, second, topic)
 		var got []string
 		for i := 0; i < count-10; i++ {
 			msg := receive(t, ch2, time.Second) // far less than the one-minute lease
@@ -415,8 +403,7 @@ func TestPublishToTopicWithoutGroupsKeepsMessagesForDefaultGroup(t *testing.T) {
 		pub := newPublisher(t, b)
 		require.NoError(t, pub.Publish(topic, message.NewMessage("early", nil)))
 		sub := newSubscriber(t, b, nil)
-		ch, err := sub.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch := subscribe(t, sub, topic)
 		assert.Equal(t, "early", receive(t, ch, time.Second).UUID)
 	})
 }

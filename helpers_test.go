@@ -1,6 +1,7 @@
 package redisdelay_test
 
 import (
+	"context"
 	"log"
 	"testing"
 	"time"
@@ -80,6 +81,14 @@ func newSubscriber(t *testing.T, b backend, edit func(*redisdelay.SubscriberConf
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	return sub
+}
+
+// subscribe subscribes sub to topic until the test ends (or sub is closed).
+func subscribe(t *testing.T, sub *redisdelay.Subscriber, topic string) <-chan *message.Message {
+	t.Helper()
+	ch, err := sub.Subscribe(context.Background(), topic)
+	require.NoError(t, err)
+	return ch
 }
 
 // receive waits up to timeout for one message.

@@ -123,8 +123,7 @@ func TestNoPartitionIsStarved(t *testing.T) {
 			require.NoError(t, pub.Publish(topic, m))
 		}
 
-		ch, err := sub.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch := subscribe(t, sub, topic)
 		quiet := 0
 		for i := 1; i <= 505; i++ {
 			msg := receive(t, ch, 5*time.Second)

@@ -24,12 +24,10 @@ func TestNackedOnLastAttemptBecomesDeadLetter(t *testing.T) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 3 })
-		ch, err := sub.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch := subscribe(t, sub, topic)
 		dlt := redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)
 		dead := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "ops" })
-		deadCh, err := dead.Subscribe(context.Background(), dlt)
-		require.NoError(t, err)
+		deadCh := subscribe(t, dead, dlt)
 
 		msg := message.NewMessage("webhook-1", []byte(`{"url":"https://example.test/hook"}`))
 		msg.Metadata.Set("tenant", "acme")
@@ -70,15 +68,13 @@ func TestExpiredLeasesRunOutOfAttemptsIntoDeadLetterTopic(t *testing.T) {
 		}
 		doomed := newClientLike(b)
 		crashed := newSubscriber(t, backend{name: b.name, client: doomed}, cfg)
-		ch, err := crashed.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch := subscribe(t, crashed, topic)
 		require.NoError(t, pub.Publish(topic, message.NewMessage("job", nil)))
 		receive(t, ch, 2*time.Second)
 		require.NoError(t, doomed.Close()) // the consumer dies holding its only attempt
 
 		survivor := newSubscriber(t, b, cfg)
-		survivorCh, err := survivor.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		survivorCh := subscribe(t, survivor, topic)
 		dead := newSubscriber(t, b, nil)
 		deadCh, err := dead.Subscribe(context.Background(), redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup))
 		require.NoError(t, err)
@@ -101,8 +97,7 @@ func TestRetryScheduleIsFollowedThenGivesUp(t *testing.T) {
 			c.NackBackoff = schedule
 			c.MaxAttempts = schedule.MaxAttempts()
 		})
-		ch, err := sub.Subscribe(context.Background(), topic)
-		require.NoError(t, err)
+		ch := subscribe(t, sub, topic)
 		require.NoError(t, pub.Publish(topic, message.NewMessage("notify", nil)))
 
 		msg := receive(t, ch, 2*time.Second)
@@ -141,8 +136,7 @@ func TestUnlimitedAttemptsNeverDeadLetter(t *testing.T) {
 	topic := newTopic()
 	pub := newPublisher(t, b)
 	sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = redisdelay.UnlimitedAttempts })
-	ch, err := sub.Subscribe(context.Background(), topic)
-	require.NoError(t, err)
+	ch := subscribe(t, sub, topic)
 	require.NoError(t, pub.Publish(topic, message.NewMessage("stubborn", nil)))
 	for i := 1; i <= 40; i++ {
 		msg := receive(t, ch, time.Second)
@@ -235,8 +229,7 @@ func TestColonsInNamesDoNotMixTopicsOrGroups(t *testing.T) {
 	}
 	for _, topic := range []string{"a", "a:b", "a:g"} {
 		for _, sub := range []*redisdelay.Subscriber{subA, subB} {
-			ch, err := sub.Subscribe(context.Background(), topic)
-			require.NoError(t, err)
+			ch := subscribe(t, sub, topic)
 			msg := receive(t, ch, time.Second)
 			assert.Equal(t, topic, msg.UUID)
 			msg.Ack()

@@ -273,8 +273,7 @@ func (b *bench) runLateness(sys system) error {
 		mu    sync.Mutex
 		hist  = newHist()
 		early int
-		seen  = make([]bool, total)
-		dups  int
+		seen  = newDedup(total)
 	)
 	cnt := newCounter(total)
 	inst, workers := sys.group(b.sz.lateSubs)
@@ -283,13 +282,9 @@ func (b *bench) runLateness(sys system) error {
 		handle: func(d delivery) {
 			late := d.at.UnixNano() - d.due
 			mu.Lock()
-			if d.seq >= 0 && d.seq < total {
-				if seen[d.seq] {
-					dups++
-					mu.Unlock()
-					return
-				}
-				seen[d.seq] = true
+			if !seen.first(d.seq) {
+				mu.Unlock()
+				return
 			}
 			if late < 0 {
 				early++
@@ -360,8 +355,8 @@ func (b *bench) runLateness(sys system) error {
 	if !complete {
 		note = joinNote(note, fmt.Sprintf("only %d of %d delivered", got, total))
 	}
-	if dups > 0 {
-		note = joinNote(note, fmt.Sprintf("%d duplicate deliveries ignored", dups))
+	if seen.dups > 0 {
+		note = joinNote(note, fmt.Sprintf("%d duplicate deliveries ignored", seen.dups))
 	}
 	b.res.set("lateness_p50", sys.name(), ms(50), note)
 	b.res.set("lateness_p99", sys.name(), ms(99), "")
@@ -401,10 +396,10 @@ func (b *bench) runBurst(sys system) error {
 	dueNs := due.UnixNano()
 
 	var (
-		mu          sync.Mutex
-		early, dups int
-		first       time.Time
-		seen        = make([]bool, total)
+		mu    sync.Mutex
+		early int
+		first time.Time
+		seen  = newDedup(total)
 	)
 	cnt := newCounter(total)
 	inst, workers := sys.group(b.sz.burstSubs)
@@ -412,13 +407,9 @@ func (b *bench) runBurst(sys system) error {
 		topics: []string{topic}, instances: inst, workers: workers,
 		handle: func(d delivery) {
 			mu.Lock()
-			if d.seq >= 0 && d.seq < total {
-				if seen[d.seq] {
-					dups++
-					mu.Unlock()
-					return
-				}
-				seen[d.seq] = true
+			if !seen.first(d.seq) {
+				mu.Unlock()
+				return
 			}
 			if d.at.UnixNano() < dueNs {
 				early++
@@ -462,8 +453,8 @@ func (b *bench) runBurst(sys system) error {
 	if early > 0 {
 		note = joinNote(note, fmt.Sprintf("%d delivered before due", early))
 	}
-	if dups > 0 {
-		note = joinNote(note, fmt.Sprintf("%d duplicates ignored", dups))
+	if seen.dups > 0 {
+		note = joinNote(note, fmt.Sprintf("%d duplicates ignored", seen.dups))
 	}
 	took2 := end.Sub(due)
 	b.res.set("due_burst", sys.name(), float64(took2)/1e6, note)
@@ -745,4 +736,27 @@ func selfCPU() time.Duration {
 		return 0
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// dedup remembers which message sequence numbers in [0, n) were delivered and counts repeats.
+// It is not safe for concurrent use: callers hold their own lock.
+type dedup struct {
+	seen []bool
+	dups int
+}
+
+func newDedup(n int) *dedup { return &dedup{seen: make([]bool, n)} }
+
+// first reports whether seq is delivered for the first time, counting it as a duplicate if not.
+// Sequence numbers outside [0, n) are not tracked and always count as first.
+func (d *dedup) first(seq int) bool {
+	if seq < 0 || seq >= len(d.seen) {
+		return true
+	}
+	if d.seen[seq] {
+		d.dups++
+		return false
+	}
+	d.seen[seq] = true
+	return true
 }
