@@ -87,6 +87,12 @@ type PublisherConfig struct {
 	// Partitions), so that related messages share a partition and keep their order. Messages
 	// without it go round-robin, one Publish call to one partition.
 	PartitionKey string
+	// AllowEvictingRedis lets the Publisher work on a Redis whose maxmemory-policy evicts keys.
+	// By default the first Publish reads the policy (CONFIG GET maxmemory-policy) and refuses
+	// with ErrEvictingRedis unless it is noeviction, because eviction deletes scheduled
+	// messages silently. When set, the policy is logged at warn level once instead. Where
+	// CONFIG is not allowed (managed Redis), the check is logged at info level and skipped.
+	AllowEvictingRedis bool
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -192,6 +198,9 @@ type SubscriberConfig struct {
 	Partitions int
 	// OperationTimeout bounds each Redis call; DefaultOperationTimeout when zero.
 	OperationTimeout time.Duration
+	// AllowEvictingRedis lets the Subscriber work on a Redis whose maxmemory-policy evicts
+	// keys; see PublisherConfig.AllowEvictingRedis.
+	AllowEvictingRedis bool
 }
 
 func (c *SubscriberConfig) setDefaults() {

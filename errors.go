@@ -23,6 +23,23 @@ var (
 	// and will be delivered unless a failover loses them; publishing them again is safe but may
 	// deliver them twice.
 	ErrNotDurable = errors.New("not confirmed by enough replicas")
+	// ErrOutcomeUnknown is wrapped by a Publish error when the publish script may or may not
+	// have run: the call timed out after the script was sent, or the connection was lost before
+	// its reply arrived. The messages are then either all stored or none is. Publishing them
+	// again is safe but may deliver them twice. Within one Publish call the adapter never stores
+	// a message twice: a script that the Redis client runs again (go-redis retries a command
+	// whose connection failed) recognises the call's token and stores nothing more.
+	ErrOutcomeUnknown = errors.New("outcome unknown: the messages may or may not have been stored")
+	// ErrRedisFull is wrapped, together with Redis's own OOM reply, by a Publish error when
+	// Redis refused the publish because used memory reached maxmemory (policy noeviction).
+	// Nothing of the batch is stored. Consumers keep draining a full Redis: claims, acks, nacks,
+	// lease extensions, releases and dead-lettering still run.
+	ErrRedisFull = errors.New("redis is full (used memory reached maxmemory)")
+	// ErrEvictingRedis is returned by Publish, Subscribe and SubscribeInitialize when the
+	// server's maxmemory-policy (CONFIG GET maxmemory-policy) is anything but noeviction: an
+	// evicting Redis deletes scheduled messages, leases and consumer group registrations
+	// silently. Set the policy to noeviction, or set AllowEvictingRedis to accept the risk.
+	ErrEvictingRedis = errors.New("redis evicts keys (maxmemory-policy is not noeviction)")
 )
 
 // MessageError reports a message that Publish rejected before anything of its batch was stored.
