@@ -363,7 +363,7 @@ func (r *commandRecorder) record(cmd redis.Cmder) {
 // Commands the adapter may send besides scripts: keyless ones, and ones whose only key is
 // their first argument. Anything else (KEYS, SCAN, MGET, a multi-key DEL...) fails the test.
 var (
-	keylessCommands   = []string{"ping", "hello", "client", "auth", "select", "readonly", "script", "time", "info", "cluster", "command", "publish", "subscribe", "unsubscribe"}
+	keylessCommands   = []string{"ping", "hello", "client", "auth", "select", "readonly", "script", "time", "info", "cluster", "command", "config", "publish", "subscribe", "unsubscribe"}
 	singleKeyCommands = []string{"sadd", "scard", "smembers", "sismember", "zcard", "zrange", "zrangebyscore", "zscore", "hget", "hlen", "hexists", "get", "exists", "type"}
 )
 
@@ -422,8 +422,8 @@ func (r *commandRecorder) check(t *testing.T, cluster *redis.ClusterClient) {
 	}
 	t.Logf("%d commands %v, %d script calls of %d scripts, %d keys", len(cmds), names, calls, len(scripts), len(seenKeys))
 	assert.GreaterOrEqual(t, calls, 60, "too few script calls for the workload; is the hook installed?")
-	// publish, claim, ack, nack, extend, release, deadletter.
-	assert.GreaterOrEqual(t, len(scripts), 7, "the workload should run every script: %v", scripts)
+	// register, publish, claim, ack, nack, extend, release, deadletter.
+	assert.GreaterOrEqual(t, len(scripts), 8, "the workload should run every script: %v", scripts)
 
 	if cluster != nil {
 		ctx := context.Background()

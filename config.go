@@ -90,7 +90,8 @@ type PublisherConfig struct {
 	// AllowEvictingRedis lets the Publisher work on a Redis whose maxmemory-policy evicts keys.
 	// By default the first Publish reads the policy (CONFIG GET maxmemory-policy) and refuses
 	// with ErrEvictingRedis unless it is noeviction, because eviction deletes scheduled
-	// messages silently. When set, the policy is logged at warn level once instead. Where
+	// messages silently. When set, the policy is logged once instead, at Error level (Watermill's
+	// LoggerAdapter has no warn level). Where
 	// CONFIG is not allowed (managed Redis), the check is logged at info level and skipped.
 	AllowEvictingRedis bool
 }

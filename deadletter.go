@@ -12,25 +12,27 @@ import (
 )
 
 // DeadLetterInfix joins a topic and a consumer group in the name of their dead-letter topic. A
-// topic whose name contains it shares the hash slot of the part before it.
+// topic whose name contains it shares the hash slot of the part before it, so that moving a
+// message to its dead-letter topic is one atomic script call, on Redis Cluster too.
 const DeadLetterInfix = ".dead-letter."
 
 // DefaultDeadLetterTopic returns topic + DeadLetterInfix + group, for example
 // "orders.dead-letter.billing". Dead letters are ordinary messages on that topic: subscribe to
-// it to handle them.
+// it to handle them. Any other valid topic name works as a dead-letter topic too (see
+// SubscriberConfig.DeadLetterTopic).
 func DefaultDeadLetterTopic(topic, group string) string {
 	return topic + DeadLetterInfix + group
 }
 
 // deadLetterTopic returns the dead-letter topic of the subscription's topic and group, checking
-// that it is a valid name in the same hash slot.
+// that it is a valid topic name other than the topic itself.
 func (s *Subscriber) deadLetterTopic(topic string) (string, error) {
 	dlt := s.config.DeadLetterTopic(topic, s.config.ConsumerGroup)
 	if err := ValidateName("dead-letter topic", dlt); err != nil {
 		return "", err
 	}
-	if dlt == topic || !s.store.keys.sameSlot(topic, dlt) {
-		return "", fmt.Errorf("redisdelay: %w: dead-letter topic %q of topic %q must be the topic name followed by %q and more, so that both share a hash slot", ErrInvalidName, dlt, topic, DeadLetterInfix)
+	if dlt == topic {
+		return "", fmt.Errorf("redisdelay: %w: dead-letter topic of topic %s is the topic itself", ErrInvalidName, quote(topic))
 	}
 	return dlt, nil
 }
@@ -59,10 +61,10 @@ func (s *subscription) deadLetter(c *claimed, msg *message.Message, reason strin
 		s.logger.Error("Cannot marshal dead letter; it stays in the group until its lease expires", err, fields)
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
+	ctx, cancel := s.callContext()
 	defer cancel()
-	err = s.sub.deadLetterGroups.publish(ctx, s.deadLetterPart, func(ctx context.Context, expected int, groups []string) error {
-		return s.sub.store.deadLetter(ctx, s.part, s.group, c, s.deadLetterPart, expected, groups, data)
+	err = s.sub.deadLetterGroups.publish(ctx, s.deadLetterPart, func(ctx context.Context, groups []string) error {
+		return s.sub.store.deadLetter(ctx, s.part, s.group, c, s.deadLetterPart, groups, data, s.sub.config.LeaseTimeout)
 	})
 	switch {
 	case errors.Is(err, errLeaseLost):

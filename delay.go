@@ -45,6 +45,11 @@ const freshSlack = 100 * time.Millisecond
 // range, so it waits at most until U + 1.1s: if that has passed it is due at once, and it is
 // never delayed a second time. Clamping never makes a message due before the until it carries.
 //
+// A delivered message carries ServedDelayMetadataKey with the delay metadata its due time was
+// computed from. While that metadata is unchanged, the delay has been served: DelayOf is 0 and
+// a re-published message is due at once, within milliseconds, at every hop. A handler or
+// middleware that sets a new delay changes the metadata, and the rules above apply to it.
+//
 // An unparseable value, or a delay above MaxDelay, is an error that names the key and the value.
 func DelayOf(msg *message.Message, now time.Time) (time.Duration, error) {
 	d, at, err := scheduleOf(msg, now)
@@ -60,6 +65,9 @@ func DelayOf(msg *message.Message, now time.Time) (time.Duration, error) {
 // d is the delay relative to now.
 func scheduleOf(msg *message.Message, now time.Time) (d time.Duration, at time.Time, err error) {
 	untilStr, forStr := msg.Metadata.Get(delay.DelayedUntilKey), msg.Metadata.Get(delay.DelayedForKey)
+	if served, ok := msg.Metadata[ServedDelayMetadataKey]; ok && served == servedDelay(untilStr, forStr) {
+		return 0, time.Time{}, nil
+	}
 	var until time.Time
 	if untilStr != "" {
 		if until, err = time.Parse(time.RFC3339, untilStr); err != nil {
@@ -113,7 +121,7 @@ type metadataError struct {
 }
 
 func (e *metadataError) Error() string {
-	return fmt.Sprintf("metadata %q=%q: %v", e.key, e.value, e.err)
+	return fmt.Sprintf("metadata %s=%s: %v", quote(e.key), quote(e.value), e.err)
 }
 
 func (e *metadataError) Unwrap() error { return e.err }

@@ -397,17 +397,6 @@ func TestPayloadIsFreedWhenTheLastGroupAcks(t *testing.T) {
 	})
 }
 
-func TestPublishToTopicWithoutGroupsKeepsMessagesForDefaultGroup(t *testing.T) {
-	forEachBackend(t, func(t *testing.T, b backend) {
-		topic := newTopic()
-		pub := newPublisher(t, b)
-		require.NoError(t, pub.Publish(topic, message.NewMessage("early", nil)))
-		sub := newSubscriber(t, b, nil)
-		ch := subscribe(t, sub, topic)
-		assert.Equal(t, "early", receive(t, ch, time.Second).UUID)
-	})
-}
-
 func TestPublishIsAllOrNothing(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()

@@ -3,6 +3,7 @@ package redisdelay
 import (
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 var (
@@ -53,11 +54,26 @@ type MessageError struct {
 	Err   error
 }
 
+// Error names the topic, the UUID, and the key and value when there is one; each is quoted in
+// full up to maxQuoted bytes, and longer ones by their first maxQuoted bytes and their length.
 func (e *MessageError) Error() string {
 	if e.Key == "" {
-		return fmt.Sprintf("redisdelay: topic %q: message %q: %v", e.Topic, e.UUID, e.Err)
+		return fmt.Sprintf("redisdelay: topic %s: message %s: %v", quote(e.Topic), quote(e.UUID), e.Err)
 	}
-	return fmt.Sprintf("redisdelay: topic %q: message %q: metadata %q=%q: %v", e.Topic, e.UUID, e.Key, e.Value, e.Err)
+	return fmt.Sprintf("redisdelay: topic %s: message %s: metadata %s=%s: %v", quote(e.Topic), quote(e.UUID), quote(e.Key), quote(e.Value), e.Err)
+}
+
+// maxQuoted is how many bytes of a value an error message quotes, so that a huge UUID, name or
+// metadata value does not make a huge error.
+const maxQuoted = 64
+
+// quote quotes s for an error message: whole when it has at most maxQuoted bytes, else its first
+// maxQuoted bytes, "..." and its length.
+func quote(s string) string {
+	if len(s) <= maxQuoted {
+		return strconv.Quote(s)
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:maxQuoted], len(s))
 }
 
 // Unwrap returns both ErrInvalidMessage and the underlying cause.

@@ -2,133 +2,177 @@ package redisdelay
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"slices"
 	"sync"
+	"time"
 )
 
 const (
-	// maxCombinedMessages bounds how many messages of concurrent Publish calls one script call
-	// stores. A single larger call still goes whole.
+	// maxCombinedMessages bounds how many messages of concurrent commit calls one round stores.
+	// A single larger call still goes whole, alone.
 	maxCombinedMessages = 1000
-	// maxLeaders is how many script calls per topic may be under way at once, so that a round
-	// trip's latency does not idle Redis.
-	maxLeaders = 4
+	// maxInFlight is how many rounds per topic partition may be under way at once, so that a
+	// round trip's latency does not idle Redis.
+	maxInFlight = 4
 )
 
-// publishQueue combines concurrent Publish calls to one topic into one script call (group
-// commit). Each call's messages always go into a single script call, so each call stays atomic;
-// a call never waits for a timer, only for the script calls under way. A caller that finds
-// fewer than maxLeaders leaders becomes one and stores rounds of waiting calls until its own is
-// done, then hands the leadership to the next waiting call.
-type publishQueue struct {
-	mu      sync.Mutex
-	pending []*publishCall
-	leaders int
+// errNotStored is wrapped, with the context's error, by a commit whose context ended before its
+// messages were taken into a round: nothing of them was sent, so publishing them again is safe.
+var errNotStored = errors.New("messages were not stored")
+
+// groupCommit owns the commit calls of one topic partition that wait to be stored and the rounds
+// under way, and combines concurrent calls into one store call per round (group commit). Each
+// call's messages go whole and contiguous, in call order, into exactly one round, so each call
+// stays atomic. A call never waits for a timer, only for the rounds under way: a round starts as
+// soon as one of the maxInFlight slots is free. A slot belongs to a round, never to a caller:
+// the round runs on its own goroutine and, when its store call returns, gives its result to its
+// calls and starts the next round from the calls still pending.
+type groupCommit struct {
+	store func(ctx context.Context, batch []stored) error
+
+	mu       sync.Mutex
+	pending  []*commitCall // in call order
+	inFlight int           // rounds under way
 }
 
-// publishCall is one Publish call waiting to be stored.
-type publishCall struct {
-	msgs    []stored
-	done    chan error    // receives the result of the script call that stored msgs
-	lead    chan struct{} // closed when this call must become a leader
-	leading bool          // lead is closed; guarded by publishQueue.mu
+// commitCall is one commit call.
+type commitCall struct {
+	ctx   context.Context
+	msgs  []stored
+	taken bool       // in a round; guarded by groupCommit.mu
+	done  chan error // buffered; receives the result of the call's round
 }
 
-// commit stores msgs through the topic's queue and returns the script call's result, or
-// ctx.Err() when ctx ends first (then the messages are either stored whole or not at all).
+// newGroupCommit returns a groupCommit that stores each round with store. store gets the
+// messages of the round's calls, in call order, and a context whose deadline is the latest of
+// theirs; it must store all of them or none.
+func newGroupCommit(store func(ctx context.Context, batch []stored) error) *groupCommit {
+	return &groupCommit{store: store}
+}
+
+// commit stores msgs in a round shared with concurrent calls and returns within ctx's deadline.
+// It returns the round's result (nil or the store error) when the round finished first. When
+// ctx ends before the call was taken into a round, it returns an error wrapping errNotStored and
+// ctx.Err(), and msgs are never stored. When ctx ends while the round is under way, it returns an
+// error wrapping ErrOutcomeUnknown and ctx.Err(): msgs are then either all stored or none is.
+// The cancellation of ctx never aborts a round under way, since other calls share it.
+func (g *groupCommit) commit(ctx context.Context, msgs []stored) error {
+	c := &commitCall{ctx: ctx, msgs: msgs, done: make(chan error, 1)}
+	g.mu.Lock()
+	g.pending = append(g.pending, c)
+	g.startRounds()
+	g.mu.Unlock()
+
+	select {
+	case err := <-c.done:
+		return err
+	case <-ctx.Done():
+	}
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !c.taken {
+		if i := slices.Index(g.pending, c); i >= 0 {
+			g.pending = slices.Delete(g.pending, i, i+1)
+		}
+		return fmt.Errorf("%w: %w", errNotStored, ctx.Err())
+	}
+	select {
+	case err := <-c.done: // the round finished as ctx ended
+		return err
+	default:
+		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+	}
+}
+
+// startRounds starts rounds of pending calls while a slot is free; g.mu is held.
+func (g *groupCommit) startRounds() {
+	for g.inFlight < maxInFlight && len(g.pending) > 0 {
+		if round := g.takeRound(); len(round) > 0 {
+			g.inFlight++
+			go g.run(round)
+		}
+	}
+}
+
+// takeRound removes from pending and returns the longest prefix of calls that holds at most
+// maxCombinedMessages messages, or the first call alone when it holds more. Calls whose context
+// already ended are dropped on the way: their commit returns errNotStored. g.mu is held.
+func (g *groupCommit) takeRound() []*commitCall {
+	var round []*commitCall
+	size, n := 0, 0
+	for ; n < len(g.pending); n++ {
+		c := g.pending[n]
+		if c.ctx.Err() != nil {
+			continue
+		}
+		if len(round) > 0 && size+len(c.msgs) > maxCombinedMessages {
+			break
+		}
+		c.taken = true
+		round = append(round, c)
+		size += len(c.msgs)
+	}
+	g.pending = slices.Delete(g.pending, 0, n)
+	return round
+}
+
+// run stores one round, gives its result to the round's calls, frees the round's slot and
+// starts the next rounds.
+func (g *groupCommit) run(round []*commitCall) {
+	ctx, cancel := roundContext(round)
+	var batch []stored
+	for _, c := range round {
+		batch = append(batch, c.msgs...)
+	}
+	err := g.store(ctx, batch)
+	cancel()
+	for _, c := range round {
+		c.done <- err
+	}
+	g.mu.Lock()
+	g.inFlight--
+	g.startRounds()
+	g.mu.Unlock()
+}
+
+// roundContext returns the context of a round's store call: the values of the round's first
+// call, and the latest deadline among its calls (none when a call has none). No call's
+// cancellation reaches it, so that one caller giving up does not abort the others' round.
+func roundContext(round []*commitCall) (context.Context, context.CancelFunc) {
+	ctx := context.WithoutCancel(round[0].ctx)
+	var latest time.Time
+	for _, c := range round {
+		d, ok := c.ctx.Deadline()
+		if !ok {
+			return context.WithCancel(ctx)
+		}
+		if d.After(latest) {
+			latest = d
+		}
+	}
+	return context.WithDeadline(ctx, latest)
+}
+
+// commit stores msgs on the topic partition named topic through its groupCommit; see
+// groupCommit.commit for the result.
 func (p *Publisher) commit(ctx context.Context, topic string, msgs []stored) error {
-	q := p.queue(topic)
-	call := &publishCall{msgs: msgs, done: make(chan error, 1), lead: make(chan struct{})}
-	q.mu.Lock()
-	q.pending = append(q.pending, call)
-	q.promote()
-	q.mu.Unlock()
-
-	for {
-		select {
-		case err := <-call.done:
-			return err
-		case <-call.lead:
-			p.lead(topic, q, call)
-			return <-call.done
-		case <-ctx.Done():
-			q.mu.Lock()
-			if i := slices.Index(q.pending, call); i >= 0 {
-				q.pending = slices.Delete(q.pending, i, i+1)
-			}
-			if call.leading {
-				q.leaders--
-				q.promote()
-			}
-			q.mu.Unlock()
-			return ctx.Err()
-		}
+	g, ok := p.queues.Load(topic)
+	if !ok {
+		g, _ = p.queues.LoadOrStore(topic, newGroupCommit(func(ctx context.Context, batch []stored) error {
+			return p.storeBatch(ctx, topic, batch)
+		}))
 	}
+	return g.(*groupCommit).commit(ctx, msgs)
 }
 
-// lead stores rounds of pending calls until own is stored (by this or another leader), then
-// hands the leadership over.
-func (p *Publisher) lead(topic string, q *publishQueue, own *publishCall) {
-	defer func() {
-		q.mu.Lock()
-		q.leaders--
-		q.promote()
-		q.mu.Unlock()
-	}()
-	for {
-		q.mu.Lock()
-		n, size := 0, 0
-		for n < len(q.pending) && (n == 0 || size+len(q.pending[n].msgs) <= maxCombinedMessages) {
-			size += len(q.pending[n].msgs)
-			n++
-		}
-		round := slices.Clone(q.pending[:n])
-		q.pending = slices.Delete(q.pending, 0, n)
-		q.mu.Unlock()
-		if n == 0 {
-			return
-		}
-
-		batch := make([]stored, 0, size)
-		for _, c := range round {
-			batch = append(batch, c.msgs...)
-		}
-		err := p.storeBatch(topic, batch)
-		ownDone := false
-		for _, c := range round {
-			c.done <- err
-			ownDone = ownDone || c == own
-		}
-		if ownDone {
-			return
-		}
-	}
-}
-
-// promote makes waiting calls leaders while there are fewer than maxLeaders; q.mu is held.
-func (q *publishQueue) promote() {
-	for _, c := range q.pending {
-		if q.leaders >= maxLeaders {
-			return
-		}
-		if !c.leading {
-			c.leading = true
-			q.leaders++
-			close(c.lead)
-		}
-	}
-}
-
-func (p *Publisher) queue(topic string) *publishQueue {
-	q, _ := p.queues.LoadOrStore(topic, &publishQueue{})
-	return q.(*publishQueue)
-}
-
-// storeBatch runs one publish script call for batch, bounded by OperationTimeout.
-func (p *Publisher) storeBatch(topic string, batch []stored) error {
-	ctx, cancel := context.WithTimeout(context.Background(), p.config.OperationTimeout)
-	defer cancel()
-	return p.groups.publish(ctx, topic, func(ctx context.Context, expected int, groups []string) error {
-		return p.store.publish(ctx, topic, expected, groups, batch)
+// storeBatch runs the publish script for batch on the topic partition named topic, for its
+// registered consumer groups, bounded by ctx. The batch gets one call token, so that a script
+// run that the client repeats stores nothing more.
+func (p *Publisher) storeBatch(ctx context.Context, topic string, batch []stored) error {
+	call := publishCall{token: newToken(), ttl: p.callTTL}
+	return p.groups.publish(ctx, topic, func(ctx context.Context, groups []string) error {
+		return p.store.publish(ctx, topic, call, groups, batch)
 	})
 }

@@ -9,31 +9,30 @@ import (
 // groupCache remembers which consumer groups are registered on each topic, so that a publish
 // can name every group's keys in KEYS, as Redis Cluster requires. The publish scripts refuse a
 // stale view without writing anything and return the current groups; groups are only ever
-// added, so a view needs refreshing at most once per new group.
+// added, so a view needs refreshing at most once per new group. It holds at most
+// maxCachedTopics topics; past that it starts again from empty, which costs one refresh per
+// topic.
 type groupCache struct {
 	mu     sync.Mutex
 	groups map[string][]string
 }
 
-// maxStaleRetries bounds the refreshes of one publish; each is caused by a new group.
-const maxStaleRetries = 5
+const (
+	// maxStaleRetries bounds the refreshes of one publish; each is caused by a new group.
+	maxStaleRetries = 5
+	// maxCachedTopics bounds the memory of a groupCache.
+	maxCachedTopics = 10000
+)
 
-// publish calls try with the cached view of topic's groups (expected count, groups to schedule
-// for) until it succeeds, fails otherwise, or the view was refreshed maxStaleRetries times.
-// With no groups registered, try gets the default group and an expected count of 0.
-func (c *groupCache) publish(ctx context.Context, topic string, try func(ctx context.Context, expected int, groups []string) error) error {
+// publish calls try with the cached view of topic's groups until it succeeds, fails otherwise,
+// or the view was refreshed maxStaleRetries times. No groups means none is registered: the
+// messages are then parked for the first group that registers.
+func (c *groupCache) publish(ctx context.Context, topic string, try func(ctx context.Context, groups []string) error) error {
 	c.mu.Lock()
-	if c.groups == nil {
-		c.groups = map[string][]string{}
-	}
 	groups := c.groups[topic]
 	c.mu.Unlock()
 	for refreshes := 0; ; refreshes++ {
-		expected, target := len(groups), groups
-		if expected == 0 {
-			target = []string{DefaultConsumerGroup}
-		}
-		err := try(ctx, expected, target)
+		err := try(ctx, groups)
 		var stale *errStaleGroups
 		if errors.As(err, &stale) && refreshes < maxStaleRetries {
 			groups = stale.groups
@@ -41,7 +40,10 @@ func (c *groupCache) publish(ctx context.Context, topic string, try func(ctx con
 		}
 		if err == nil {
 			c.mu.Lock()
-			c.groups[topic] = target
+			if c.groups == nil || len(c.groups) >= maxCachedTopics {
+				c.groups = map[string][]string{}
+			}
+			c.groups[topic] = groups
 			c.mu.Unlock()
 		}
 		return err

@@ -6,24 +6,31 @@ import (
 	"strings"
 )
 
-// MaxNameLength is the longest topic or consumer group name, in bytes, that ValidateName accepts.
+// MaxNameLength is the longest topic or consumer group name, in bytes, that ValidateName
+// accepts; in a name that contains DeadLetterInfix, the limit holds for each part around it.
+// So every topic that Publish accepts can be subscribed by every consumer group that Subscribe
+// accepts: the default dead-letter topic, topic + DeadLetterInfix + group, is valid too.
 const MaxNameLength = 512
 
 // ValidateName reports whether name can be used as a topic or a consumer group name. A name must
-// be non-empty, at most MaxNameLength bytes, free of '{' and '}' (braces would change the Redis
-// Cluster hash tag that keeps all keys of a topic in one slot), and must not end in '#' and
-// digits, which name the partitions of a topic. Any other byte, ':' included, is allowed. The
-// error wraps ErrInvalidName and names what is wrong.
+// be non-empty, at most MaxNameLength bytes (each part around DeadLetterInfix, see
+// MaxNameLength), free of '{' and '}' (braces would change the Redis Cluster hash tag that keeps
+// all keys of a topic in one slot), and must not end in '#' and digits, which name the
+// partitions of a topic. Any other byte, ':' included, is allowed. The error wraps
+// ErrInvalidName and names what is wrong, quoting at most 64 bytes of the name.
 func ValidateName(kind, name string) error {
 	switch {
-	case partitionSuffix(name) > 0 || partitionSuffix(strings.SplitN(name, DeadLetterInfix, 2)[0]) > 0:
-		return fmt.Errorf("redisdelay: %w: %s name %q ends in '#' and digits, which name topic partitions", ErrInvalidName, kind, name)
 	case name == "":
 		return fmt.Errorf("redisdelay: %w: %s name is empty", ErrInvalidName, kind)
-	case len(name) > MaxNameLength:
-		return fmt.Errorf("redisdelay: %w: %s name %.40q... is %d bytes, more than %d", ErrInvalidName, kind, name, len(name), MaxNameLength)
 	case strings.ContainsAny(name, "{}"):
-		return fmt.Errorf("redisdelay: %w: %s name %q contains '{' or '}', which would break the Redis Cluster hash tag", ErrInvalidName, kind, name)
+		return fmt.Errorf("redisdelay: %w: %s name %s contains '{' or '}', which would break the Redis Cluster hash tag", ErrInvalidName, kind, quote(name))
+	case partitionSuffix(name) > 0 || partitionSuffix(strings.SplitN(name, DeadLetterInfix, 2)[0]) > 0:
+		return fmt.Errorf("redisdelay: %w: %s name %s ends in '#' and digits, which name topic partitions", ErrInvalidName, kind, quote(name))
+	}
+	for _, part := range strings.Split(name, DeadLetterInfix) {
+		if len(part) > MaxNameLength {
+			return fmt.Errorf("redisdelay: %w: %s name %s has a part of %d bytes, more than %d", ErrInvalidName, kind, quote(name), len(part), MaxNameLength)
+		}
 	}
 	return nil
 }
@@ -38,10 +45,15 @@ func ValidateName(kind, name string) error {
 //	                           single-group topic is here only once claimed
 //	P{T}:refs          hash    ID -> groups that still hold the message (only while > 1)
 //	P{T}:groups        set     consumer groups registered on the topic
+//	P{T}:parked        zset    messages published while no group was registered, in the
+//	                           single-group form; the first group to register takes it over
+//	P{T}:call:K        string  publish call K ran, with its first ID (expires; see publish.lua)
 //	P{T}:g:G:due       zset    ID, ID|message (single group), or ID:N after N attempts,
 //	                           scored by due time (Unix µs)
 //	P{T}:g:G:lease     zset    ID:N, leased for attempt N, scored by lease deadline (Unix µs)
 //	P{T}:g:G:wake      channel Pub/Sub channel that carries the new earliest due time
+//	P{T}:g:G:claim:S   string  subscription S's last claim, to answer it again when its reply
+//	                           was lost (expires after the lease timeout; see claim.lua)
 //
 // Times are on the Redis clock. ID:N in the lease set is the lease's fencing token.
 //
@@ -53,7 +65,7 @@ type keySpace struct {
 
 // topicKeys are the keys shared by all consumer groups of a topic.
 type topicKeys struct {
-	seq, messages, refs, groups string
+	seq, messages, refs, groups, parked string
 }
 
 // groupKeys are the keys of one consumer group on one topic.
@@ -117,7 +129,19 @@ func (k keySpace) topic(topic string) topicKeys {
 		messages: t + ":msg",
 		refs:     t + ":refs",
 		groups:   t + ":groups",
+		parked:   t + ":parked",
 	}
+}
+
+// call is the key that records that publish call token ran on topic (a partition name).
+func (k keySpace) call(topic, token string) string {
+	return k.tag(topic) + ":call:" + token
+}
+
+// claimRecord is the key that holds the last claim of subscription id in group on topic (a
+// partition name).
+func (k keySpace) claimRecord(topic, group, id string) string {
+	return k.tag(topic) + ":g:" + group + ":claim:" + id
 }
 
 func (k keySpace) group(topic, group string) groupKeys {

@@ -17,6 +17,26 @@ const ReservedMetadataPrefix = "_redisdelay_"
 // so a message re-published from a handler starts again at attempt 1.
 const AttemptMetadataKey = ReservedMetadataPrefix + "attempt"
 
+// DueTimeMetadataKey is set on every delivered message to the due time it was delivered for:
+// RFC3339 with microseconds, UTC, on the Redis clock. The claim time minus it is the delivery's
+// lateness. Publish drops the key.
+const DueTimeMetadataKey = ReservedMetadataPrefix + "due_time"
+
+// ServedDelayMetadataKey is set on a delivered message that carries Watermill's delay metadata,
+// to the values that decided its due time: _watermill_delayed_until, "|",
+// _watermill_delayed_for. A message re-published with the same delay metadata (by a poison
+// queue, a requeuer or a forwarder) has served that delay already and is due at once; a handler
+// or middleware that sets a new delay changes the metadata and is delayed as usual. Publish
+// drops the key.
+const ServedDelayMetadataKey = ReservedMetadataPrefix + "served_delay"
+
+// servedDelay is the value of ServedDelayMetadataKey for the given delay metadata.
+func servedDelay(until, delayFor string) string { return until + "|" + delayFor }
+
+// deliveryMetadata are the keys a Subscriber sets on each delivery; Publish drops them, so a
+// message re-published from a handler starts afresh.
+var deliveryMetadata = []string{AttemptMetadataKey, DueTimeMetadataKey, ServedDelayMetadataKey}
+
 // Metadata a dead letter gains when it is moved to its dead-letter topic. Publish keeps these
 // keys, so a dead letter can be re-published as it is.
 const (
@@ -40,14 +60,16 @@ const (
 	DeadLetterReasonLeaseExpired = "lease expired"
 )
 
-// publishableReserved are the reserved keys Publish accepts: the attempt, which it drops, and
-// the dead-letter keys, which it keeps.
+// publishableReserved are the reserved keys Publish accepts: the delivery keys, which it drops,
+// and the dead-letter keys, which it keeps.
 var publishableReserved = map[string]bool{
-	AttemptMetadataKey:    true,
-	DeadLetterTopicKey:    true,
-	DeadLetterGroupKey:    true,
-	DeadLetterAttemptsKey: true,
-	DeadLetterReasonKey:   true,
+	AttemptMetadataKey:     true,
+	DueTimeMetadataKey:     true,
+	ServedDelayMetadataKey: true,
+	DeadLetterTopicKey:     true,
+	DeadLetterGroupKey:     true,
+	DeadLetterAttemptsKey:  true,
+	DeadLetterReasonKey:    true,
 }
 
 // checkReservedMetadata refuses a metadata key that starts with ReservedMetadataPrefix and is
@@ -59,4 +81,23 @@ func checkReservedMetadata(msg *message.Message) *metadataError {
 		}
 	}
 	return nil
+}
+
+// withoutDeliveryMetadata returns msg, or a copy of it (context included) without the keys a
+// Subscriber sets on each delivery when it has any.
+func withoutDeliveryMetadata(msg *message.Message) *message.Message {
+	found := false
+	for _, k := range deliveryMetadata {
+		_, ok := msg.Metadata[k]
+		found = found || ok
+	}
+	if !found {
+		return msg
+	}
+	c := msg.Copy()
+	for _, k := range deliveryMetadata {
+		delete(c.Metadata, k)
+	}
+	c.SetContext(msg.Context())
+	return c
 }

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"maps"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,6 +12,15 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+const (
+	// A publish call's token is kept for publishCallTTLFactor times OperationTimeout, and at
+	// least minPublishCallTTL. go-redis starts no retry of a call after its context ended, so
+	// every run of a call is sent within OperationTimeout; the margin covers runs that wait in a
+	// slow server's queue.
+	publishCallTTLFactor = 4
+	minPublishCallTTL    = 10 * time.Second
 )
 
 // Publisher publishes Watermill messages to the Redis delay queue. It is safe for concurrent use.
@@ -25,9 +33,11 @@ type Publisher struct {
 	closeMu sync.RWMutex // Publish holds it for reading, so Close waits for publishes under way
 	closed  bool
 
-	groups groupCache
-	queues sync.Map      // partition name -> *publishQueue
-	next   atomic.Uint64 // round-robin partition counter
+	groups   groupCache
+	eviction evictionGuard
+	queues   sync.Map      // partition name -> *groupCommit
+	next     atomic.Uint64 // round-robin partition counter
+	callTTL  time.Duration // how long Redis keeps a publish call's token
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -42,15 +52,19 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
+	logger = logger.With(watermill.LogFields{"provider": "redisdelay"})
 	p := &Publisher{
 		config: config,
-		logger: logger.With(watermill.LogFields{"provider": "redisdelay"}),
+		logger: logger,
 		store: store{
 			client:          config.Client,
 			keys:            keySpace{prefix: config.KeyPrefix},
+			shebang:         &shebangSupport{},
 			durableReplicas: config.DurableReplicas,
 			durableTimeout:  config.DurableTimeout,
 		},
+		eviction: evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
+		callTTL:  max(publishCallTTLFactor*config.OperationTimeout, minPublishCallTTL),
 	}
 	// delay.NewPublisher turns a delay set with delay.WithContext on a message's context into
 	// delay metadata, as Watermill's own delayed publishers do; AllowNoDelay keeps messages
@@ -85,6 +99,11 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	if p.closed {
 		return ErrPublisherClosed
 	}
+	for i, msg := range msgs {
+		if msg == nil {
+			return &MessageError{Topic: topic, Err: fmt.Errorf("message %d of %d is nil", i+1, len(msgs))}
+		}
+	}
 	return p.delayed.Publish(topic, msgs...)
 }
 
@@ -115,9 +134,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 		if err := checkReservedMetadata(msg); err != nil {
 			return &MessageError{Topic: topic, UUID: msg.UUID, Key: err.key, Value: err.value, Err: err.err}
 		}
-		if _, ok := msg.Metadata[AttemptMetadataKey]; ok {
-			msg = withoutAttempt(msg)
-		}
+		msg = withoutDeliveryMetadata(msg)
 		data, err := p.config.Marshaler.Marshal(topic, msg)
 		if err != nil {
 			return &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("marshal: %w", err)}
@@ -132,9 +149,12 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 	// re-published after its Ack cancelled that context.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msgs[0].Context()), p.config.OperationTimeout)
 	defer cancel()
+	if err := p.eviction.check(ctx); err != nil {
+		return fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
+	}
 	for n, part := range splitByPartition(batch, partitions) {
 		if err := p.commit(ctx, partitionName(topic, n), part); err != nil {
-			return fmt.Errorf("redisdelay: publish %d message(s) to topic %q partition %d (first UUID %q): %w", len(part), topic, n, msgs[0].UUID, err)
+			return fmt.Errorf("redisdelay: publish %d message(s) to topic %s partition %d (first UUID %s): %w", len(part), quote(topic), n, quote(msgs[0].UUID), err)
 		}
 	}
 	p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
@@ -179,12 +199,3 @@ type publishFunc func(topic string, msgs ...*message.Message) error
 func (f publishFunc) Publish(topic string, msgs ...*message.Message) error { return f(topic, msgs...) }
 
 func (f publishFunc) Close() error { return nil }
-
-// withoutAttempt returns a copy of msg, context included, without AttemptMetadataKey.
-func withoutAttempt(msg *message.Message) *message.Message {
-	c := msg.Copy()
-	c.Metadata = maps.Clone(msg.Metadata)
-	delete(c.Metadata, AttemptMetadataKey)
-	c.SetContext(msg.Context())
-	return c
-}

@@ -3,9 +3,15 @@ package redisdelay
 import (
 	"context"
 	_ "embed"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"net"
 	"strconv"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -16,6 +22,8 @@ import (
 type store struct {
 	client redis.UniversalClient
 	keys   keySpace
+	// shebang records whether the server accepts script flags; shared by copies of the store.
+	shebang *shebangSupport
 	// durableReplicas, when > 0, makes publish WAIT for that many replicas, durableTimeout at
 	// most.
 	durableReplicas int
@@ -39,20 +47,96 @@ var (
 	luaExtend string
 	//go:embed lua/deadletter.lua
 	luaDeadLetter string
+	//go:embed lua/register.lua
+	luaRegister string
 
-	// Each script is loaded once per server and then run with EVALSHA (redis.Script falls back
-	// to EVAL on NOSCRIPT, for example after a restart).
-	publishScript    = newScript(luaPublish)
-	claimScript      = newScript(luaClaim)
-	ackScript        = newScript(luaAck)
-	releaseScript    = newScript(luaRelease)
-	nackScript       = newScript(luaNack)
-	extendScript     = newScript(luaExtend)
-	deadLetterScript = newScript(luaDeadLetter)
+	// publishScript has no allow-oom flag: a full Redis refuses it before it writes anything.
+	// Every script that drains the queue may run on a full Redis, so that consumers can always
+	// empty it.
+	publishScript    = newScript("publish", luaPublish, false)
+	claimScript      = newScript("claim", luaClaim, true)
+	ackScript        = newScript("ack", luaAck, true)
+	releaseScript    = newScript("release", luaRelease, true)
+	nackScript       = newScript("nack", luaNack, true)
+	extendScript     = newScript("extend", luaExtend, true)
+	deadLetterScript = newScript("deadletter", luaDeadLetter, true)
+	registerScript   = newScript("register", luaRegister, true)
+	// deadLetterPublishScript is publish.lua for the first step of a move to a dead-letter topic
+	// in another hash slot; like the rest of dead-lettering, it may run on a full Redis.
+	deadLetterPublishScript = newScript("publish dead letter", luaPublish, true)
 )
 
-func newScript(body string) *redis.Script {
-	return redis.NewScript(luaLib + "\n" + body)
+// script is one Lua script in two forms. Redis 7 reads flags from a shebang line: allow-oom lets
+// a script run when used memory is above maxmemory, and a flagged script without it is refused
+// before it runs. Servers without shebang support (Redis 6.2, miniredis) get the plain form,
+// which Redis lets run until its first write that could grow memory.
+type script struct {
+	name    string
+	flagged *redis.Script
+	plain   *redis.Script
+}
+
+func newScript(name, body string, allowOOM bool) *script {
+	shebang := "#!lua\n"
+	if allowOOM {
+		shebang = "#!lua flags=allow-oom\n"
+	}
+	return &script{
+		name:    name,
+		flagged: redis.NewScript(shebang + luaLib + "\n" + body),
+		plain:   redis.NewScript(luaLib + "\n" + body),
+	}
+}
+
+// shebangSupport is set once a server has refused a shebang line. It is per Publisher or
+// Subscriber, so one process may talk to servers of both kinds.
+type shebangSupport struct{ unsupported atomic.Bool }
+
+// run is the one path of every script call: bounded by ctx (see bounded), on the script form the
+// server supports, with the error classified (see classify) and named after the script.
+func (s store) run(ctx context.Context, c redis.Scripter, sc *script, keys []string, args ...any) (any, error) {
+	res, err := bounded(ctx, func(ctx context.Context) (any, error) {
+		if s.shebang.unsupported.Load() {
+			return sc.plain.Run(ctx, c, keys, args...).Result()
+		}
+		res, err := sc.flagged.Run(ctx, c, keys, args...).Result()
+		if err != nil && isShebangRefused(err) {
+			s.shebang.unsupported.Store(true)
+			return sc.plain.Run(ctx, c, keys, args...).Result()
+		}
+		return res, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("script %s: %w", sc.name, classify(err))
+	}
+	return res, nil
+}
+
+// isShebangRefused reports a compile error at the shebang line, from a server that predates
+// script flags.
+func isShebangRefused(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "compiling script") && strings.Contains(msg, "'#'")
+}
+
+// classify wraps ErrRedisFull around an OOM reply, and ErrOutcomeUnknown around an error after
+// which the command may have run: a timeout or a connection lost after sending. Errors that
+// prove the command did not run (a reply error, a refused dial, a closed client or pool) are
+// returned as they are.
+func classify(err error) error {
+	var reply redis.Error
+	var op *net.OpError
+	switch {
+	case errors.As(err, &reply):
+		if strings.HasPrefix(reply.Error(), "OOM") {
+			return fmt.Errorf("%w: %w", ErrRedisFull, err)
+		}
+		return err
+	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout),
+		errors.As(err, &op) && op.Op == "dial":
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
 }
 
 // stored is a message ready to be published: its marshaled form and when it is due, either
@@ -82,12 +166,27 @@ func (errStaleGroups) Error() string { return "registered consumer groups change
 // the message had been claimed again (fencing).
 var errLeaseLost = errors.New("lease lost")
 
+// newToken returns a random token of 16 characters that names one publish or claim call, so
+// that a second run of the call is recognised.
+func newToken() string {
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// publishCall names one run of publish_to: its token and how long Redis keeps it (ms).
+type publishCall struct {
+	token string
+	ttl   time.Duration
+}
+
 // publishTarget appends the keys and arguments that publish_to in lib.lua expects for a topic:
-// its keys, then the expected group count, the groups, their wake channels and the messages.
-func (s store) publishTarget(keys []string, args []any, topic string, expected int, groups []string, msgs []stored) ([]string, []any) {
+// its keys, then the call key lifetime, the groups, their wake channels and the messages.
+func (s store) publishTarget(keys []string, args []any, topic string, call publishCall, groups []string, msgs []stored) ([]string, []any) {
 	tk := s.keys.topic(topic)
-	keys = append(keys, tk.seq, tk.messages, tk.refs, tk.groups)
-	args = append(args, expected, len(groups))
+	keys = append(keys, s.keys.call(topic, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked)
+	args = append(args, call.ttl.Milliseconds(), len(groups))
 	channels := make([]any, 0, len(groups))
 	for _, g := range groups {
 		gk := s.keys.group(topic, g)
@@ -102,92 +201,120 @@ func (s store) publishTarget(keys []string, args []any, topic string, expected i
 	return keys, args
 }
 
-// publishReply reads the reply of publish_to: nil, *errStaleGroups or errLeaseLost.
-func publishReply(res []any) error {
+// publishReply reads the reply of publish_to: nil, *errStaleGroups or errLeaseLost. Any other
+// reply is an error naming the script.
+func publishReply(name string, reply any) error {
+	res, _ := reply.([]any)
 	if len(res) == 0 {
-		return errors.New("empty reply from script")
+		return fmt.Errorf("script %s: unexpected reply %v", name, reply)
 	}
 	switch code, _ := res[0].(int64); code {
 	case 1:
 		return nil
 	case -1:
 		return errLeaseLost
+	case 0:
+		stale := &errStaleGroups{}
+		for _, g := range res[1:] {
+			name, _ := g.(string)
+			stale.groups = append(stale.groups, name)
+		}
+		return stale
 	}
-	stale := &errStaleGroups{}
-	for _, g := range res[1:] {
-		name, _ := g.(string)
-		stale.groups = append(stale.groups, name)
-	}
-	return stale
+	return fmt.Errorf("script %s: unexpected reply %v", name, reply)
 }
 
-// publish runs publish.lua for one batch, scheduled for the given groups. expected is how many
-// groups the caller believes are registered (0 means none: groups must then be just the default
-// group, which the script registers). It returns *errStaleGroups with the current groups when
-// that belief is wrong; nothing is stored then.
-func (s store) publish(ctx context.Context, topic string, expected int, groups []string, msgs []stored) error {
-	keys, args := s.publishTarget(make([]string, 0, 4+len(groups)), make([]any, 0, 2+2*len(groups)+2*len(msgs)), topic, expected, groups, msgs)
+// publish runs publish.lua for one batch, scheduled for the given groups (none: parked for the
+// first group that registers). It returns *errStaleGroups with the current groups when the
+// caller's view is wrong; nothing is stored then. A second run of the same call stores nothing.
+func (s store) publish(ctx context.Context, topic string, call publishCall, groups []string, msgs []stored) error {
+	keys, args := s.publishTarget(make([]string, 0, 6+len(groups)), make([]any, 0, 2+2*len(groups)+2*len(msgs)), topic, call, groups, msgs)
 	if s.durableReplicas > 0 {
 		return s.publishDurably(ctx, keys, args)
 	}
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return publishScript.Run(ctx, s.client, keys, args...).Slice()
-	})
+	res, err := s.run(ctx, s.client, publishScript, keys, args...)
 	if err != nil {
 		return err
 	}
-	return publishReply(res)
+	return publishReply(publishScript.name, res)
 }
 
 // publishDurably runs publish.lua and then WAIT on one connection to the master that owns the
 // keys, since WAIT counts the replicas that have that connection's writes.
 func (s store) publishDurably(ctx context.Context, keys []string, args []any) error {
-	_, err := bounded(ctx, func(ctx context.Context) (struct{}, error) {
-		var conn *redis.Conn
-		switch c := s.client.(type) {
-		case *redis.ClusterClient:
-			master, err := c.MasterForKey(ctx, keys[0])
-			if err != nil {
-				return struct{}{}, err
-			}
-			conn = master.Conn()
-		case *redis.Client:
-			conn = c.Conn()
-		default:
-			return struct{}{}, fmt.Errorf("DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
-		}
-		defer conn.Close()
-		res, err := publishScript.Run(ctx, conn, keys, args...).Slice()
-		if err == nil {
-			err = publishReply(res)
-		}
+	var conn *redis.Conn
+	switch c := s.client.(type) {
+	case *redis.ClusterClient:
+		master, err := bounded(ctx, func(ctx context.Context) (*redis.Client, error) { return c.MasterForKey(ctx, keys[0]) })
 		if err != nil {
-			return struct{}{}, err
+			return err
 		}
-		replicas, err := conn.Do(ctx, "WAIT", s.durableReplicas, s.durableTimeout.Milliseconds()).Int64()
-		if err == nil && replicas < int64(s.durableReplicas) {
-			err = fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.durableReplicas, s.durableTimeout)
-		}
-		return struct{}{}, err
-	})
-	return err
-}
-
-// deadLetter runs deadletter.lua: it publishes letter to the dead-letter topic for the given
-// groups and ends the source group's hold on c, atomically. It returns errLeaseLost or
-// *errStaleGroups when nothing was changed.
-func (s store) deadLetter(ctx context.Context, topic, group string, c *claimed, deadLetterTopic string, expected int, groups []string, letter []byte) error {
-	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
-	keys := []string{gk.lease, tk.messages, tk.refs}
-	args := []any{c.member()}
-	keys, args = s.publishTarget(keys, args, deadLetterTopic, expected, groups, []stored{{data: letter}})
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return deadLetterScript.Run(ctx, s.client, keys, args...).Slice()
-	})
+		conn = master.Conn()
+	case *redis.Client:
+		conn = c.Conn()
+	default:
+		return fmt.Errorf("DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
+	}
+	defer conn.Close()
+	res, err := s.run(ctx, conn, publishScript, keys, args...)
+	if err == nil {
+		err = publishReply(publishScript.name, res)
+	}
 	if err != nil {
 		return err
 	}
-	return publishReply(res)
+	replicas, err := bounded(ctx, func(ctx context.Context) (int64, error) {
+		return conn.Do(ctx, "WAIT", s.durableReplicas, s.durableTimeout.Milliseconds()).Int64()
+	})
+	if err == nil && replicas < int64(s.durableReplicas) {
+		err = fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.durableReplicas, s.durableTimeout)
+	}
+	return err
+}
+
+// deadLetterTokenTTL is how long the token of a dead letter moved to another hash slot is kept:
+// while it is, a move that runs again (its second step failed, or the consumer died between
+// the steps and the message came back) publishes nothing more.
+const deadLetterTokenTTL = 7 * 24 * time.Hour
+
+// deadLetter publishes letter to the dead-letter topic for the given groups and ends the source
+// group's hold on c. When both topics share a hash slot it is one call of deadletter.lua. Else
+// it takes two steps that can each run again without harm, after a check that c is still
+// leased (extend.lua, which also gives the steps a full lease): publish.lua with a token
+// derived from the message (so a repeated first step publishes nothing more), then ack.lua,
+// fenced by the lease. It returns errLeaseLost or *errStaleGroups when nothing was changed.
+func (s store) deadLetter(ctx context.Context, topic, group string, c *claimed, deadLetterTopic string, groups []string, letter []byte, lease time.Duration) error {
+	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
+	call := publishCall{token: "dl:" + topic + ":" + group + ":" + c.id, ttl: deadLetterTokenTTL}
+	msgs := []stored{{data: letter}}
+	if !s.keys.sameSlot(topic, deadLetterTopic) {
+		lost, err := s.extend(ctx, topic, group, lease, []*claimed{c})
+		if err != nil {
+			return err
+		}
+		if len(lost) > 0 {
+			return errLeaseLost
+		}
+		keys, args := s.publishTarget(nil, nil, deadLetterTopic, call, groups, msgs)
+		res, err := s.run(ctx, s.client, deadLetterPublishScript, keys, args...)
+		if err == nil {
+			err = publishReply(deadLetterPublishScript.name, res)
+		}
+		if err != nil {
+			return err
+		}
+		refused, err := s.ack(ctx, topic, group, []*claimed{c})
+		if err == nil && len(refused) > 0 {
+			err = errLeaseLost
+		}
+		return err
+	}
+	keys, args := s.publishTarget([]string{gk.lease, tk.messages, tk.refs}, []any{c.member()}, deadLetterTopic, call, groups, msgs)
+	res, err := s.run(ctx, s.client, deadLetterScript, keys, args...)
+	if err != nil {
+		return err
+	}
+	return publishReply(deadLetterScript.name, res)
 }
 
 // bounded runs f and returns when it does or when ctx is done, whichever comes first. go-redis
@@ -214,13 +341,20 @@ func bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T,
 	}
 }
 
-// registerGroup adds a consumer group to a topic (SADD). From then on every message published
-// to the topic is scheduled for the group too.
+// registerGroup registers a consumer group on a topic (register.lua). From then on every
+// message published to the topic is scheduled for the group too; the first group of a topic
+// also takes over the messages published before any group was registered. It writes nothing
+// when the group is registered already.
 func (s store) registerGroup(ctx context.Context, topic, group string) error {
-	_, err := bounded(ctx, func(ctx context.Context) (int64, error) {
-		return s.client.SAdd(ctx, s.keys.topic(topic).groups, group).Result()
-	})
-	return err
+	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
+	res, err := s.run(ctx, s.client, registerScript, []string{tk.groups, tk.parked, gk.due}, group, gk.wakeChannel)
+	if err != nil {
+		return err
+	}
+	if n, ok := res.(int64); !ok || n < 0 || n > 2 {
+		return fmt.Errorf("script %s: unexpected reply %v", registerScript.name, res)
+	}
+	return nil
 }
 
 // claimed is one message a subscription holds a lease on.
@@ -242,33 +376,38 @@ type claimResult struct {
 	nextDueUs   int64    // earliest due time left in the group, -1 if none
 	nextLeaseUs int64    // earliest lease deadline in the group, -1 if none
 	refusedAcks []string // IDs whose ack was refused: the lease had been lost
-	vanished    int64
+	dropped     int64    // due entries dropped: malformed, or their stored message vanished
 	messages    []*claimed
 }
 
-// claim runs claim.lua: it acknowledges acks, then claims up to limit due messages.
-func (s store) claim(ctx context.Context, topic, group string, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
+// claimCall names one claim: the subscription's claim record key and the claim's token.
+type claimCall struct {
+	record, token string
+}
+
+// claim runs claim.lua: it acknowledges acks, then claims up to limit due messages. A claim
+// whose token the record holds already ran; it is answered again from the record.
+func (s store) claim(ctx context.Context, topic, group string, call claimCall, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
 	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
-	args := make([]any, 0, 2+len(acks))
-	args = append(args, limit, lease.Microseconds())
+	args := make([]any, 0, 3+len(acks))
+	args = append(args, limit, lease.Microseconds(), call.token)
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
-	res, err := bounded(ctx, func(ctx context.Context) ([]any, error) {
-		return claimScript.Run(ctx, s.client, []string{gk.due, gk.lease, tk.messages, tk.refs}, args...).Slice()
-	})
+	reply, err := s.run(ctx, s.client, claimScript, []string{gk.due, gk.lease, tk.messages, tk.refs, call.record}, args...)
 	if err != nil {
 		return claimResult{}, err
 	}
+	res, _ := reply.([]any)
 	if len(res) < 5 || (len(res)-5)%4 != 0 {
-		return claimResult{}, fmt.Errorf("claim script returned %d values", len(res))
+		return claimResult{}, fmt.Errorf("script %s: unexpected reply of %d values", claimScript.name, len(res))
 	}
 	r := claimResult{
 		nowUs:       asInt(res[0]),
 		nextDueUs:   asInt(res[1]),
 		nextLeaseUs: asInt(res[2]),
 		refusedAcks: asStrings(res[3]),
-		vanished:    asInt(res[4]),
+		dropped:     asInt(res[4]),
 	}
 	for i := 5; i < len(res); i += 4 {
 		id, _ := res[i].(string)
@@ -293,19 +432,23 @@ func (s store) ack(ctx context.Context, topic, group string, acks []*claimed) ([
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
-	return bounded(ctx, func(ctx context.Context) ([]string, error) {
-		return ackScript.Run(ctx, s.client, []string{gk.lease, tk.messages, tk.refs}, args...).StringSlice()
-	})
+	res, err := s.run(ctx, s.client, ackScript, []string{gk.lease, tk.messages, tk.refs}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return asStrings(res), nil
 }
 
-// release runs release.lua for messages a stopping subscription still holds.
-func (s store) release(ctx context.Context, topic, group string, held []*claimed) error {
-	if len(held) == 0 {
+// release runs release.lua for messages a stopping subscription still holds, and for the
+// messages of its last claim when that claim's reply did not arrive (call.token is then that
+// claim's token, else empty).
+func (s store) release(ctx context.Context, topic, group string, call claimCall, held []*claimed) error {
+	if len(held) == 0 && call.token == "" {
 		return nil
 	}
 	gk := s.keys.group(topic, group)
-	args := make([]any, 0, 1+3*len(held))
-	args = append(args, gk.wakeChannel)
+	args := make([]any, 0, 2+3*len(held))
+	args = append(args, gk.wakeChannel, call.token)
 	for _, c := range held {
 		delivered := 0
 		if c.delivered {
@@ -313,9 +456,7 @@ func (s store) release(ctx context.Context, topic, group string, held []*claimed
 		}
 		args = append(args, c.member(), c.dueUs, delivered)
 	}
-	_, err := bounded(ctx, func(ctx context.Context) (any, error) {
-		return releaseScript.Run(ctx, s.client, []string{gk.due, gk.lease}, args...).Result()
-	})
+	_, err := s.run(ctx, s.client, releaseScript, []string{gk.due, gk.lease, call.record}, args...)
 	return err
 }
 
@@ -327,13 +468,16 @@ func (s store) nack(ctx context.Context, topic, group string, c *claimed, delay 
 	if changed != nil {
 		args = append(args, changed)
 	}
-	score, err := bounded(ctx, func(ctx context.Context) (int64, error) {
-		return nackScript.Run(ctx, s.client, []string{gk.due, gk.lease, tk.messages, tk.refs, tk.seq}, args...).Int64()
-	})
-	if err == nil && score < 0 {
+	res, err := s.run(ctx, s.client, nackScript, []string{gk.due, gk.lease, tk.messages, tk.refs, tk.seq}, args...)
+	if err != nil {
+		return err
+	}
+	if score, ok := res.(int64); !ok {
+		return fmt.Errorf("script %s: unexpected reply %v", nackScript.name, res)
+	} else if score < 0 {
 		return errLeaseLost
 	}
-	return err
+	return nil
 }
 
 // extend runs extend.lua and returns the IDs whose lease had been lost.
@@ -347,9 +491,11 @@ func (s store) extend(ctx context.Context, topic, group string, lease time.Durat
 	for _, c := range held {
 		args = append(args, c.member())
 	}
-	return bounded(ctx, func(ctx context.Context) ([]string, error) {
-		return extendScript.Run(ctx, s.client, []string{gk.lease}, args...).StringSlice()
-	})
+	res, err := s.run(ctx, s.client, extendScript, []string{gk.lease}, args...)
+	if err != nil {
+		return nil, err
+	}
+	return asStrings(res), nil
 }
 
 // asInt reads an integer reply element; Redis returns integers as int64 and scores as strings.

@@ -22,28 +22,30 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			client := redis.NewClient(&redis.Options{Addr: addr})
 			defer client.Close()
-			s := store{client: client, keys: keySpace{prefix: DefaultKeyPrefix}}
+			s := testStore(client)
 			ctx := context.Background()
 			const topic, group = "fencing", DefaultConsumerGroup
 			data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("m"))
-			require.NoError(t, s.publish(ctx, topic, 0, []string{group}, []stored{{data: data}}))
+			require.NoError(t, s.registerGroup(ctx, topic, group))
+			require.NoError(t, s.publish(ctx, topic, testCall(), []string{group}, []stored{{data: data}}))
 
 			const lease = 100 * time.Millisecond
-			a, err := s.claim(ctx, topic, group, 10, lease, nil)
+			a, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, lease, nil)
 			require.NoError(t, err)
 			require.Len(t, a.messages, 1)
 			stale := a.messages[0]
 			require.EqualValues(t, 1, stale.attempt)
 
 			time.Sleep(lease + 20*time.Millisecond)
-			b, err := s.claim(ctx, topic, group, 10, time.Minute, nil)
+			b, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, time.Minute, nil)
 			require.NoError(t, err)
 			require.Len(t, b.messages, 1, "the expired lease makes the message due again")
 			current := b.messages[0]
 			require.EqualValues(t, 2, current.attempt)
 			gk := s.keys.group(topic, group)
-			leaseOf := func() float64 { return client.ZScore(ctx, gk.lease, current.id).Val() }
+			leaseOf := func() float64 { return client.ZScore(ctx, gk.lease, current.member()).Val() }
 			deadline := leaseOf()
+			require.NotZero(t, deadline)
 
 			refused, err := s.ack(ctx, topic, group, []*claimed{stale})
 			require.NoError(t, err)
@@ -52,11 +54,15 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 			lost, err := s.extend(ctx, topic, group, time.Hour, []*claimed{stale})
 			require.NoError(t, err)
 			assert.Equal(t, []string{stale.id}, lost, "stale extension")
-			require.NoError(t, s.release(ctx, topic, group, []*claimed{stale}))
-			assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, DefaultDeadLetterTopic(topic, group), 0, []string{group}, data), errLeaseLost, "stale dead-lettering")
+			require.NoError(t, s.release(ctx, topic, group, claimCall{record: "none"}, []*claimed{stale}))
+			assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, DefaultDeadLetterTopic(topic, group), nil, data, lease), errLeaseLost, "stale dead-lettering")
+			assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, "elsewhere", nil, data, lease), errLeaseLost, "stale dead-lettering to another slot")
 
 			assert.Equal(t, deadline, leaseOf(), "the new holder's lease is untouched")
 			assert.Zero(t, client.ZCard(ctx, gk.due).Val(), "nothing went back to the due set")
+			for _, dlt := range []string{DefaultDeadLetterTopic(topic, group), "elsewhere"} {
+				assert.Zero(t, client.ZCard(ctx, s.keys.topic(dlt).parked).Val(), "no dead letter on %s", dlt)
+			}
 
 			refused, err = s.ack(ctx, topic, group, []*claimed{current})
 			require.NoError(t, err)
@@ -64,4 +70,17 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 			assert.Zero(t, client.HLen(ctx, s.keys.topic(topic).messages).Val(), "acked by the holder, the message is gone")
 		})
 	}
+}
+
+// testStore returns a store on client with the default prefix.
+func testStore(client redis.UniversalClient) store {
+	return store{client: client, keys: keySpace{prefix: DefaultKeyPrefix}, shebang: &shebangSupport{}}
+}
+
+// testCall names a new publish call.
+func testCall() publishCall { return publishCall{token: newToken(), ttl: time.Minute} }
+
+// testClaim names a new claim of a new subscription.
+func testClaim(s store, topic, group string) claimCall {
+	return claimCall{record: s.keys.claimRecord(topic, group, newToken()), token: newToken()}
 }

@@ -2,6 +2,7 @@ package redisdelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 
@@ -20,10 +21,14 @@ type Subscriber struct {
 	// deadLetterGroups is the view of the consumer groups of the dead-letter topics.
 	deadLetterGroups groupCache
 
-	mu      sync.Mutex // guards closed and wg.Add
-	closed  bool
-	closing chan struct{}
-	wg      sync.WaitGroup
+	eviction evictionGuard
+
+	mu     sync.Mutex // guards closed and wg.Add
+	closed bool
+	// closing ends when Close is called; every subscription's context derives from it.
+	closing     context.Context
+	stopClosing context.CancelFunc
+	wg          sync.WaitGroup
 }
 
 var (
@@ -46,19 +51,25 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		"consumer_group": config.ConsumerGroup,
 		"consumer":       config.Consumer,
 	})
+	closing, stopClosing := context.WithCancel(context.Background())
 	return &Subscriber{
-		config:  config,
-		logger:  logger,
-		store:   store{client: config.Client, keys: keySpace{prefix: config.KeyPrefix}},
-		wakeups: newWakeups(config.Client, logger),
-		closing: make(chan struct{}),
+		config:      config,
+		logger:      logger,
+		store:       store{client: config.Client, keys: keySpace{prefix: config.KeyPrefix}, shebang: &shebangSupport{}},
+		wakeups:     newWakeups(config.Client, logger),
+		eviction:    evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
+		closing:     closing,
+		stopClosing: stopClosing,
 	}, nil
 }
 
-// SubscribeInitialize registers the subscriber's consumer group on topic (SADD to the topic's
-// group set), so that every message published from then on is kept for the group, even while
-// none of its subscribers runs. Subscribe does the same. Errors: ErrSubscriberClosed, an error
-// wrapping ErrInvalidName, or the Redis error wrapped with topic and group, within
+// SubscribeInitialize registers the subscriber's consumer group on topic (register.lua: SADD
+// to the topic's group set), so that every message published from then on is kept for the
+// group, even while none of its subscribers runs. The first group registered on a topic also
+// receives the messages published while the topic had no group. Registering a group that is
+// registered already writes nothing, so it works on a full Redis. Subscribe does the same.
+// Errors: ErrSubscriberClosed, an error wrapping ErrInvalidName, ErrEvictingRedis (see
+// SubscriberConfig.AllowEvictingRedis), or the Redis error wrapped with topic and group, within
 // OperationTimeout.
 func (s *Subscriber) SubscribeInitialize(topic string) error {
 	if err := ValidateName("topic", topic); err != nil {
@@ -73,13 +84,17 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	return s.register(context.Background(), topic)
 }
 
-// register adds the consumer group to every partition of topic.
+// register adds the consumer group to every partition of topic, once Redis is known not to
+// evict keys.
 func (s *Subscriber) register(ctx context.Context, topic string) error {
 	ctx, cancel := context.WithTimeout(ctx, s.config.OperationTimeout)
 	defer cancel()
+	if err := s.eviction.check(ctx); err != nil {
+		return err
+	}
 	for n := 0; n < s.config.Partitions; n++ {
 		if err := s.store.registerGroup(ctx, partitionName(topic, n), s.config.ConsumerGroup); err != nil {
-			return fmt.Errorf("redisdelay: register consumer group %q on topic %q partition %d: %w", s.config.ConsumerGroup, topic, n, err)
+			return fmt.Errorf("redisdelay: register consumer group %s on topic %s partition %d: %w", quote(s.config.ConsumerGroup), quote(topic), n, err)
 		}
 	}
 	return nil
@@ -95,8 +110,9 @@ func (s *Subscriber) register(ctx context.Context, topic string) error {
 // reached, Subscribe still returns the channel and the subscription keeps trying in the
 // background, logging each failure and backing off.
 //
-// Errors: ErrSubscriberClosed after Close, or an error wrapping ErrInvalidName for a bad topic
-// or a dead-letter topic (see SubscriberConfig.DeadLetterTopic) that cannot be used.
+// Errors: ErrSubscriberClosed after Close, an error wrapping ErrInvalidName for a bad topic
+// or a dead-letter topic (see SubscriberConfig.DeadLetterTopic) that cannot be used, or
+// ErrEvictingRedis (see SubscriberConfig.AllowEvictingRedis).
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := ValidateName("topic", topic); err != nil {
 		return nil, err
@@ -115,10 +131,16 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 	logger := s.logger.With(watermill.LogFields{"topic": topic})
 	registered := true
-	if err := s.register(ctx, topic); err != nil {
+	if err := s.register(ctx, topic); errors.Is(err, ErrEvictingRedis) {
+		s.wg.Add(-(s.config.Partitions + 1))
+		return nil, err
+	} else if err != nil {
 		logger.Error("Cannot register consumer group yet, retrying in the background", err, nil)
 		registered = false
 	}
+	// One context per Subscribe call: it ends with ctx or with Close.
+	ctx, cancel := context.WithCancel(ctx)
+	stopCancel := context.AfterFunc(s.closing, cancel)
 	out, turn := make(chan *message.Message), make(chan struct{}, 1)
 	var running sync.WaitGroup
 	running.Add(s.config.Partitions)
@@ -133,6 +155,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	go func() {
 		defer s.wg.Done()
 		running.Wait()
+		stopCancel()
+		cancel()
 		close(out)
 	}()
 	logger.Info("Subscribed", watermill.LogFields{"partitions": s.config.Partitions})
@@ -150,7 +174,7 @@ func (s *Subscriber) Close() error {
 		return nil
 	}
 	s.closed = true
-	close(s.closing)
+	s.stopClosing()
 	s.mu.Unlock()
 
 	s.wg.Wait()

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"maps"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/cenkalti/backoff/v5"
+	"github.com/redis/go-redis/v9"
 )
 
 const (
@@ -23,6 +25,12 @@ const (
 	// carries it earlier. Batching acks saves round trips; the delay bounds the duplicates a
 	// crash can cause.
 	ackDelay = 50 * time.Millisecond
+	// recheckJitter is the share of RecheckInterval by which an idle subscription's recheck comes
+	// earlier, at random.
+	recheckJitter = 0.25
+	// dueTimeLayout formats DueTimeMetadataKey: RFC3339 with microseconds, the precision of due
+	// times.
+	dueTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 )
 
 // subscription serves one partition of a Subscribe call: a single goroutine that claims,
@@ -45,21 +53,28 @@ type subscription struct {
 	inflight *claimed   // delivered, waiting for Ack or Nack
 	acks     []*claimed // acked, not yet confirmed to Redis
 	limit    int        // how many messages the next claim takes
+	// claim names the next claim: the subscription's claim record and a token that stays the
+	// same until a claim's reply arrives, so a claim whose reply was lost is answered again.
+	claim claimCall
 
 	heartbeat *time.Ticker // extends leases every LeaseTimeout/3
 	ackTimer  *time.Timer  // confirms acks ackDelay after the first unconfirmed one
 	retry     *backoff.ExponentialBackOff
 }
 
+// newSubscription returns the subscription of one partition. ctx ends when the Subscribe
+// context is cancelled or the Subscriber closes; it is the subscription's only stop signal.
 func newSubscription(s *Subscriber, ctx context.Context, topic, deadLetterTopic string, partition int, out chan *message.Message, turn chan struct{}, logger watermill.LoggerAdapter) *subscription {
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 100 * time.Millisecond
 	retry.MaxInterval = 5 * time.Second
+	part := partitionName(topic, partition)
 	return &subscription{
 		sub:             s,
 		ctx:             ctx,
 		topic:           topic,
-		part:            partitionName(topic, partition),
+		part:            part,
+		claim:           claimCall{record: s.store.keys.claimRecord(part, s.config.ConsumerGroup, newToken()), token: newToken()},
 		deadLetterTopic: deadLetterTopic,
 		deadLetterPart:  partitionName(deadLetterTopic, partition),
 		group:           s.config.ConsumerGroup,
@@ -72,15 +87,11 @@ func newSubscription(s *Subscriber, ctx context.Context, topic, deadLetterTopic 
 }
 
 // stopped reports whether the Subscribe context is done or the Subscriber is closing.
-func (s *subscription) stopped() bool {
-	select {
-	case <-s.ctx.Done():
-		return true
-	case <-s.sub.closing:
-		return true
-	default:
-		return false
-	}
+func (s *subscription) stopped() bool { return s.ctx.Err() != nil }
+
+// callContext bounds one Redis call by OperationTimeout and by the end of the subscription.
+func (s *subscription) callContext() (context.Context, context.CancelFunc) {
+	return context.WithTimeout(s.ctx, s.sub.config.OperationTimeout)
 }
 
 func (s *subscription) run(registered bool) {
@@ -100,20 +111,22 @@ func (s *subscription) run(registered bool) {
 	case <-wake.ready:
 	case <-time.After(cfg.OperationTimeout):
 	case <-s.ctx.Done():
-	case <-s.sub.closing:
 	}
 
 	defer s.stop()
 	for !s.stopped() {
 		if !registered {
-			if err := s.sub.register(s.ctx, s.topic); err != nil {
+			if err := s.sub.register(s.ctx, s.topic); errors.Is(err, ErrEvictingRedis) {
+				s.logger.Error("Subscription stopped: Redis evicts keys", err, nil)
+				return
+			} else if err != nil {
 				s.backoff(err, "register consumer group")
 				continue
 			}
 			registered = true
 		}
 		limit := s.limit
-		res, receivedAt, err := s.claim()
+		res, receivedAt, err := s.claimNext()
 		if err != nil {
 			s.backoff(err, "claim")
 			continue
@@ -134,17 +147,19 @@ func (s *subscription) run(registered bool) {
 	}
 }
 
-// claim confirms the pending acks and claims the next batch in one round trip.
-func (s *subscription) claim() (claimResult, time.Time, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
+// claim confirms the pending acks and claims the next batch in one round trip. When the reply
+// is lost, the claim keeps its token, and the next try is answered from the claim record.
+func (s *subscription) claimNext() (claimResult, time.Time, error) {
+	ctx, cancel := s.callContext()
 	defer cancel()
-	res, err := s.sub.store.claim(ctx, s.part, s.group, s.limit, s.sub.config.LeaseTimeout, s.acks)
+	res, err := s.sub.store.claim(ctx, s.part, s.group, s.claim, s.limit, s.sub.config.LeaseTimeout, s.acks)
 	if err != nil {
 		return res, time.Time{}, err
 	}
+	s.claim.token = newToken()
 	s.acksConfirmed(res.refusedAcks)
-	if res.vanished > 0 {
-		s.logger.Error("Due messages whose stored data had vanished were dropped", nil, watermill.LogFields{"vanished": res.vanished})
+	if res.dropped > 0 {
+		s.logger.Error("Dropped due entries that were malformed or whose stored message had vanished", nil, watermill.LogFields{"dropped": res.dropped})
 	}
 	return res, time.Now(), nil
 }
@@ -169,7 +184,10 @@ func (s *subscription) sleep(res claimResult, receivedAt time.Time, wake *wakeup
 	until := func(dueUs int64) time.Duration {
 		return time.Duration(dueUs-res.nowUs)*time.Microsecond - time.Since(receivedAt)
 	}
-	wait := s.sub.config.RecheckInterval
+	// Acks are confirmed at once when nothing is left to hand out; batching is for busy times.
+	s.confirmAcks()
+	// Jitter keeps the rechecks of many idle subscriptions from coming in the same instant.
+	wait := time.Duration(float64(s.sub.config.RecheckInterval) * (1 - recheckJitter*rand.Float64()))
 	for _, next := range []int64{res.nextDueUs, res.nextLeaseUs} {
 		if next >= 0 {
 			wait = min(wait, until(next))
@@ -197,8 +215,6 @@ func (s *subscription) sleep(res claimResult, receivedAt time.Time, wake *wakeup
 		case <-s.ackTimer.C:
 			s.confirmAcks()
 		case <-s.ctx.Done():
-			return
-		case <-s.sub.closing:
 			return
 		}
 	}
@@ -239,7 +255,7 @@ func (s *subscription) deliver(c *claimed) bool {
 		s.deadLetter(c, msg, DeadLetterReasonLeaseExpired)
 		return true
 	}
-	msg.Metadata.Set(AttemptMetadataKey, strconv.FormatInt(c.attempt, 10))
+	s.setDeliveryMetadata(msg, c)
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	msg.SetContext(ctx)
@@ -275,8 +291,6 @@ func (s *subscription) deliver(c *claimed) bool {
 			s.confirmAcks()
 		case <-s.ctx.Done():
 			return s.finishedAnyway(c, msg)
-		case <-s.sub.closing:
-			return s.finishedAnyway(c, msg)
 		}
 	}
 }
@@ -293,8 +307,6 @@ func sendHolding[T any](s *subscription, ch chan<- T, v T) bool {
 		case <-s.ackTimer.C:
 			s.confirmAcks()
 		case <-s.ctx.Done():
-			return false
-		case <-s.sub.closing:
 			return false
 		}
 	}
@@ -330,15 +342,26 @@ func (s *subscription) confirmAcks() {
 	if len(s.acks) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
+	ctx, cancel := s.callContext()
 	defer cancel()
-	refused, err := s.sub.store.ack(ctx, s.part, s.group, s.acks)
-	if err != nil {
+	if err := s.confirmAcksWithin(ctx, s.sub.store); err != nil {
 		s.logger.Error("Ack failed, will retry", err, watermill.LogFields{"acks": len(s.acks)})
 		s.ackTimer.Reset(ackDelay)
-		return
+	}
+}
+
+// confirmAcksWithin sends the queued acks through st, bounded by ctx; on failure they stay
+// queued.
+func (s *subscription) confirmAcksWithin(ctx context.Context, st store) error {
+	if len(s.acks) == 0 {
+		return nil
+	}
+	refused, err := st.ack(ctx, s.part, s.group, s.acks)
+	if err != nil {
+		return err
 	}
 	s.acksConfirmed(refused)
+	return nil
 }
 
 // acksConfirmed clears the queued acks after Redis processed them and logs the refused ones.
@@ -364,7 +387,7 @@ func (s *subscription) acksConfirmed(refused []string) {
 // becomes a dead letter.
 func (s *subscription) nack(c *claimed, msg *message.Message) {
 	cfg := s.sub.config
-	delivered := withoutAttempt(msg)
+	delivered := withoutDeliveryMetadata(msg)
 	if s.exhausted(c.attempt) {
 		s.deadLetter(c, delivered, DeadLetterReasonNacked)
 		return
@@ -388,7 +411,7 @@ func (s *subscription) nack(c *claimed, msg *message.Message) {
 		}
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), cfg.OperationTimeout)
+	ctx, cancel := s.callContext()
 	defer cancel()
 	switch err := s.sub.store.nack(ctx, s.part, s.group, c, wait, changed); {
 	case errors.Is(err, errLeaseLost):
@@ -412,7 +435,7 @@ func (s *subscription) extendLeases() {
 	if len(held) == 0 {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
+	ctx, cancel := s.callContext()
 	defer cancel()
 	lost, err := s.sub.store.extend(ctx, s.part, s.group, s.sub.config.LeaseTimeout, held)
 	if err != nil {
@@ -453,23 +476,60 @@ func (s *subscription) backoff(err error, what string) {
 	select {
 	case <-time.After(wait):
 	case <-s.ctx.Done():
-	case <-s.sub.closing:
 	}
 }
 
-// stop confirms queued acks and releases every message still held, bounded by
-// OperationTimeout; what it cannot release comes back when its lease expires.
+// stop confirms queued acks and releases every message still held, and those of a claim whose
+// reply was lost, all within one OperationTimeout; what it cannot release comes back when its
+// lease expires. When the application closed the Redis client first, it does so over a
+// short-lived client of its own built from the same options (see closedClientFallback).
 func (s *subscription) stop() {
-	s.confirmAcks()
 	held := s.held()
 	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
 	defer cancel()
-	if err := s.sub.store.release(ctx, s.part, s.group, held); err != nil {
-		s.logger.Error("Release on close failed; those messages are delivered again after their lease", err, watermill.LogFields{"held": len(held)})
+	st := s.sub.store
+	err := s.finish(ctx, st, held)
+	if errors.Is(err, redis.ErrClosed) {
+		if fallback := closedClientFallback(st.client); fallback != nil {
+			defer func() { _ = fallback.Close() }()
+			st.client = fallback
+			err = s.finish(ctx, st, held)
+		}
 	}
-	if len(s.acks) > 0 {
-		s.logger.Error("Acks not confirmed on close; those messages are delivered again after their lease", nil, watermill.LogFields{"acks": len(s.acks)})
+	if err != nil {
+		s.logger.Error("Release on close failed; unconfirmed acks and held messages are delivered again after their lease", err, watermill.LogFields{"held": len(held), "acks": len(s.acks)})
 	}
 	s.pending, s.inflight, s.acks = nil, nil, nil
 	s.logger.Debug("Subscription stopped", watermill.LogFields{"released": len(held)})
+}
+
+// finish confirms the queued acks and releases held through st, bounded by ctx.
+func (s *subscription) finish(ctx context.Context, st store, held []*claimed) error {
+	ackErr := s.confirmAcksWithin(ctx, st)
+	return errors.Join(ackErr, st.release(ctx, s.part, s.group, s.claim, held))
+}
+
+// closedClientFallback returns a new client with the options of client, when client is a
+// *redis.Client or *redis.ClusterClient (else nil). Applications often close the Redis client
+// before the Subscriber (watermill-redisstream closes the client it is given); the last acks
+// and releases then go over this client, so that an acked message does not come back.
+func closedClientFallback(client redis.UniversalClient) redis.UniversalClient {
+	switch c := client.(type) {
+	case *redis.Client:
+		return redis.NewClient(c.Options())
+	case *redis.ClusterClient:
+		return redis.NewClusterClient(c.Options())
+	}
+	return nil
+}
+
+// setDeliveryMetadata sets the keys a delivery carries: the attempt, the due time, and the
+// delay metadata that due time served (see ServedDelayMetadataKey).
+func (s *subscription) setDeliveryMetadata(msg *message.Message, c *claimed) {
+	msg.Metadata.Set(AttemptMetadataKey, strconv.FormatInt(c.attempt, 10))
+	msg.Metadata.Set(DueTimeMetadataKey, time.UnixMicro(c.dueUs).UTC().Format(dueTimeLayout))
+	until, delayFor := msg.Metadata.Get(delay.DelayedUntilKey), msg.Metadata.Get(delay.DelayedForKey)
+	if until != "" || delayFor != "" {
+		msg.Metadata.Set(ServedDelayMetadataKey, servedDelay(until, delayFor))
+	}
 }

@@ -2,25 +2,70 @@
 -- again, and claims up to N due messages for the next attempt, leasing each for the lease
 -- timeout. Due messages are claimed in due-time order, ties in publish order.
 --
--- KEYS[1] due       zset  member (ID, ID|message or ID:N, see lib.lua) -> due time (µs)
--- KEYS[2] lease     zset  ID:attempt -> lease deadline (µs)
--- KEYS[3] messages  hash  ID -> marshaled message
--- KEYS[4] refs      hash  ID -> groups still holding it
+-- Each claim carries a token, and the subscription keeps its last claim in a record (token,
+-- then lease member and due time per message). A claim whose token is in the record already
+-- ran and its reply was lost: it is answered again from the record, with the messages still
+-- leased, and nothing is written, so a lost reply costs no attempt.
+--
+-- KEYS[1] due       zset    member (ID, ID|message or ID:N, see lib.lua) -> due time (µs)
+-- KEYS[2] lease     zset    ID:attempt -> lease deadline (µs)
+-- KEYS[3] messages  hash    ID -> marshaled message
+-- KEYS[4] refs      hash    ID -> groups still holding it
+-- KEYS[5] record    string  the subscription's last claim: "token member due member due ..."
 -- ARGV[1] N, the most messages to claim
 -- ARGV[2] lease timeout in µs
--- ARGV[3..] lease members (ID:attempt) the caller acked
+-- ARGV[3] the claim's token
+-- ARGV[4..] lease members (ID:attempt) the caller acked
 --
 -- Returns {now µs, next due µs or -1, next lease deadline µs or -1, {IDs whose ack was refused},
 --          vanished count, then per claimed message: ID, attempt, due µs, marshaled message}.
 -- An ack is refused when its lease was lost (fencing). A claimed ID whose stored message has
--- vanished is dropped from the group and counted as vanished.
+-- vanished is dropped from the group and counted as vanished; a malformed member is dropped
+-- and counted likewise.
 
 local limit = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
+local token = ARGV[3]
 local now = now_us()
 
+local function finish(result)
+  result[2] = head(KEYS[1]) or -1
+  result[3] = head(KEYS[2]) or -1
+  return result
+end
+
+local record = redis.call('GET', KEYS[5])
+if record and string.sub(record, 1, #token + 1) == token .. ' ' then
+  local members, dues = {}, {}
+  for m, due in string.gmatch(string.sub(record, #token + 2), '(%S+) (%S+)') do
+    members[#members + 1] = m
+    dues[m] = due
+  end
+  local leased = held(KEYS[2], members)
+  local ids, kept = {}, {}
+  for _, m in ipairs(members) do
+    if leased[m] then
+      kept[#kept + 1] = m
+      ids[#ids + 1] = (split(m))
+    end
+  end
+  local result = {now, -1, -1, {}, 0}
+  local data = {}
+  if #ids > 0 then data = hmget(KEYS[3], ids) end
+  for i, m in ipairs(kept) do
+    if data[i] then
+      local id, attempt = split(m)
+      result[#result + 1] = id
+      result[#result + 1] = attempt
+      result[#result + 1] = dues[m]
+      result[#result + 1] = data[i]
+    end
+  end
+  return finish(result)
+end
+
 local acked = {}
-for i = 3, #ARGV do acked[#acked + 1] = ARGV[i] end
+for i = 4, #ARGV do acked[#acked + 1] = ARGV[i] end
 local refused = ack(KEYS[2], KEYS[3], KEYS[4], acked)
 
 -- An expired lease puts the message back at its lease deadline, which is in the past, so it is
@@ -39,45 +84,53 @@ end
 
 local result = {now, -1, -1, refused, 0}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
-if #due > 0 then
-  local members, ids, attempts, scores, embedded, stored = {}, {}, {}, {}, {}, {}
-  for i = 1, #due, 2 do
-    local id, n, message = split(due[i])
-    members[#members + 1] = due[i]
+if #due == 0 then return finish(result) end
+
+local members, ids, attempts, scores, embedded, stored, malformed = {}, {}, {}, {}, {}, {}, 0
+for i = 1, #due, 2 do
+  local id, n, message = split(due[i])
+  members[#members + 1] = due[i]
+  if n == nil or string.len(id) ~= 12 then
+    malformed = malformed + 1
+  else
     ids[#ids + 1] = id
-    attempts[#attempts + 1] = n + 1
-    scores[#scores + 1] = due[i + 1]
+    attempts[#ids] = n + 1
+    scores[#ids] = due[i + 1]
     embedded[#ids] = message
     if message then
       stored[#stored + 1] = id
       stored[#stored + 1] = message
     end
   end
-  each_chunk('ZREM', KEYS[1], members)
-  -- A claimed message lives in the messages hash until its group is done with it.
-  if #stored > 0 then each_chunk('HSET', KEYS[3], stored) end
-  local data = {}
-  if #stored < 2 * #ids then data = hmget(KEYS[3], ids) end
-  for i = 1, #ids do
-    if embedded[i] then data[i] = embedded[i] end
-  end
-  local leases, vanished = {}, {}
-  for i, id in ipairs(ids) do
-    if data[i] then
-      leases[#leases + 1] = now + lease
-      leases[#leases + 1] = member(id, attempts[i])
-      result[#result + 1] = id
-      result[#result + 1] = attempts[i]
-      result[#result + 1] = scores[i]
-      result[#result + 1] = data[i]
-    else
-      vanished[#vanished + 1] = id
-    end
-  end
-  if #leases > 0 then each_chunk('ZADD', KEYS[2], leases) end
-  drop(KEYS[3], KEYS[4], vanished)
-  result[5] = #vanished
 end
-result[2] = head(KEYS[1]) or -1
-result[3] = head(KEYS[2]) or -1
-return result
+each_chunk('ZREM', KEYS[1], members)
+-- A claimed message lives in the messages hash until its group is done with it.
+if #stored > 0 then each_chunk('HSET', KEYS[3], stored) end
+local data = {}
+if #stored < 2 * #ids then data = hmget(KEYS[3], ids) end
+for i = 1, #ids do
+  if embedded[i] then data[i] = embedded[i] end
+end
+local leases, vanished, claimed = {}, {}, {token}
+for i, id in ipairs(ids) do
+  if data[i] then
+    local m = member(id, attempts[i])
+    leases[#leases + 1] = now + lease
+    leases[#leases + 1] = m
+    claimed[#claimed + 1] = m
+    claimed[#claimed + 1] = scores[i]
+    result[#result + 1] = id
+    result[#result + 1] = attempts[i]
+    result[#result + 1] = scores[i]
+    result[#result + 1] = data[i]
+  else
+    vanished[#vanished + 1] = id
+  end
+end
+if #leases > 0 then
+  each_chunk('ZADD', KEYS[2], leases)
+  redis.call('SET', KEYS[5], table.concat(claimed, ' '), 'PX', math.max(1, math.ceil(lease / 1000)))
+end
+drop(KEYS[3], KEYS[4], vanished)
+result[5] = #vanished + malformed
+return finish(result)

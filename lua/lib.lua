@@ -129,25 +129,28 @@ local function ack(lease, messages, refs, members)
 end
 
 -- publish_to stores messages once and schedules each for every consumer group registered on a
--- topic: in the messages hash, or, with one group, in the due member itself. The topic's keys start at KEYS[k]: seq (string), messages (hash), refs (hash), groups
--- (set), then one due sorted set per group. Its arguments start at ARGV[a]: the number of groups
--- the caller believes are registered, G, G group names, their G wake channels, then pairs of
--- marshaled message and schedule (a delay in µs after now, or "@" and a Unix time in µs, due at
--- once if past).
+-- topic: in the messages hash, or, with one group, in the due member itself. The topic's keys
+-- start at KEYS[k]: call (string, this publish call's token), seq (string), messages (hash),
+-- refs (hash), groups (set), parked (sorted set), then one due sorted set per group. Its
+-- arguments start at ARGV[a]: how long the call's token is kept (ms), G, G group names, their G
+-- wake channels, then pairs of marshaled message and schedule (a delay in µs after now, or "@"
+-- and a Unix time in µs, due at once if past).
 --
--- When no group is registered, the caller passes the default group as its only group and
--- expects 0; it gets registered, so the messages wait for it instead of being dropped. Groups
--- are never unregistered, so the count identifies the set.
+-- With G = 0, no group is registered yet: the messages wait in the parked set, in the
+-- single-group form, until the first group registers and takes the set over (register.lua).
+--
+-- The call key makes a second run of the same call (a client retry after a lost reply) store
+-- nothing more: it holds the first ID stored by the first run.
 --
 -- Returns {1, first ID}, or {0, group...} when the caller's view of the groups is stale; nothing
 -- is written then, and the caller retries with the listed groups.
 local function publish_to(k, a)
-  local seq, messages, refs, groups = KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3]
-  local expected, ngroups = tonumber(ARGV[a]), tonumber(ARGV[a + 1])
-  local registered = redis.call('SCARD', groups)
-  if registered == 0 and expected == 0 and ngroups == 1 then
-    redis.call('SADD', groups, ARGV[a + 2])
-  elseif registered ~= expected or registered ~= ngroups then
+  local call, seq, messages, refs, groups, parked =
+    KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
+  local ttl, ngroups = ARGV[a], tonumber(ARGV[a + 1])
+  local done = redis.call('GET', call)
+  if done then return {1, done} end
+  if redis.call('SCARD', groups) ~= ngroups then
     local current = redis.call('SMEMBERS', groups)
     table.insert(current, 1, 0)
     return current
@@ -155,13 +158,9 @@ local function publish_to(k, a)
 
   local first = a + 2 + 2 * ngroups
   local count = (#ARGV - first + 1) / 2
-  local last_id = redis.call('INCRBY', seq, count)
   local now = now_us()
-
-  local stored, scheduled, counted = {}, {}, {}
-  local min_score = nil
+  local scores, min_score = {}, nil
   for i = 0, count - 1 do
-    local id = string.format('%012x', last_id - count + 1 + i)
     local schedule = ARGV[first + 2 * i + 1]
     local score
     if string.sub(schedule, 1, 1) == '@' then
@@ -170,8 +169,17 @@ local function publish_to(k, a)
       score = now + math.max(tonumber(schedule), 0)
     end
     if min_score == nil or score < min_score then min_score = score end
-    scheduled[#scheduled + 1] = score
-    if ngroups == 1 then
+    scores[#scores + 1] = score
+  end
+
+  local last_id = redis.call('INCRBY', seq, count)
+  local first_id = string.format('%012x', last_id - count + 1)
+  local embedded = ngroups <= 1
+  local stored, scheduled, counted = {}, {}, {}
+  for i = 0, count - 1 do
+    local id = string.format('%012x', last_id - count + 1 + i)
+    scheduled[#scheduled + 1] = scores[i + 1]
+    if embedded then
       scheduled[#scheduled + 1] = id .. '|' .. ARGV[first + 2 * i]
     else
       scheduled[#scheduled + 1] = id
@@ -181,15 +189,19 @@ local function publish_to(k, a)
       counted[#counted + 1] = ngroups
     end
   end
-  if ngroups > 1 then
+  if not embedded then
     each_chunk('HSET', messages, stored)
     each_chunk('HSET', refs, counted)
   end
+  if ngroups == 0 then
+    each_chunk('ZADD', parked, scheduled)
+  end
   for g = 1, ngroups do
-    local due = KEYS[k + 3 + g]
+    local due = KEYS[k + 5 + g]
     local before = head(due)
     each_chunk('ZADD', due, scheduled)
     wake(ARGV[a + 1 + ngroups + g], before, min_score)
   end
-  return {1, string.format('%012x', last_id - count + 1)}
+  redis.call('SET', call, first_id, 'PX', ttl)
+  return {1, first_id}
 end

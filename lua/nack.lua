@@ -14,16 +14,21 @@
 --
 -- Returns the due time in µs, or -1 when the lease had been lost and nothing changed.
 
-if redis.call('ZREM', KEYS[2], ARGV[1]) == 0 then return -1 end
 local id, attempt = split(ARGV[1])
-local score = now_us() + math.max(tonumber(ARGV[2]), 0)
+local delay = tonumber(ARGV[2])
+if attempt == nil or delay == nil then
+  return redis.error_reply('nack: malformed lease member or delay')
+end
+if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end
+local score = now_us() + math.max(delay, 0)
+local before = head(KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
 if ARGV[4] then
   local new_id = string.format('%012x', redis.call('INCR', KEYS[5]))
   redis.call('HSET', KEYS[3], new_id, ARGV[4])
   drop(KEYS[3], KEYS[4], {id})
   id = new_id
 end
-local before = head(KEYS[1])
 redis.call('ZADD', KEYS[1], score, member(id, attempt))
 wake(ARGV[3], before, score)
 return score

@@ -1,30 +1,52 @@
 -- release.lua: gives claimed messages back to their group, due at their original due time, when
 -- a subscription stops (Close or a cancelled Subscribe context). A message that was claimed but
--- never handed to the application does not count as an attempt.
+-- never handed to the application does not count as an attempt. The messages of a claim whose
+-- reply never arrived (its token is still in the subscription's claim record) are released too.
 --
--- KEYS[1] due    zset  member (see lib.lua) -> due time (µs)
--- KEYS[2] lease  zset  ID:attempt -> lease deadline (µs)
+-- KEYS[1] due     zset    member (see lib.lua) -> due time (µs)
+-- KEYS[2] lease   zset    ID:attempt -> lease deadline (µs)
+-- KEYS[3] record  string  the subscription's last claim (see claim.lua)
 -- ARGV[1] wake channel of the group
--- ARGV[2..] triples: lease member (ID:attempt), due time (µs), 1 if it was handed out else 0
+-- ARGV[2] token of the subscription's last claim whose reply did not arrive, or ""
+-- ARGV[3..] triples: lease member (ID:attempt), due time (µs), 1 if it was handed out else 0
 --
 -- Returns the number of messages released; a message whose lease was already lost is skipped.
 
+local releases = {}
+for i = 3, #ARGV, 3 do
+  releases[#releases + 1] = {ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2] == '1'}
+end
+local token = ARGV[2]
+if token ~= '' then
+  local record = redis.call('GET', KEYS[3])
+  if record and string.sub(record, 1, #token + 1) == token .. ' ' then
+    for m, due in string.gmatch(string.sub(record, #token + 2), '(%S+) (%S+)') do
+      releases[#releases + 1] = {m, tonumber(due), false}
+    end
+  end
+end
+
+local members = {}
+for i, r in ipairs(releases) do members[i] = r[1] end
+local leased = held(KEYS[2], members)
 local before = head(KEYS[1])
 local min_score = nil
-local released, back = {}, {}
-for i = 2, #ARGV, 3 do
-  local leased, score, delivered = ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2]
-  if redis.call('ZREM', KEYS[2], leased) == 1 then
-    local id, attempt = split(leased)
-    if delivered == '0' then attempt = attempt - 1 end
+local done, back = {}, {}
+for _, r in ipairs(releases) do
+  local m, score, delivered = r[1], r[2], r[3]
+  if leased[m] then
+    leased[m] = nil
+    local id, attempt = split(m)
+    if not delivered then attempt = attempt - 1 end
+    done[#done + 1] = m
     back[#back + 1] = score
     back[#back + 1] = member(id, attempt)
     if min_score == nil or score < min_score then min_score = score end
-    released[#released + 1] = id
   end
 end
-if #back > 0 then
+if #done > 0 then
+  each_chunk('ZREM', KEYS[2], done)
   each_chunk('ZADD', KEYS[1], back)
   wake(ARGV[1], before, min_score)
 end
-return #released
+return #done

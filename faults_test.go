@@ -1,0 +1,451 @@
+package redisdelay_test
+
+import (
+	"context"
+	"io"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
+)
+
+// scriptFault is a go-redis hook that acts on the script calls whose keys contain a marker: a
+// publish call carries ":call:" in its first key, a claim ":claim:" in its fifth.
+type scriptFault struct {
+	match func(keys []string) bool
+	// around runs the matched command; next runs it once on the server.
+	around func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error
+}
+
+func (f scriptFault) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f scriptFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (f scriptFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		args := cmd.Args()
+		name := strings.ToLower(cmd.Name())
+		if (name == "evalsha" || name == "eval") && len(args) > 3 {
+			n, _ := args[2].(int)
+			keys := make([]string, 0, n)
+			for _, k := range args[3 : 3+n] {
+				s, _ := k.(string)
+				keys = append(keys, s)
+			}
+			if f.match(keys) {
+				return f.around(ctx, cmd, next)
+			}
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func isPublishCall(keys []string) bool { return strings.Contains(keys[0], ":call:") }
+func isClaimCall(keys []string) bool   { return len(keys) == 5 && strings.Contains(keys[4], ":claim:") }
+
+// faultyClient returns a new client like b's with the hook installed.
+func faultyClient(t *testing.T, b backend, hook redis.Hook) redis.UniversalClient {
+	c := newClientLike(b)
+	t.Cleanup(func() { _ = c.Close() })
+	c.AddHook(hook)
+	return c
+}
+
+func TestPublishScriptThatRunsTwiceStoresOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		var reruns atomic.Int64
+		client := faultyClient(t, b, scriptFault{match: isPublishCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			// What go-redis does when a reply is lost: the same command runs again.
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+			reruns.Add(1)
+			return next(ctx, cmd)
+		}})
+		topic := newTopic()
+		sub := newSubscriber(t, b, nil)
+		require.NoError(t, sub.SubscribeInitialize(topic))
+		pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, errorLogger{})
+		require.NoError(t, err)
+		const n = 20
+		for i := range n {
+			require.NoError(t, pub.Publish(topic, message.NewMessage(string(rune('a'+i)), nil)))
+		}
+		require.GreaterOrEqual(t, reruns.Load(), int64(n/4), "the hook must have run publish scripts twice")
+
+		ch := subscribe(t, sub, topic)
+		seen := map[string]int{}
+		for range n {
+			msg := receive(t, ch, 5*time.Second)
+			seen[msg.UUID]++
+			msg.Ack()
+		}
+		expectNone(t, ch, 200*time.Millisecond)
+		assert.Len(t, seen, n, "every message once")
+	})
+}
+
+func TestPublishWhoseReplyIsLostReportsOutcomeUnknown(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		client := faultyClient(t, b, scriptFault{match: isPublishCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+			if reply, _ := cmd.(*redis.Cmd).Val().([]any); len(reply) == 0 || reply[0] != int64(1) {
+				return nil // a stale view of the groups; nothing was stored
+			}
+			cmd.SetErr(io.ErrUnexpectedEOF)
+			return io.ErrUnexpectedEOF
+		}})
+		topic := newTopic()
+		sub := newSubscriber(t, b, nil)
+		require.NoError(t, sub.SubscribeInitialize(topic))
+		pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, errorLogger{})
+		require.NoError(t, err)
+		err = pub.Publish(topic, message.NewMessage("lost-reply", nil))
+		require.ErrorIs(t, err, redisdelay.ErrOutcomeUnknown)
+		assert.Contains(t, err.Error(), topic)
+		// It did run: the message arrives, once.
+		ch := subscribe(t, sub, topic)
+		msg := receive(t, ch, 5*time.Second)
+		assert.Equal(t, "lost-reply", msg.UUID)
+		msg.Ack()
+		expectNone(t, ch, 200*time.Millisecond)
+	})
+}
+
+func TestLostClaimReplyCostsNoAttempt(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		var dropped atomic.Int64
+		client := faultyClient(t, b, scriptFault{match: isClaimCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			err := next(ctx, cmd)
+			reply, _ := cmd.(*redis.Cmd).Val().([]any)
+			if err == nil && len(reply) > 5 && dropped.Add(1) <= 3 {
+				// The claim ran and leased messages, but its reply never arrives.
+				cmd.SetErr(io.EOF)
+				return io.EOF
+			}
+			return err
+		}})
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, MaxAttempts: 1, LeaseTimeout: time.Second}, errorLogger{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close() })
+		ch := subscribe(t, sub, topic)
+		require.NoError(t, pub.Publish(topic, message.NewMessage("m1", nil), message.NewMessage("m2", nil)))
+		for _, want := range []string{"m1", "m2"} {
+			msg := receive(t, ch, 5*time.Second)
+			assert.Equal(t, want, msg.UUID)
+			assert.Equal(t, "1", msg.Metadata.Get(redisdelay.AttemptMetadataKey), "a lost claim reply must not use up an attempt")
+			msg.Ack()
+		}
+		assert.GreaterOrEqual(t, dropped.Load(), int64(1), "the hook must have dropped a claim reply")
+		dlt := newSubscriber(t, b, nil)
+		expectNone(t, subscribe(t, dlt, redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)), 300*time.Millisecond)
+	})
+}
+
+func TestMessageThatKillsItsConsumerEveryTimeStillBecomesADeadLetter(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		const lease = 200 * time.Millisecond
+		cfg := func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 2; c.LeaseTimeout = lease }
+		require.NoError(t, newSubscriber(t, b, cfg).SubscribeInitialize(topic))
+		require.NoError(t, pub.Publish(topic, message.NewMessage("poison", nil)))
+		for attempt := 1; attempt <= 2; attempt++ {
+			// A consumer that "dies" holding the message: its client goes away without Close.
+			client := newClientLike(b)
+			sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, MaxAttempts: 2, LeaseTimeout: lease}, errorLogger{})
+			require.NoError(t, err)
+			msg := receive(t, subscribe(t, sub, topic), 5*time.Second)
+			assert.Equal(t, "poison", msg.UUID)
+			assert.Equal(t, strconv.Itoa(attempt), msg.Metadata.Get(redisdelay.AttemptMetadataKey))
+			// The consumer dies holding the message: its connections go, nothing is released.
+			require.NoError(t, client.Close())
+			t.Cleanup(func() { _ = sub.Close() })
+		}
+		// A healthy consumer claims it once the last lease expired: it never reaches its handler.
+		healthy := subscribe(t, newSubscriber(t, b, cfg), topic)
+		dead := receive(t, subscribe(t, newSubscriber(t, b, nil), redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)), 5*time.Second)
+		assert.Equal(t, "poison", dead.UUID)
+		expectNone(t, healthy, 100*time.Millisecond)
+		assert.Equal(t, redisdelay.DeadLetterReasonLeaseExpired, dead.Metadata.Get(redisdelay.DeadLetterReasonKey))
+	})
+}
+
+func TestMessagesPublishedBeforeAnyGroupWaitForTheFirstGroup(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		require.NoError(t, pub.Publish(topic, message.NewMessage("early-1", nil)))
+		require.NoError(t, pub.Publish(topic, message.NewMessage("early-2", nil)))
+
+		first := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "billing" })
+		ch := subscribe(t, first, topic)
+		for _, want := range []string{"early-1", "early-2"} {
+			msg := receive(t, ch, 5*time.Second)
+			assert.Equal(t, want, msg.UUID, "the first group gets what was published before it")
+			msg.Ack()
+		}
+		// A group registered later gets only what is published after it.
+		second := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "shipping" })
+		ch2 := subscribe(t, second, topic)
+		require.NoError(t, pub.Publish(topic, message.NewMessage("late", nil)))
+		assert.Equal(t, "late", receive(t, ch2, 5*time.Second).UUID)
+		assert.Equal(t, "late", receive(t, ch, 5*time.Second).UUID)
+
+		groups, err := b.client.SMembers(context.Background(), redisdelay.DefaultKeyPrefix+"{"+topic+"}:groups").Result()
+		require.NoError(t, err)
+		assert.ElementsMatch(t, []string{"billing", "shipping"}, groups, "no group is registered that nobody asked for")
+	})
+}
+
+func TestRepublishedMessageWhoseDelayWasServedIsDueAtOnce(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic, next := newTopic(), newTopic()
+		pub := newPublisher(t, b)
+		sub := newSubscriber(t, b, nil)
+		ch, chNext := subscribe(t, sub, topic), subscribe(t, sub, next)
+		msg := message.NewMessage("hop", nil)
+		delay.Message(msg, delay.For(300*time.Millisecond))
+		require.NoError(t, pub.Publish(topic, msg))
+		got := receive(t, ch, 5*time.Second)
+		require.NotEmpty(t, got.Metadata.Get(redisdelay.DueTimeMetadataKey))
+		got.Ack()
+
+		// A forwarder or requeuer re-publishes it as it is: due at once, at every hop.
+		start := time.Now()
+		require.NoError(t, pub.Publish(next, got))
+		again := receive(t, chNext, 5*time.Second)
+		assert.Less(t, time.Since(start), 100*time.Millisecond, "a served delay is not served again")
+		again.Ack()
+
+		// A handler that sets a fresh delay on a delivered message gets the full delay.
+		fresh := again.Copy()
+		delay.Message(fresh, delay.For(200*time.Millisecond))
+		start = time.Now()
+		require.NoError(t, pub.Publish(next, fresh))
+		later := receive(t, chNext, 5*time.Second)
+		assert.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond, "a fresh delay is never cut short")
+		later.Ack()
+	})
+}
+
+func TestAckedLastMessageDoesNotComeBackWhenTheClientIsClosedFirst(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		for round := range 5 {
+			client := newClientLike(b)
+			sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, LeaseTimeout: 300 * time.Millisecond}, errorLogger{})
+			require.NoError(t, err)
+			ch := subscribe(t, sub, topic)
+			require.NoError(t, pub.Publish(topic, message.NewMessage("last", nil)))
+			msg := receive(t, ch, 5*time.Second)
+			msg.Ack()
+			// As an application that closes the client it shares before the subscriber.
+			require.NoError(t, client.Close())
+			require.NoError(t, sub.Close())
+
+			check := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.LeaseTimeout = 300 * time.Millisecond })
+			checkCh := subscribe(t, check, topic)
+			expectNone(t, checkCh, 500*time.Millisecond) // past the lease
+			require.NoError(t, check.Close(), "round %d", round)
+		}
+	})
+}
+
+func TestAnyDeadLetterTopicWorksForManyTopics(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		shared := "dead-" + newTopic()
+		pub := newPublisher(t, b)
+		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) {
+			c.MaxAttempts = 1
+			c.DeadLetterTopic = func(string, string) string { return shared }
+		})
+		topics := []string{newTopic(), newTopic(), newTopic()}
+		for _, topic := range topics {
+			ch := subscribe(t, sub, topic)
+			require.NoError(t, pub.Publish(topic, message.NewMessage("poison-"+topic, []byte(topic))))
+			receive(t, ch, 5*time.Second).Nack()
+		}
+		dead := subscribe(t, newSubscriber(t, b, nil), shared)
+		got := map[string]string{}
+		for range topics {
+			letter := receive(t, dead, 5*time.Second)
+			got[letter.UUID] = letter.Metadata.Get(redisdelay.DeadLetterTopicKey)
+			assert.Equal(t, letter.Metadata.Get(redisdelay.DeadLetterTopicKey), string(letter.Payload))
+			letter.Ack()
+		}
+		expectNone(t, dead, 300*time.Millisecond)
+		for _, topic := range topics {
+			assert.Equal(t, topic, got["poison-"+topic])
+		}
+	})
+}
+
+func TestNamesThatPublishAcceptsCanBeSubscribedByEveryGroup(t *testing.T) {
+	b := embeddedRedis(t)
+	topic := strings.Repeat("t", redisdelay.MaxNameLength)
+	group := strings.Repeat("g", redisdelay.MaxNameLength)
+	pub := newPublisher(t, b)
+	require.NoError(t, pub.Publish(topic, message.NewMessage("long", nil)))
+	sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = group })
+	ch := subscribe(t, sub, topic)
+	assert.Equal(t, "long", receive(t, ch, 5*time.Second).UUID)
+	_, err := sub.Subscribe(context.Background(), redisdelay.DefaultDeadLetterTopic(topic, group))
+	assert.NoError(t, err, "a dead-letter topic can be subscribed too")
+	assert.ErrorIs(t, pub.Publish(topic+"x", message.NewMessage("too-long", nil)), redisdelay.ErrInvalidName)
+}
+
+func TestHugeValuesAreQuotedShortInErrors(t *testing.T) {
+	b := embeddedRedis(t)
+	pub := newPublisher(t, b)
+	huge := strings.Repeat("u", 2<<20)
+	msg := message.NewMessage(huge, nil)
+	msg.Metadata.Set(delay.DelayedForKey, huge)
+	err := pub.Publish("orders", msg)
+	var me *redisdelay.MessageError
+	require.ErrorAs(t, err, &me)
+	assert.Less(t, len(err.Error()), 400, "error: %.300s", err.Error())
+	assert.Contains(t, err.Error(), "2097152 bytes")
+	err = pub.Publish(huge, message.NewMessage("m", nil))
+	require.ErrorIs(t, err, redisdelay.ErrInvalidName)
+	assert.Less(t, len(err.Error()), 400)
+}
+
+func TestNilMessageIsRejectedAndNothingIsStored(t *testing.T) {
+	b := embeddedRedis(t)
+	topic := newTopic()
+	pub := newPublisher(t, b)
+	sub := newSubscriber(t, b, nil)
+	ch := subscribe(t, sub, topic)
+	var err error
+	require.NotPanics(t, func() { err = pub.Publish(topic, message.NewMessage("ok", nil), nil) })
+	var me *redisdelay.MessageError
+	require.ErrorAs(t, err, &me)
+	assert.Equal(t, topic, me.Topic)
+	assert.Contains(t, err.Error(), "message 2 of 2 is nil")
+	expectNone(t, ch, 200*time.Millisecond)
+}
+
+func TestEvictingRedisIsRefusedUnlessAllowed(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Extra: []string{"--maxmemory", "64mb", "--maxmemory-policy", "allkeys-lru"}})
+	b := backend{name: "redis", client: srv.Client(t)}
+	pub := newPublisher(t, b)
+	err := pub.Publish("orders", message.NewMessage("m", nil))
+	require.ErrorIs(t, err, redisdelay.ErrEvictingRedis)
+	assert.Contains(t, err.Error(), "allkeys-lru")
+	assert.Contains(t, err.Error(), "noeviction")
+	sub := newSubscriber(t, b, nil)
+	_, err = sub.Subscribe(context.Background(), "orders")
+	require.ErrorIs(t, err, redisdelay.ErrEvictingRedis)
+	require.ErrorIs(t, sub.SubscribeInitialize("orders"), redisdelay.ErrEvictingRedis)
+	n, err := b.client.DBSize(context.Background()).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "nothing was written")
+
+	allowed, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: b.client, AllowEvictingRedis: true}, errorLogger{})
+	require.NoError(t, err)
+	allowedSub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.AllowEvictingRedis = true })
+	ch := subscribe(t, allowedSub, "orders")
+	require.NoError(t, allowed.Publish("orders", message.NewMessage("m", nil)))
+	assert.Equal(t, "m", receive(t, ch, 5*time.Second).UUID)
+}
+
+func TestFullRedisRefusesPublishesAndCanBeDrained(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{Extra: []string{"--maxmemory", "4mb", "--maxmemory-policy", "noeviction"}})
+	b := backend{name: "redis", client: srv.Client(t)}
+	topic := newTopic()
+	cfg := func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "billing"; c.MaxAttempts = 1 }
+	require.NoError(t, newSubscriber(t, b, cfg).SubscribeInitialize(topic))
+	require.NoError(t, newSubscriber(t, b, cfg).SubscribeInitialize(redisdelay.DefaultDeadLetterTopic(topic, "billing")))
+	pub := newPublisher(t, b)
+	payload := make([]byte, 2000)
+	stored := 0
+	var err error
+	for i := 0; i < 10000; i++ {
+		if err = pub.Publish(topic, message.NewMessage("m", payload)); err != nil {
+			break
+		}
+		stored++
+	}
+	require.ErrorIs(t, err, redisdelay.ErrRedisFull)
+	assert.Contains(t, err.Error(), "OOM")
+	require.Greater(t, stored, 100)
+
+	// A fresh subscriber of the registered group starts and drains it; the first message is
+	// nacked on its last attempt, so it becomes a dead letter while Redis is full.
+	sub := newSubscriber(t, b, cfg)
+	ch := subscribe(t, sub, topic)
+	receive(t, ch, 5*time.Second).Nack()
+	for i := 1; i < stored; i++ {
+		receive(t, ch, 5*time.Second).Ack()
+	}
+	dead := receive(t, subscribe(t, newSubscriber(t, b, cfg), redisdelay.DefaultDeadLetterTopic(topic, "billing")), 5*time.Second)
+	assert.Equal(t, "m", dead.UUID)
+	dead.Ack()
+	require.NoError(t, pub.Publish(topic, message.NewMessage("after", nil)), "drained, Redis takes publishes again")
+}
+
+func TestPublishReturnsWithinOperationTimeoutWhenRedisFreezes(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	b := backend{name: "redis", client: srv.Client(t)}
+	const timeout = 500 * time.Millisecond
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: b.client, OperationTimeout: timeout}, errorLogger{})
+	require.NoError(t, err)
+	require.NoError(t, pub.Publish("orders", message.NewMessage("warm-up", nil)))
+	require.NoError(t, srv.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+
+	var wg sync.WaitGroup
+	took := make([]time.Duration, 64)
+	errs := make([]error, 64)
+	for i := range took {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			start := time.Now()
+			errs[i] = pub.Publish("orders", message.NewMessage("frozen", nil))
+			took[i] = time.Since(start)
+		}()
+	}
+	wg.Wait()
+	for i := range took {
+		assert.Error(t, errs[i])
+		assert.LessOrEqual(t, took[i], timeout+100*time.Millisecond, "publisher %d", i)
+	}
+}
+
+func TestCloseReturnsWithinOperationTimeoutWhenRedisFreezes(t *testing.T) {
+	srv := redistest.Start(t, redistest.Options{})
+	b := backend{name: "redis", client: srv.Client(t)}
+	const timeout = 500 * time.Millisecond
+	pub := newPublisher(t, b)
+	sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.OperationTimeout = timeout })
+	topics := []string{newTopic(), newTopic()}
+	for _, topic := range topics {
+		ch := subscribe(t, sub, topic)
+		require.NoError(t, pub.Publish(topic, message.NewMessage("a", nil), message.NewMessage("b", nil)))
+		receive(t, ch, 5*time.Second).Ack() // "b" waits, claimed, to be handed out
+	}
+	require.NoError(t, srv.Signal(syscall.SIGSTOP))
+	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+	start := time.Now()
+	require.NoError(t, sub.Close())
+	assert.LessOrEqual(t, time.Since(start), timeout+100*time.Millisecond)
+}

@@ -1,0 +1,426 @@
+package redisdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestGroupCommitCombinesConcurrentCallsIntoWholeRounds(t *testing.T) {
+	f := newFakeStore(t)
+	g := newGroupCommit(f.store)
+	const calls = 100
+	sizes := map[int]int{}
+	out := make(chan outcome, calls)
+	for id := range calls {
+		sizes[id] = (id%10 + 1) * 10
+		if id == calls/2 {
+			sizes[id] = maxCombinedMessages + 500
+		}
+		goCommit(g, id, sizes[id], time.Minute, out)
+		if id < maxInFlight {
+			waitEntered(t, f, 1) // each of the first calls fills a slot alone
+		} else {
+			eventually(t, fmt.Sprintf("call %d pending", id), func() bool { return pendingCalls(g) == id-maxInFlight+1 })
+		}
+	}
+	f.open()
+
+	for id, o := range collect(t, out, calls) {
+		require.NoError(t, o.err, "call %d", id)
+	}
+	rounds := roundsOf(t, f.recorded(), sizes)
+	require.Less(t, len(rounds), calls, "concurrent calls share store calls")
+	stored := 0
+	for r, ids := range rounds {
+		stored += len(ids)
+		if n := len(f.recorded()[r]); n > maxCombinedMessages {
+			require.Len(t, ids, 1, "round %d holds %d messages from more than one call", r, n)
+		}
+		for k := 1; k < len(ids); k++ {
+			require.Equal(t, ids[k-1]+1, ids[k], "round %d is not in call order: %v", r, ids)
+		}
+	}
+	require.Equal(t, calls, stored, "every call is stored in exactly one round")
+}
+
+func TestGroupCommitRunsAtMostMaxInFlightStoreCallsAtOnce(t *testing.T) {
+	f := newFakeStore(t)
+	g := newGroupCommit(f.store)
+	const calls = 64
+	out := make(chan outcome, calls)
+	for id := range calls {
+		goCommit(g, id, 1, time.Minute, out)
+	}
+	waitEntered(t, f, maxInFlight)
+	eventually(t, "every call pending or in a round", func() bool {
+		return pendingCalls(g)+len(f.recorded()) == calls
+	})
+	require.Len(t, f.recorded(), maxInFlight, "no round starts while maxInFlight are under way")
+	f.open()
+
+	for id, o := range collect(t, out, calls) {
+		require.NoError(t, o.err, "call %d", id)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	require.Equal(t, maxInFlight, f.maxActive)
+}
+
+func TestGroupCommitReturnsWithinItsDeadlineWhenTheStoreHangs(t *testing.T) {
+	f := newFakeStore(t) // never released: the store hangs and ignores its context
+	g := newGroupCommit(f.store)
+	const calls, deadline, slack = 64, 200 * time.Millisecond, 100 * time.Millisecond
+	out := make(chan outcome, calls)
+	for id := range calls {
+		goCommit(g, id, 1, deadline, out)
+	}
+
+	results := collect(t, out, calls)
+	inRound := map[int]bool{}
+	for _, ids := range roundsOf(t, f.recorded(), ones(calls)) {
+		for _, id := range ids {
+			inRound[id] = true
+		}
+	}
+	require.NotEmpty(t, inRound)
+	require.Less(t, len(inRound), calls, "some calls were still pending")
+	for id, o := range results {
+		require.LessOrEqual(t, o.elapsed, deadline+slack, "call %d", id)
+		require.ErrorIs(t, o.err, context.DeadlineExceeded, "call %d", id)
+		if inRound[id] {
+			require.ErrorIs(t, o.err, ErrOutcomeUnknown, "call %d was in a round", id)
+			require.NotErrorIs(t, o.err, errNotStored, "call %d was in a round", id)
+		} else {
+			require.ErrorIs(t, o.err, errNotStored, "call %d was pending", id)
+			require.NotErrorIs(t, o.err, ErrOutcomeUnknown, "call %d was pending", id)
+		}
+	}
+}
+
+func TestGroupCommitLeaksNoSlotWhenCallsGiveUp(t *testing.T) {
+	f := newFakeStore(t)
+	g := newGroupCommit(f.store)
+	const calls = 64
+	out := make(chan outcome, calls)
+	for id := range calls {
+		goCommit(g, id, 1, 50*time.Millisecond, out)
+	}
+	unknown := map[int]bool{}
+	notStored := 0
+	for id, o := range collect(t, out, calls) {
+		switch {
+		case errors.Is(o.err, ErrOutcomeUnknown):
+			unknown[id] = true
+		case errors.Is(o.err, errNotStored):
+			notStored++
+		default:
+			t.Fatalf("call %d: %v", id, o.err)
+		}
+	}
+	require.NotEmpty(t, unknown, "calls gave up in flight")
+	require.NotZero(t, notStored, "calls gave up pending")
+	f.open()
+
+	const last = calls
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	require.NoError(t, g.commit(ctx, messagesOf(last, 1)))
+	require.Less(t, time.Since(start), time.Second)
+
+	sizes := ones(calls + 1)
+	rounds := roundsOf(t, f.recorded(), sizes)
+	require.Equal(t, []int{last}, rounds[len(rounds)-1])
+	for _, ids := range rounds[:len(rounds)-1] {
+		for _, id := range ids {
+			require.True(t, unknown[id], "call %d returned errNotStored but was stored", id)
+		}
+	}
+}
+
+func TestGroupCommitReturnsOnceItsRoundIsStoredWhileOtherCallsKeepArriving(t *testing.T) {
+	f := newFakeStore(t)
+	g := newGroupCommit(f.store)
+	const waves, perWave = 8, 5
+	out := make(chan outcome, maxInFlight+waves*perWave)
+	next := 0
+	for ; next < maxInFlight; next++ {
+		goCommit(g, next, 1, time.Minute, out)
+		waitEntered(t, f, 1)
+	}
+	for r := range waves {
+		// New calls arrive while every slot is busy, so they wait in pending.
+		for range perWave {
+			goCommit(g, next, 1, time.Minute, out)
+			next++
+		}
+		eventually(t, "new calls pending", func() bool { return pendingCalls(g) == perWave })
+
+		f.finish(r, nil)
+		waitEntered(t, f, 1) // the freed slot starts a round of the pending calls
+		want := roundsOf(t, f.recorded()[r:r+1], ones(next))[0]
+		got := collect(t, out, len(want))
+		for _, id := range want {
+			require.Contains(t, got, id, "call %d of stored round %d has not returned", id, r)
+			require.NoError(t, got[id].err)
+		}
+		require.Empty(t, out, "a call returned before its round was stored")
+	}
+}
+
+func TestGroupCommitGivesARoundsStoreErrorToEveryCallOfThatRoundOnly(t *testing.T) {
+	f := newFakeStore(t)
+	f.results = map[int]error{
+		0:           errors.New("round 0 failed"),
+		2:           errors.New("round 2 failed"),
+		maxInFlight: errors.New("first combined round failed"),
+	}
+	g := newGroupCommit(f.store)
+	const calls = 40
+	out := make(chan outcome, calls)
+	for id := range calls {
+		goCommit(g, id, 1, time.Minute, out)
+	}
+	waitEntered(t, f, maxInFlight)
+	eventually(t, "every call pending or in a round", func() bool {
+		return pendingCalls(g)+len(f.recorded()) == calls
+	})
+	f.open()
+
+	results := collect(t, out, calls)
+	rounds := roundsOf(t, f.recorded(), ones(calls))
+	require.Greater(t, len(rounds[maxInFlight]), 1, "the round after the first ones combines calls")
+	for r, ids := range rounds {
+		for _, id := range ids {
+			require.Equal(t, f.results[r], results[id].err, "call %d of round %d", id, r)
+		}
+	}
+}
+
+func TestGroupCommitStoresARoundUnderTheLatestDeadlineOfItsCallsAndNoCallsCancellation(t *testing.T) {
+	f := newFakeStore(t)
+	g := newGroupCommit(f.store)
+	out := make(chan outcome, maxInFlight+2)
+	for id := range maxInFlight {
+		goCommit(g, id, 1, time.Minute, out)
+		waitEntered(t, f, 1)
+	}
+	// Two calls wait for the same round: one that gives up early, one with a later deadline.
+	early, giveUp := context.WithTimeout(context.Background(), time.Minute)
+	defer giveUp()
+	go func() {
+		err := g.commit(early, messagesOf(maxInFlight, 1))
+		out <- outcome{id: maxInFlight, err: err}
+	}()
+	eventually(t, "the early call pending", func() bool { return pendingCalls(g) == 1 })
+	goCommit(g, maxInFlight+1, 1, 2*time.Minute, out)
+	eventually(t, "the late call pending", func() bool { return pendingCalls(g) == 2 })
+	f.finish(0, nil)
+	waitEntered(t, f, 1)
+	require.Equal(t, [][]int{{maxInFlight, maxInFlight + 1}}, roundsOf(t, f.recorded()[maxInFlight:], map[int]int{maxInFlight: 1, maxInFlight + 1: 1}))
+
+	giveUp()
+	gaveUp := collect(t, out, 2) // call 0, whose round was stored, and the early call
+	require.ErrorIs(t, gaveUp[maxInFlight].err, ErrOutcomeUnknown)
+	require.ErrorIs(t, gaveUp[maxInFlight].err, context.Canceled)
+	f.mu.Lock()
+	ctx := f.ctxs[maxInFlight]
+	f.mu.Unlock()
+	require.NoError(t, ctx.Err(), "one caller giving up does not abort the round")
+	deadline, ok := ctx.Deadline()
+	require.True(t, ok)
+	require.Greater(t, time.Until(deadline), time.Minute, "the round has the late call's deadline")
+
+	f.finish(maxInFlight, nil)
+	late := collect(t, out, 1)
+	require.NoError(t, late[maxInFlight+1].err)
+}
+
+// fakeStore is a store function for groupCommit that records every batch and blocks each store
+// call, ignoring its context, until the test releases it: one with finish, all with open.
+type fakeStore struct {
+	entered chan int // receives the index of each store call as it starts
+	all     chan struct{}
+	once    sync.Once
+
+	mu        sync.Mutex
+	batches   [][]stored
+	ctxs      []context.Context // the context of each store call
+	releases  map[int]chan struct{}
+	results   map[int]error // what store call i returns
+	active    int
+	maxActive int
+}
+
+func newFakeStore(t *testing.T) *fakeStore {
+	f := &fakeStore{entered: make(chan int, 1024), all: make(chan struct{}), releases: map[int]chan struct{}{}}
+	t.Cleanup(f.open) // rounds still hanging end with the test
+	return f
+}
+
+func (f *fakeStore) store(ctx context.Context, batch []stored) error {
+	f.mu.Lock()
+	i := len(f.batches)
+	f.batches = append(f.batches, batch)
+	f.ctxs = append(f.ctxs, ctx)
+	release := f.release(i)
+	f.active++
+	f.maxActive = max(f.maxActive, f.active)
+	f.mu.Unlock()
+
+	f.entered <- i
+	select {
+	case <-release:
+	case <-f.all:
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.active--
+	return f.results[i]
+}
+
+// release returns the channel that releases store call i; f.mu is held.
+func (f *fakeStore) release(i int) chan struct{} {
+	if f.releases[i] == nil {
+		f.releases[i] = make(chan struct{})
+	}
+	return f.releases[i]
+}
+
+// finish makes store call i return err.
+func (f *fakeStore) finish(i int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.results == nil {
+		f.results = map[int]error{}
+	}
+	f.results[i] = err
+	close(f.release(i))
+}
+
+// open releases every store call, now and later.
+func (f *fakeStore) open() { f.once.Do(func() { close(f.all) }) }
+
+// recorded returns the batches of the store calls so far, in the order they started.
+func (f *fakeStore) recorded() [][]stored {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.batches[:len(f.batches):len(f.batches)]
+}
+
+// outcome is what one commit call returned and how long it took.
+type outcome struct {
+	id      int
+	err     error
+	elapsed time.Duration
+}
+
+// goCommit commits n messages of call id on g, with a deadline of timeout from its start, and
+// sends the outcome to out.
+func goCommit(g *groupCommit, id, n int, timeout time.Duration, out chan<- outcome) {
+	go func() {
+		start := time.Now()
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		err := g.commit(ctx, messagesOf(id, n))
+		out <- outcome{id: id, err: err, elapsed: time.Since(start)}
+	}()
+}
+
+// collect receives n outcomes from out within five seconds, by call id.
+func collect(t *testing.T, out <-chan outcome, n int) map[int]outcome {
+	t.Helper()
+	timeout := time.After(5 * time.Second)
+	got := make(map[int]outcome, n)
+	for len(got) < n {
+		select {
+		case o := <-out:
+			got[o.id] = o
+		case <-timeout:
+			t.Fatalf("%d of %d calls returned within 5s", len(got), n)
+		}
+	}
+	return got
+}
+
+// messagesOf returns n messages of call id; message j reads "id/j".
+func messagesOf(id, n int) []stored {
+	msgs := make([]stored, n)
+	for j := range msgs {
+		msgs[j] = stored{data: fmt.Appendf(nil, "%d/%d", id, j)}
+	}
+	return msgs
+}
+
+// ones returns the sizes of calls 0 to n-1 that commit one message each.
+func ones(n int) map[int]int {
+	sizes := make(map[int]int, n)
+	for id := range n {
+		sizes[id] = 1
+	}
+	return sizes
+}
+
+// roundsOf checks that the messages of each call are in one batch only, whole, in order and
+// contiguous, and returns the calls of each batch, in batch order.
+func roundsOf(t *testing.T, batches [][]stored, sizes map[int]int) [][]int {
+	t.Helper()
+	seen := map[int]bool{}
+	rounds := make([][]int, len(batches))
+	for r, batch := range batches {
+		for k := 0; k < len(batch); {
+			var id, j int
+			_, err := fmt.Sscanf(string(batch[k].data), "%d/%d", &id, &j)
+			require.NoError(t, err)
+			require.False(t, seen[id], "call %d is in more than one round", id)
+			seen[id] = true
+			n := sizes[id]
+			require.Positive(t, n, "call %d is unknown", id)
+			require.LessOrEqual(t, k+n, len(batch), "call %d is cut at the end of round %d", id, r)
+			for j := range n {
+				require.Equal(t, fmt.Sprintf("%d/%d", id, j), string(batch[k+j].data), "round %d, message %d", r, k+j)
+			}
+			rounds[r] = append(rounds[r], id)
+			k += n
+		}
+	}
+	return rounds
+}
+
+// waitEntered waits up to a second for the next n store calls to start.
+func waitEntered(t *testing.T, f *fakeStore, n int) {
+	t.Helper()
+	timeout := time.After(time.Second)
+	for i := range n {
+		select {
+		case <-f.entered:
+		case <-timeout:
+			t.Fatalf("%d of %d store calls started within a second", i, n)
+		}
+	}
+}
+
+// eventually waits up to five seconds for cond, checking it every millisecond.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within 5s: %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// pendingCalls returns how many calls wait for a round.
+func pendingCalls(g *groupCommit) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.pending)
+}
