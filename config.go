@@ -14,8 +14,7 @@ const (
 	// DefaultKeyPrefix is the namespace put before every Redis key and channel when KeyPrefix is
 	// empty.
 	DefaultKeyPrefix = "redisdelay:"
-	// DefaultConsumerGroup is the consumer group of a Subscriber whose ConsumerGroup is empty,
-	// and the group that keeps messages published to a topic on which no group is registered.
+	// DefaultConsumerGroup is the consumer group of a Subscriber whose ConsumerGroup is empty.
 	DefaultConsumerGroup = "default"
 	// DefaultLeaseTimeout is the lease (visibility timeout) when LeaseTimeout is zero.
 	DefaultLeaseTimeout = 30 * time.Second
@@ -90,9 +89,9 @@ type PublisherConfig struct {
 	// AllowEvictingRedis lets the Publisher work on a Redis whose maxmemory-policy evicts keys.
 	// By default the first Publish reads the policy (CONFIG GET maxmemory-policy) and refuses
 	// with ErrEvictingRedis unless it is noeviction, because eviction deletes scheduled
-	// messages silently. When set, the policy is logged once instead, at Error level (Watermill's
-	// LoggerAdapter has no warn level). Where
-	// CONFIG is not allowed (managed Redis), the check is logged at info level and skipped.
+	// messages silently. When set, the policy is logged once instead, at Error level
+	// (Watermill's LoggerAdapter has no warn level). Where CONFIG is not allowed (managed
+	// Redis), the check is logged at info level and skipped.
 	AllowEvictingRedis bool
 }
 
@@ -190,8 +189,11 @@ type SubscriberConfig struct {
 	// dead-letter topic. DefaultMaxAttempts when zero; UnlimitedAttempts (-1) never gives up.
 	MaxAttempts int
 	// DeadLetterTopic names the dead-letter topic of a topic and consumer group;
-	// DefaultDeadLetterTopic when nil. The name must share the topic's hash slot, that is
-	// start with the topic followed by DeadLetterInfix, because the move is one Lua call.
+	// DefaultDeadLetterTopic when nil. Any valid topic name other than the topic works, and
+	// many topics may share one. A name that starts with the topic followed by DeadLetterInfix
+	// shares the topic's hash slot, and the move is one atomic script call; any other name
+	// takes two steps that can each run again without losing or duplicating the dead letter
+	// (see the README).
 	DeadLetterTopic func(topic, group string) string
 	// Partitions is the number of partitions of every topic, as in PublisherConfig; 1 when
 	// zero. A subscription claims from all of them, each woken on its own, and still hands out

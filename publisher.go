@@ -74,25 +74,38 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 }
 
 // Publish stores msgs on topic and schedules each, at its due time, for every consumer group
-// registered on the topic (the default group if none is). One Publish is one atomic Lua script
-// call: all of msgs are stored or none are. With Partitions > 1 that holds per partition: a call
-// whose messages name different partitions through PartitionKey makes one call per partition.
-// Concurrent Publish calls to one topic share script calls (group commit), so a busy publisher
-// needs fewer round trips than calls.
+// registered on the topic; on a topic with no group yet, the messages wait for the first group
+// that registers. One Publish is one atomic Lua script call: all of msgs are stored or none
+// are. With Partitions > 1 that holds per partition: a call whose messages name different
+// partitions through PartitionKey makes one call per partition. Concurrent Publish calls to one
+// topic share script calls (group commit), so a busy publisher needs fewer round trips than
+// calls. A script call that the Redis client runs twice stores its messages once.
 //
 // The due time of each message is the Redis server clock at the time of the call plus DelayOf
 // the message; a delay set with delay.WithContext on the message's context counts too (it is
-// written to the message's metadata first, as delay.NewPublisher does). The AttemptMetadataKey
-// of a message received from a Subscriber is not stored; other metadata keys that start with
+// written to the message's metadata first, as delay.NewPublisher does). The delivery keys of a
+// message received from a Subscriber (AttemptMetadataKey, DueTimeMetadataKey,
+// ServedDelayMetadataKey) are not stored; other metadata keys that start with
 // ReservedMetadataPrefix are refused, except the dead-letter keys, so that a dead letter can be
 // re-published as it is.
 //
-// Errors: ErrPublisherClosed after Close; an error wrapping ErrInvalidName for a bad topic; a
-// *MessageError (wrapping ErrInvalidMessage) naming the topic, UUID and metadata key of a
-// message that cannot be stored (bad delay metadata, a reserved key, more than MaxMessageBytes
-// marshaled), and nothing of the batch is stored; otherwise the Redis error, wrapped with the
-// topic. The call is bounded by OperationTimeout, even when Redis does not answer; the
-// cancellation of the messages' contexts does not abort it.
+// Errors, each naming the topic and the first UUID:
+//   - ErrPublisherClosed after Close;
+//   - an error wrapping ErrInvalidName for a bad topic;
+//   - a *MessageError (wrapping ErrInvalidMessage) naming the topic, UUID and metadata key of a
+//     message that cannot be stored (a nil message, bad delay metadata, a reserved key, more
+//     than MaxMessageBytes marshaled); nothing of the batch is stored;
+//   - ErrEvictingRedis when Redis evicts keys (see PublisherConfig.AllowEvictingRedis);
+//   - an error wrapping ErrRedisFull when Redis is at maxmemory; nothing is stored;
+//   - an error wrapping ErrOutcomeUnknown when the call timed out after its script was sent or
+//     the connection was lost before the reply: all of msgs are stored or none is, and
+//     publishing them again may deliver them twice;
+//   - when OperationTimeout passed while the call waited behind other calls of the topic, an
+//     error wrapping context.DeadlineExceeded that says nothing was stored;
+//   - otherwise the Redis error.
+//
+// The call returns within OperationTimeout, even when Redis does not answer; the cancellation
+// of the messages' contexts does not abort it.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 	p.closeMu.RLock()
 	defer p.closeMu.RUnlock()
