@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -37,34 +36,26 @@ func (s *Subscriber) deadLetterTopic(topic string) (string, error) {
 	return dlt, nil
 }
 
-// exhausted reports whether c has used up its attempts.
-func (s *subscription) exhausted(attempt int64) bool {
-	max := s.sub.config.MaxAttempts
-	return max != UnlimitedAttempts && attempt >= int64(max)
-}
-
-// deadLetter moves msg, which ran out of attempts, to the dead-letter topic with the metadata
-// that says why. If that fails, the message keeps its lease and is dead-lettered on its next
-// claim, after the lease expired.
-func (s *subscription) deadLetter(c *claimed, msg *message.Message, reason string) {
-	letter := msg.Copy()
-	letter.Metadata = maps.Clone(msg.Metadata)
-	delete(letter.Metadata, AttemptMetadataKey)
+// deadLetter moves letter, a message that ran out of attempts, to the dead-letter topic with the
+// metadata that says why. letter must be the subscription's own copy, without delivery
+// metadata: its metadata is changed in place. If the move fails, the message keeps its lease and
+// is dead-lettered on its next claim, after the lease expired.
+func (s *subscription) deadLetter(c *claimed, letter *message.Message, reason string) {
 	letter.Metadata[DeadLetterTopicKey] = s.topic
 	letter.Metadata[DeadLetterGroupKey] = s.group
-	letter.Metadata[DeadLetterAttemptsKey] = strconv.FormatInt(min(c.attempt, int64(s.sub.config.MaxAttempts)), 10)
+	letter.Metadata[DeadLetterAttemptsKey] = strconv.FormatInt(min(c.attempt, int64(s.cfg.MaxAttempts)), 10)
 	letter.Metadata[DeadLetterReasonKey] = reason
-	fields := watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt, "reason": reason, "dead_letter_topic": s.deadLetterTopic}
+	fields := watermill.LogFields{"message_uuid": letter.UUID, "attempt": c.attempt, "reason": reason, "dead_letter_topic": s.deadLetterTopic}
 
-	data, err := s.sub.config.Marshaler.Marshal(s.deadLetterTopic, letter)
+	data, err := s.cfg.Marshaler.Marshal(s.deadLetterTopic, letter)
 	if err != nil {
 		s.logger.Error("Cannot marshal dead letter; it stays in the group until its lease expires", err, fields)
 		return
 	}
 	ctx, cancel := s.callContext()
 	defer cancel()
-	err = s.sub.deadLetterGroups.publish(ctx, s.deadLetterPart, func(ctx context.Context, groups []string) error {
-		return s.sub.store.deadLetter(ctx, s.part, s.group, c, s.deadLetterPart, groups, data, s.sub.config.LeaseTimeout)
+	err = s.deadLetterGroups.publish(ctx, s.deadLetterPart, func(ctx context.Context, groups []string) error {
+		return s.store.deadLetter(ctx, s.part, s.group, c, s.deadLetterPart, groups, data, s.cfg.LeaseTimeout)
 	})
 	switch {
 	case errors.Is(err, errLeaseLost):

@@ -36,7 +36,7 @@ func (g *evictionGuard) check(ctx context.Context) error {
 	if g.done {
 		return g.err
 	}
-	policy, err := bounded(ctx, g.policy)
+	policy, err := bounded(ctx, honoursContextDeadlines(g.client), g.policy)
 	var reply redis.Error
 	switch {
 	case errors.As(err, &reply):

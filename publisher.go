@@ -53,16 +53,12 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 		logger = watermill.NopLogger{}
 	}
 	logger = logger.With(watermill.LogFields{"provider": "redisdelay"})
+	st := newStore(config.Client, config.KeyPrefix)
+	st.durableReplicas, st.durableTimeout = config.DurableReplicas, config.DurableTimeout
 	p := &Publisher{
-		config: config,
-		logger: logger,
-		store: store{
-			client:          config.Client,
-			keys:            keySpace{prefix: config.KeyPrefix},
-			shebang:         &shebangSupport{},
-			durableReplicas: config.DurableReplicas,
-			durableTimeout:  config.DurableTimeout,
-		},
+		config:   config,
+		logger:   logger,
+		store:    st,
 		eviction: evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
 		callTTL:  max(publishCallTTLFactor*config.OperationTimeout, minPublishCallTTL),
 	}

@@ -308,19 +308,21 @@ func TestPublishFailsWithinOperationTimeoutWhenRedisIsUnreachable(t *testing.T) 
 	port, err := redistest.FreePort()
 	require.NoError(t, err)
 	for name, addr := range map[string]string{"refused": fmt.Sprintf("127.0.0.1:%d", port), "hanging": blackhole(t)} {
-		t.Run(name, func(t *testing.T) {
-			client := redis.NewClient(&redis.Options{Addr: addr})
-			defer client.Close()
-			pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, OperationTimeout: 300 * time.Millisecond}, nil)
-			require.NoError(t, err)
-			start := time.Now()
-			err = pub.Publish("orders", message.NewMessage("m-1", nil))
-			took := time.Since(start)
-			require.Error(t, err)
-			assert.Contains(t, err.Error(), `"orders"`)
-			assert.Contains(t, err.Error(), `"m-1"`)
-			assert.Less(t, took, time.Second, "Publish must give up within about OperationTimeout")
-		})
+		for _, ctxTimeouts := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", name, ctxTimeouts), func(t *testing.T) {
+				client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: ctxTimeouts})
+				defer client.Close()
+				pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, OperationTimeout: 300 * time.Millisecond}, nil)
+				require.NoError(t, err)
+				start := time.Now()
+				err = pub.Publish("orders", message.NewMessage("m-1", nil))
+				took := time.Since(start)
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), `"orders"`)
+				assert.Contains(t, err.Error(), `"m-1"`)
+				assert.Less(t, took, 400*time.Millisecond, "Publish must give up within OperationTimeout + 100 ms")
+			})
+		}
 	}
 }
 

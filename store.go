@@ -2,7 +2,6 @@ package redisdelay
 
 import (
 	"context"
-	_ "embed"
 	"encoding/base64"
 	"encoding/binary"
 	"errors"
@@ -11,7 +10,6 @@ import (
 	"net"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -24,78 +22,21 @@ type store struct {
 	keys   keySpace
 	// shebang records whether the server accepts script flags; shared by copies of the store.
 	shebang *shebangSupport
+	// contextTimeouts is whether the client bounds calls by their context (see bounded).
+	contextTimeouts bool
 	// durableReplicas, when > 0, makes publish WAIT for that many replicas, durableTimeout at
 	// most.
 	durableReplicas int
 	durableTimeout  time.Duration
 }
 
-var (
-	//go:embed lua/lib.lua
-	luaLib string
-	//go:embed lua/publish.lua
-	luaPublish string
-	//go:embed lua/claim.lua
-	luaClaim string
-	//go:embed lua/ack.lua
-	luaAck string
-	//go:embed lua/release.lua
-	luaRelease string
-	//go:embed lua/nack.lua
-	luaNack string
-	//go:embed lua/extend.lua
-	luaExtend string
-	//go:embed lua/deadletter.lua
-	luaDeadLetter string
-	//go:embed lua/register.lua
-	luaRegister string
-
-	// publishScript has no allow-oom flag: a full Redis refuses it before it writes anything.
-	// Every script that drains the queue may run on a full Redis, so that consumers can always
-	// empty it.
-	publishScript    = newScript("publish", luaPublish, false)
-	claimScript      = newScript("claim", luaClaim, true)
-	ackScript        = newScript("ack", luaAck, true)
-	releaseScript    = newScript("release", luaRelease, true)
-	nackScript       = newScript("nack", luaNack, true)
-	extendScript     = newScript("extend", luaExtend, true)
-	deadLetterScript = newScript("deadletter", luaDeadLetter, true)
-	registerScript   = newScript("register", luaRegister, true)
-	// deadLetterPublishScript is publish.lua for the first step of a move to a dead-letter topic
-	// in another hash slot; like the rest of dead-lettering, it may run on a full Redis.
-	deadLetterPublishScript = newScript("publish dead letter", luaPublish, true)
-)
-
-// script is one Lua script in two forms. Redis 7 reads flags from a shebang line: allow-oom lets
-// a script run when used memory is above maxmemory, and a flagged script without it is refused
-// before it runs. Servers without shebang support (Redis 6.2, miniredis) get the plain form,
-// which Redis lets run until its first write that could grow memory.
-type script struct {
-	name    string
-	flagged *redis.Script
-	plain   *redis.Script
-}
-
-func newScript(name, body string, allowOOM bool) *script {
-	shebang := "#!lua\n"
-	if allowOOM {
-		shebang = "#!lua flags=allow-oom\n"
-	}
-	return &script{
-		name:    name,
-		flagged: redis.NewScript(shebang + luaLib + "\n" + body),
-		plain:   redis.NewScript(luaLib + "\n" + body),
-	}
-}
-
-// shebangSupport is set once a server has refused a shebang line. It is per Publisher or
-// Subscriber, so one process may talk to servers of both kinds.
-type shebangSupport struct{ unsupported atomic.Bool }
-
 // run is the one path of every script call: bounded by ctx (see bounded), on the script form the
 // server supports, with the error classified (see classify) and named after the script.
 func (s store) run(ctx context.Context, c redis.Scripter, sc *script, keys []string, args ...any) (any, error) {
-	res, err := bounded(ctx, func(ctx context.Context) (any, error) {
+	if err := sc.checkKeys(keys); err != nil {
+		return nil, err
+	}
+	res, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (any, error) {
 		if s.shebang.unsupported.Load() {
 			return sc.plain.Run(ctx, c, keys, args...).Result()
 		}
@@ -245,7 +186,7 @@ func (s store) publishDurably(ctx context.Context, keys []string, args []any) er
 	var conn *redis.Conn
 	switch c := s.client.(type) {
 	case *redis.ClusterClient:
-		master, err := bounded(ctx, func(ctx context.Context) (*redis.Client, error) { return c.MasterForKey(ctx, keys[0]) })
+		master, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (*redis.Client, error) { return c.MasterForKey(ctx, keys[0]) })
 		if err != nil {
 			return err
 		}
@@ -263,7 +204,7 @@ func (s store) publishDurably(ctx context.Context, keys []string, args []any) er
 	if err != nil {
 		return err
 	}
-	replicas, err := bounded(ctx, func(ctx context.Context) (int64, error) {
+	replicas, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (int64, error) {
 		return conn.Do(ctx, "WAIT", s.durableReplicas, s.durableTimeout.Milliseconds()).Int64()
 	})
 	if err == nil && replicas < int64(s.durableReplicas) {
@@ -317,12 +258,21 @@ func (s store) deadLetter(ctx context.Context, topic, group string, c *claimed, 
 	return publishReply(deadLetterScript.name, res)
 }
 
-// bounded runs f and returns when it does or when ctx is done, whichever comes first. go-redis
-// bounds a call by its own dial and socket timeouts, and honours a context deadline only with
-// ContextTimeoutEnabled; bounded makes OperationTimeout hold in any case. A call abandoned this
-// way finishes in the background and may still take effect: every script is atomic, so it takes
-// effect whole or not at all.
-func bounded[T any](ctx context.Context, f func(context.Context) (T, error)) (T, error) {
+// bounded runs f and returns when it does or when ctx is done, whichever comes first.
+//
+// Why: go-redis honours a context deadline on the socket only when the client has
+// ContextTimeoutEnabled; otherwise a call against a server that accepts and never answers
+// waits for ReadTimeout (3 s by default) on each of MaxRetries+1 tries. The client is the
+// application's, so the adapter cannot turn that option on. When the client has it (direct),
+// f runs on the caller's goroutine, and go-redis sets the socket deadlines, the pool wait and
+// the retry backoff from ctx, which bounds the call by itself. Otherwise f runs on a goroutine
+// of its own and is abandoned at the deadline: it finishes in the background and may still
+// take effect, which is safe because every script is atomic (whole or not at all) and the
+// publish and claim scripts recognise a second run.
+func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T, error)) (T, error) {
+	if direct {
+		return f(ctx)
+	}
 	type result struct {
 		v   T
 		err error
@@ -523,4 +473,25 @@ func asStrings(v any) []string {
 		}
 	}
 	return out
+}
+
+// newStore returns the store of a Publisher or Subscriber.
+func newStore(client redis.UniversalClient, prefix string) store {
+	return store{
+		client:          client,
+		keys:            keySpace{prefix: prefix},
+		shebang:         &shebangSupport{},
+		contextTimeouts: honoursContextDeadlines(client),
+	}
+}
+
+// honoursContextDeadlines reports whether client has go-redis's ContextTimeoutEnabled.
+func honoursContextDeadlines(client redis.UniversalClient) bool {
+	switch c := client.(type) {
+	case *redis.Client:
+		return c.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return c.Options().ContextTimeoutEnabled
+	}
+	return false
 }

@@ -74,7 +74,7 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 
 // testStore returns a store on client with the default prefix.
 func testStore(client redis.UniversalClient) store {
-	return store{client: client, keys: keySpace{prefix: DefaultKeyPrefix}, shebang: &shebangSupport{}}
+	return newStore(client, DefaultKeyPrefix)
 }
 
 // testCall names a new publish call.

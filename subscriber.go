@@ -55,7 +55,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 	return &Subscriber{
 		config:      config,
 		logger:      logger,
-		store:       store{client: config.Client, keys: keySpace{prefix: config.KeyPrefix}, shebang: &shebangSupport{}},
+		store:       newStore(config.Client, config.KeyPrefix),
 		wakeups:     newWakeups(config.Client, logger),
 		eviction:    evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
 		closing:     closing,

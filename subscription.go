@@ -1,16 +1,12 @@
 package redisdelay
 
 import (
-	"bytes"
 	"context"
 	"errors"
-	"maps"
 	"math/rand/v2"
-	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/redis/go-redis/v9"
@@ -21,24 +17,25 @@ const (
 	// a subscription represent: a slow handler claims few messages at a time, so that its
 	// group's other consumers can take the rest.
 	prefetchWindow = 100 * time.Millisecond
-	// ackDelay is the longest an ack waits to be confirmed to Redis when no claim or heartbeat
-	// carries it earlier. Batching acks saves round trips; the delay bounds the duplicates a
-	// crash can cause.
-	ackDelay = 50 * time.Millisecond
 	// recheckJitter is the share of RecheckInterval by which an idle subscription's recheck comes
 	// earlier, at random.
 	recheckJitter = 0.25
-	// dueTimeLayout formats DueTimeMetadataKey: RFC3339 with microseconds, the precision of due
-	// times.
-	dueTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 )
 
-// subscription serves one partition of a Subscribe call: a single goroutine that claims,
-// delivers, acks and releases, so none of its state needs a lock. The subscriptions of the
-// partitions of one Subscribe call share its output channel and take turns, so that one message
-// at most is in flight.
+// subscription is the consumer of one partition of a Subscribe call: a single goroutine that
+// runs the claim loop (this file), hands messages out (delivery.go) and acts on their outcome.
+// It owns its claim token, its claim size and its retry backoff; what it holds in Redis is in
+// its leaseBook. The subscriptions of the partitions of one Subscribe call share its output
+// channel and take turns, so that one message at most is in flight.
 type subscription struct {
-	sub             *Subscriber
+	cfg              SubscriberConfig
+	store            store
+	wakeups          *wakeups
+	deadLetterGroups *groupCache
+	register         func(ctx context.Context) error // registers the group on the topic
+	// ctx ends when the Subscribe context is cancelled or the Subscriber closes; it is the
+	// subscription's only stop signal, and every Redis call but the final release derives
+	// from it.
 	ctx             context.Context
 	topic           string // the topic, for messages and logs
 	part            string // the partition's name in the key space
@@ -49,74 +46,67 @@ type subscription struct {
 	out             chan *message.Message
 	turn            chan struct{} // holds a token while a message of the Subscribe call is in flight
 
-	pending  []*claimed // claimed, not yet delivered, in due order
-	inflight *claimed   // delivered, waiting for Ack or Nack
-	acks     []*claimed // acked, not yet confirmed to Redis
-	limit    int        // how many messages the next claim takes
+	book  *leaseBook
+	limit int // how many messages the next claim takes
 	// claim names the next claim: the subscription's claim record and a token that stays the
 	// same until a claim's reply arrives, so a claim whose reply was lost is answered again.
 	claim claimCall
-
-	heartbeat *time.Ticker // extends leases every LeaseTimeout/3
-	ackTimer  *time.Timer  // confirms acks ackDelay after the first unconfirmed one
-	retry     *backoff.ExponentialBackOff
+	retry *backoff.ExponentialBackOff
 }
 
-// newSubscription returns the subscription of one partition. ctx ends when the Subscribe
-// context is cancelled or the Subscriber closes; it is the subscription's only stop signal.
+// newSubscription returns the subscription of one partition of topic.
 func newSubscription(s *Subscriber, ctx context.Context, topic, deadLetterTopic string, partition int, out chan *message.Message, turn chan struct{}, logger watermill.LoggerAdapter) *subscription {
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 100 * time.Millisecond
 	retry.MaxInterval = 5 * time.Second
-	part := partitionName(topic, partition)
+	part, group := partitionName(topic, partition), s.config.ConsumerGroup
 	return &subscription{
-		sub:             s,
-		ctx:             ctx,
-		topic:           topic,
-		part:            part,
-		claim:           claimCall{record: s.store.keys.claimRecord(part, s.config.ConsumerGroup, newToken()), token: newToken()},
-		deadLetterTopic: deadLetterTopic,
-		deadLetterPart:  partitionName(deadLetterTopic, partition),
-		group:           s.config.ConsumerGroup,
-		logger:          logger,
-		out:             out,
-		turn:            turn,
-		limit:           1,
-		retry:           retry,
+		cfg:              s.config,
+		store:            s.store,
+		wakeups:          s.wakeups,
+		deadLetterGroups: &s.deadLetterGroups,
+		register:         func(ctx context.Context) error { return s.register(ctx, topic) },
+		ctx:              ctx,
+		topic:            topic,
+		part:             part,
+		deadLetterTopic:  deadLetterTopic,
+		deadLetterPart:   partitionName(deadLetterTopic, partition),
+		group:            group,
+		logger:           logger,
+		out:              out,
+		turn:             turn,
+		limit:            1,
+		claim:            claimCall{record: s.store.keys.claimRecord(part, group, newToken()), token: newToken()},
+		retry:            retry,
 	}
 }
 
-// stopped reports whether the Subscribe context is done or the Subscriber is closing.
-func (s *subscription) stopped() bool { return s.ctx.Err() != nil }
-
 // callContext bounds one Redis call by OperationTimeout and by the end of the subscription.
 func (s *subscription) callContext() (context.Context, context.CancelFunc) {
-	return context.WithTimeout(s.ctx, s.sub.config.OperationTimeout)
+	return context.WithTimeout(s.ctx, s.cfg.OperationTimeout)
 }
 
+// run is the claim loop: register the group if Subscribe could not, claim, hand out, and sleep
+// until the next due time when the group has nothing due. It releases what it holds when the
+// subscription stops.
 func (s *subscription) run(registered bool) {
-	cfg := s.sub.config
-	s.heartbeat = time.NewTicker(cfg.LeaseTimeout / 3)
-	defer s.heartbeat.Stop()
-	s.ackTimer = time.NewTimer(time.Hour)
-	s.ackTimer.Stop()
-	defer s.ackTimer.Stop()
-
-	channel := s.sub.store.keys.group(s.part, s.group).wakeChannel
-	wake := s.sub.wakeups.watch(channel)
-	defer s.sub.wakeups.unwatch(channel, wake)
+	s.book = newLeaseBook(s.cfg.LeaseTimeout)
+	defer s.book.stop()
+	channel := s.store.keys.group(s.part, s.group).wakeChannel
+	wake := s.wakeups.watch(channel)
+	defer s.wakeups.unwatch(channel, wake)
 	// Claim only once wake-ups are flowing, so none published in between is missed; the
 	// recheck interval covers a confirmation that does not come.
 	select {
 	case <-wake.ready:
-	case <-time.After(cfg.OperationTimeout):
+	case <-time.After(s.cfg.OperationTimeout):
 	case <-s.ctx.Done():
 	}
 
 	defer s.stop()
-	for !s.stopped() {
+	for s.ctx.Err() == nil {
 		if !registered {
-			if err := s.sub.register(s.ctx, s.topic); errors.Is(err, ErrEvictingRedis) {
+			if err := s.register(s.ctx); errors.Is(err, ErrEvictingRedis) {
 				s.logger.Error("Subscription stopped: Redis evicts keys", err, nil)
 				return
 			} else if err != nil {
@@ -133,7 +123,7 @@ func (s *subscription) run(registered bool) {
 		}
 		s.retry.Reset()
 		if len(res.messages) > 0 {
-			s.pending = res.messages
+			s.book.claimed(res.messages)
 			start := time.Now()
 			n := s.deliverPending()
 			s.adaptLimit(n, time.Since(start))
@@ -147,12 +137,12 @@ func (s *subscription) run(registered bool) {
 	}
 }
 
-// claim confirms the pending acks and claims the next batch in one round trip. When the reply
-// is lost, the claim keeps its token, and the next try is answered from the claim record.
+// claimNext confirms the queued acks and claims the next batch in one round trip. When the
+// reply is lost, the claim keeps its token, and the next try is answered from the claim record.
 func (s *subscription) claimNext() (claimResult, time.Time, error) {
 	ctx, cancel := s.callContext()
 	defer cancel()
-	res, err := s.sub.store.claim(ctx, s.part, s.group, s.claim, s.limit, s.sub.config.LeaseTimeout, s.acks)
+	res, err := s.store.claim(ctx, s.part, s.group, s.claim, s.limit, s.cfg.LeaseTimeout, s.book.acks)
 	if err != nil {
 		return res, time.Time{}, err
 	}
@@ -170,7 +160,7 @@ func (s *subscription) adaptLimit(delivered int, took time.Duration) {
 	if delivered == 0 {
 		return
 	}
-	next := s.sub.config.ClaimBatchSize
+	next := s.cfg.ClaimBatchSize
 	if perMessage := took / time.Duration(delivered); perMessage > 0 {
 		next = int(min(int64(prefetchWindow/perMessage), int64(next)))
 	}
@@ -187,7 +177,7 @@ func (s *subscription) sleep(res claimResult, receivedAt time.Time, wake *wakeup
 	// Acks are confirmed at once when nothing is left to hand out; batching is for busy times.
 	s.confirmAcks()
 	// Jitter keeps the rechecks of many idle subscriptions from coming in the same instant.
-	wait := time.Duration(float64(s.sub.config.RecheckInterval) * (1 - recheckJitter*rand.Float64()))
+	wait := time.Duration(float64(s.cfg.RecheckInterval) * (1 - recheckJitter*rand.Float64()))
 	for _, next := range []int64{res.nextDueUs, res.nextLeaseUs} {
 		if next >= 0 {
 			wait = min(wait, until(next))
@@ -212,7 +202,7 @@ func (s *subscription) sleep(res claimResult, receivedAt time.Time, wake *wakeup
 				deadline = time.Now().Add(w)
 				timer.Reset(w)
 			}
-		case <-s.ackTimer.C:
+		case <-s.book.ackTimer.C:
 			s.confirmAcks()
 		case <-s.ctx.Done():
 			return
@@ -220,143 +210,27 @@ func (s *subscription) sleep(res claimResult, receivedAt time.Time, wake *wakeup
 	}
 }
 
-// deliverPending hands the claimed messages out one at a time and returns how many were
-// finished. It returns early when the subscription stops.
-func (s *subscription) deliverPending() int {
-	n := 0
-	for len(s.pending) > 0 {
-		c := s.pending[0]
-		s.pending = s.pending[1:]
-		if !s.deliver(c) {
-			if !c.delivered {
-				s.pending = append([]*claimed{c}, s.pending...)
-			}
-			return n
-		}
-		n++
-	}
-	return n
-}
-
-// deliver sends one message and waits for its Ack or Nack. It returns false, leaving c to be
-// released, when the subscription stops first.
-func (s *subscription) deliver(c *claimed) bool {
-	msg, err := s.sub.config.Marshaler.Unmarshal(s.topic, c.data)
-	if err != nil {
-		// Stored data that cannot be decoded would fail on every attempt and cannot carry
-		// dead-letter metadata: it is removed, loudly, so that the group goes on.
-		s.logger.Error("Removing stored message that cannot be unmarshaled", err, watermill.LogFields{"id": c.id, "attempt": c.attempt, "bytes": len(c.data)})
-		s.addAck(c)
-		return true
-	}
-	c.uuid = msg.UUID
-	if s.exhausted(c.attempt - 1) {
-		// Its last attempt was never acknowledged.
-		s.deadLetter(c, msg, DeadLetterReasonLeaseExpired)
-		return true
-	}
-	s.setDeliveryMetadata(msg, c)
-	ctx, cancel := context.WithCancel(s.ctx)
-	defer cancel()
-	msg.SetContext(ctx)
-	logFields := watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt}
-
-	// Take this Subscribe call's turn (one message in flight across its partitions), then send.
-	if !sendHolding(s, s.turn, struct{}{}) {
-		return false
-	}
-	defer func() { <-s.turn }()
-	if !sendHolding(s, s.out, msg) {
-		return false
-	}
-	c.delivered = true
-	s.inflight = c
-	s.logger.Trace("Message delivered", logFields)
-
-	for {
-		select {
-		case <-msg.Acked():
-			s.inflight = nil
-			s.addAck(c)
-			s.logger.Trace("Message acked", logFields)
-			return true
-		case <-msg.Nacked():
-			s.inflight = nil
-			s.nack(c, msg)
-			s.logger.Trace("Message nacked", logFields)
-			return true
-		case <-s.heartbeat.C:
-			s.extendLeases()
-		case <-s.ackTimer.C:
-			s.confirmAcks()
-		case <-s.ctx.Done():
-			return s.finishedAnyway(c, msg)
-		}
-	}
-}
-
-// sendHolding sends v on ch while keeping the subscription's leases and acks going. It returns
-// false when the subscription stops first.
-func sendHolding[T any](s *subscription, ch chan<- T, v T) bool {
-	for {
-		select {
-		case ch <- v:
-			return true
-		case <-s.heartbeat.C:
-			s.extendLeases()
-		case <-s.ackTimer.C:
-			s.confirmAcks()
-		case <-s.ctx.Done():
-			return false
-		}
-	}
-}
-
-// finishedAnyway handles an Ack or Nack that raced with the end of the subscription (select
-// picks among ready cases at random): it reports whether msg was finished after all.
-func (s *subscription) finishedAnyway(c *claimed, msg *message.Message) bool {
-	select {
-	case <-msg.Acked():
-		s.inflight = nil
-		s.addAck(c)
-		return true
-	case <-msg.Nacked():
-		s.inflight = nil
-		s.nack(c, msg)
-		return true
-	default:
-		return false
-	}
-}
-
-// addAck queues an ack for the next claim, heartbeat or ackDelay, whichever comes first.
-func (s *subscription) addAck(c *claimed) {
-	if len(s.acks) == 0 {
-		s.ackTimer.Reset(ackDelay)
-	}
-	s.acks = append(s.acks, c)
-}
-
 // confirmAcks sends the queued acks to Redis; on failure they stay queued for the next try.
 func (s *subscription) confirmAcks() {
-	if len(s.acks) == 0 {
+	if len(s.book.acks) == 0 {
 		return
 	}
 	ctx, cancel := s.callContext()
 	defer cancel()
-	if err := s.confirmAcksWithin(ctx, s.sub.store); err != nil {
-		s.logger.Error("Ack failed, will retry", err, watermill.LogFields{"acks": len(s.acks)})
-		s.ackTimer.Reset(ackDelay)
+	if err := s.confirmAcksWithin(ctx, s.store); err != nil && s.ctx.Err() == nil {
+		s.logger.Error("Ack failed, will retry", err, watermill.LogFields{"acks": len(s.book.acks)})
+		s.book.ackRetry()
 	}
+	// When the subscription stopped meanwhile, stop confirms the acks that are still queued.
 }
 
 // confirmAcksWithin sends the queued acks through st, bounded by ctx; on failure they stay
 // queued.
 func (s *subscription) confirmAcksWithin(ctx context.Context, st store) error {
-	if len(s.acks) == 0 {
+	if len(s.book.acks) == 0 {
 		return nil
 	}
-	refused, err := st.ack(ctx, s.part, s.group, s.acks)
+	refused, err := st.ack(ctx, s.part, s.group, s.book.acks)
 	if err != nil {
 		return err
 	}
@@ -364,66 +238,11 @@ func (s *subscription) confirmAcksWithin(ctx context.Context, st store) error {
 	return nil
 }
 
-// acksConfirmed clears the queued acks after Redis processed them and logs the refused ones.
+// acksConfirmed tells the book that Redis processed the queued acks and logs the refused ones.
 func (s *subscription) acksConfirmed(refused []string) {
-	if len(refused) > 0 {
-		gone := map[string]bool{}
-		for _, id := range refused {
-			gone[id] = true
-		}
-		for _, c := range s.acks {
-			if gone[c.id] {
-				s.logger.Info("Ack refused: the lease had expired and the message was claimed again", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
-			}
-		}
+	for _, c := range s.book.acksConfirmed(refused) {
+		s.logger.Info("Ack refused: the lease had expired and the message was claimed again", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
 	}
-	s.acks = s.acks[:0]
-	s.ackTimer.Stop()
-}
-
-// nack makes a nacked message due again: after NackBackoff, or at the time its delay metadata
-// now names if the handler (for example middleware.DelayOnError) changed that metadata. When the
-// handler changed the message, the change is stored too. A message nacked on its last attempt
-// becomes a dead letter.
-func (s *subscription) nack(c *claimed, msg *message.Message) {
-	cfg := s.sub.config
-	delivered := withoutDeliveryMetadata(msg)
-	if s.exhausted(c.attempt) {
-		s.deadLetter(c, delivered, DeadLetterReasonNacked)
-		return
-	}
-	wait := cfg.NackBackoff.NackDelay(int(c.attempt))
-	var changed []byte
-	original, err := cfg.Marshaler.Unmarshal(s.topic, c.data)
-	if err == nil && !sameMessage(original, delivered) {
-		if original.Metadata.Get(delay.DelayedUntilKey) != delivered.Metadata.Get(delay.DelayedUntilKey) ||
-			original.Metadata.Get(delay.DelayedForKey) != delivered.Metadata.Get(delay.DelayedForKey) {
-			if d, err := DelayOf(delivered, time.Now()); err == nil {
-				wait = d
-			} else {
-				s.logger.Error("Ignoring invalid delay metadata set before Nack; using the nack backoff", err, watermill.LogFields{"message_uuid": msg.UUID})
-			}
-		}
-		if data, err := cfg.Marshaler.Marshal(s.topic, delivered); err == nil {
-			changed = data
-		} else {
-			s.logger.Error("Cannot store the changes made before Nack", err, watermill.LogFields{"message_uuid": msg.UUID})
-		}
-	}
-
-	ctx, cancel := s.callContext()
-	defer cancel()
-	switch err := s.sub.store.nack(ctx, s.part, s.group, c, wait, changed); {
-	case errors.Is(err, errLeaseLost):
-		s.logger.Info("Nack refused: the lease had expired and the message was claimed again", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt})
-	case err != nil:
-		// The message keeps its lease and comes back when the lease expires.
-		s.logger.Error("Nack failed; the message is delivered again after its lease", err, watermill.LogFields{"message_uuid": msg.UUID})
-	}
-}
-
-func sameMessage(a, b *message.Message) bool {
-	return a.UUID == b.UUID && bytes.Equal(a.Payload, b.Payload) && maps.Equal(a.Metadata, b.Metadata)
 }
 
 // extendLeases is the heartbeat: it confirms queued acks and extends the leases of every
@@ -431,42 +250,20 @@ func sameMessage(a, b *message.Message) bool {
 // from the prefetch buffer, so they are not delivered twice.
 func (s *subscription) extendLeases() {
 	s.confirmAcks()
-	held := s.held()
+	held := s.book.held()
 	if len(held) == 0 {
 		return
 	}
 	ctx, cancel := s.callContext()
 	defer cancel()
-	lost, err := s.sub.store.extend(ctx, s.part, s.group, s.sub.config.LeaseTimeout, held)
+	lost, err := s.store.extend(ctx, s.part, s.group, s.cfg.LeaseTimeout, held)
 	if err != nil {
 		s.logger.Error("Lease extension failed, will retry", err, watermill.LogFields{"held": len(held)})
 		return
 	}
-	if len(lost) == 0 {
-		return
+	if c := s.book.leasesLost(lost); c != nil {
+		s.logger.Info("Lease lost while the handler runs; the message belongs to another consumer now", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
 	}
-	gone := map[string]bool{}
-	for _, id := range lost {
-		gone[id] = true
-	}
-	if s.inflight != nil && gone[s.inflight.id] {
-		s.logger.Info("Lease lost while the handler runs; the message belongs to another consumer now", watermill.LogFields{"message_uuid": s.inflight.uuid, "attempt": s.inflight.attempt})
-	}
-	kept := s.pending[:0]
-	for _, c := range s.pending {
-		if !gone[c.id] {
-			kept = append(kept, c)
-		}
-	}
-	s.pending = kept
-}
-
-func (s *subscription) held() []*claimed {
-	held := s.pending
-	if s.inflight != nil {
-		held = append([]*claimed{s.inflight}, held...)
-	}
-	return held
 }
 
 // backoff logs a failed Redis call and waits before the next try.
@@ -484,10 +281,10 @@ func (s *subscription) backoff(err error, what string) {
 // lease expires. When the application closed the Redis client first, it does so over a
 // short-lived client of its own built from the same options (see closedClientFallback).
 func (s *subscription) stop() {
-	held := s.held()
-	ctx, cancel := context.WithTimeout(context.Background(), s.sub.config.OperationTimeout)
+	held := s.book.held()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OperationTimeout)
 	defer cancel()
-	st := s.sub.store
+	st := s.store
 	err := s.finish(ctx, st, held)
 	if errors.Is(err, redis.ErrClosed) {
 		if fallback := closedClientFallback(st.client); fallback != nil {
@@ -497,9 +294,9 @@ func (s *subscription) stop() {
 		}
 	}
 	if err != nil {
-		s.logger.Error("Release on close failed; unconfirmed acks and held messages are delivered again after their lease", err, watermill.LogFields{"held": len(held), "acks": len(s.acks)})
+		s.logger.Error("Release on close failed; unconfirmed acks and held messages are delivered again after their lease", err, watermill.LogFields{"held": len(held), "acks": len(s.book.acks)})
 	}
-	s.pending, s.inflight, s.acks = nil, nil, nil
+	s.book.clear()
 	s.logger.Debug("Subscription stopped", watermill.LogFields{"released": len(held)})
 }
 
@@ -521,15 +318,4 @@ func closedClientFallback(client redis.UniversalClient) redis.UniversalClient {
 		return redis.NewClusterClient(c.Options())
 	}
 	return nil
-}
-
-// setDeliveryMetadata sets the keys a delivery carries: the attempt, the due time, and the
-// delay metadata that due time served (see ServedDelayMetadataKey).
-func (s *subscription) setDeliveryMetadata(msg *message.Message, c *claimed) {
-	msg.Metadata.Set(AttemptMetadataKey, strconv.FormatInt(c.attempt, 10))
-	msg.Metadata.Set(DueTimeMetadataKey, time.UnixMicro(c.dueUs).UTC().Format(dueTimeLayout))
-	until, delayFor := msg.Metadata.Get(delay.DelayedUntilKey), msg.Metadata.Get(delay.DelayedForKey)
-	if until != "" || delayFor != "" {
-		msg.Metadata.Set(ServedDelayMetadataKey, servedDelay(until, delayFor))
-	}
 }

@@ -1,0 +1,169 @@
+package redisdelay
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// dueTimeLayout formats DueTimeMetadataKey: RFC3339 with microseconds, the precision of due
+// times.
+const dueTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// Delivery: handing the claimed messages of a subscription out, one at a time, on the output
+// channel of its Subscribe call, taking turns with the call's other partitions, and acting on
+// each Ack or Nack. While it waits, it keeps the heartbeat and the ack timer of the lease book
+// going.
+
+// deliverPending hands the claimed messages out one at a time and returns how many were
+// finished. It returns early when the subscription stops.
+func (s *subscription) deliverPending() int {
+	n := 0
+	for c := s.book.next(); c != nil; c = s.book.next() {
+		if !s.deliver(c) {
+			if !c.delivered {
+				s.book.putBack(c)
+			}
+			return n
+		}
+		n++
+	}
+	return n
+}
+
+// deliver sends one message and waits for its Ack or Nack. It returns false, leaving c to be
+// released, when the subscription stops first.
+func (s *subscription) deliver(c *claimed) bool {
+	msg, err := s.cfg.Marshaler.Unmarshal(s.topic, c.data)
+	if err != nil {
+		// Stored data that cannot be decoded would fail on every attempt and cannot carry
+		// dead-letter metadata: it is removed, loudly, so that the group goes on.
+		s.logger.Error("Removing stored message that cannot be unmarshaled", err, watermill.LogFields{"id": c.id, "attempt": c.attempt, "bytes": len(c.data)})
+		s.book.acked(c)
+		return true
+	}
+	c.uuid = msg.UUID
+	if exhausted(c.attempt-1, s.cfg.MaxAttempts) {
+		// Its last attempt was never acknowledged.
+		s.deadLetter(c, msg, DeadLetterReasonLeaseExpired)
+		return true
+	}
+	setDeliveryMetadata(msg, c)
+	ctx, cancel := context.WithCancel(s.ctx)
+	defer cancel()
+	msg.SetContext(ctx)
+
+	// Take this Subscribe call's turn (one message in flight across its partitions), then send.
+	if !sendHolding(s, s.turn, struct{}{}) {
+		return false
+	}
+	defer func() { <-s.turn }()
+	if !sendHolding(s, s.out, msg) {
+		return false
+	}
+	s.book.handedOut(c)
+	s.logger.Trace("Message delivered", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt})
+	for {
+		select {
+		case <-msg.Acked():
+		case <-msg.Nacked():
+		case <-s.book.heartbeat.C:
+			s.extendLeases()
+			continue
+		case <-s.book.ackTimer.C:
+			s.confirmAcks()
+			continue
+		case <-s.ctx.Done():
+		}
+		// An Ack or Nack may race with the end of the subscription (select picks among ready
+		// cases at random), so the outcome is read once more here, in one place.
+		return s.finished(c, msg)
+	}
+}
+
+// finished acts on msg's Ack or Nack, if it has one, and reports whether it had.
+func (s *subscription) finished(c *claimed, msg *message.Message) bool {
+	select {
+	case <-msg.Acked():
+		s.book.acked(c)
+		return true
+	case <-msg.Nacked():
+		s.book.finished(c)
+		s.nack(c, msg)
+		return true
+	default:
+		return false
+	}
+}
+
+// sendHolding sends v on ch while keeping the subscription's leases and acks going. It returns
+// false when the subscription stops first.
+func sendHolding[T any](s *subscription, ch chan<- T, v T) bool {
+	for {
+		select {
+		case ch <- v:
+			return true
+		case <-s.book.heartbeat.C:
+			s.extendLeases()
+		case <-s.book.ackTimer.C:
+			s.confirmAcks()
+		case <-s.ctx.Done():
+			return false
+		}
+	}
+}
+
+// nack carries out decideNack for a nacked message: a dead letter, or due again after the
+// decided delay, with the handler's changes stored when it made any.
+func (s *subscription) nack(c *claimed, msg *message.Message) {
+	delivered := withoutDeliveryMetadata(msg)
+	if delivered == msg {
+		delivered = msg.Copy() // the handler removed the delivery keys; never change its message
+	}
+	var original *message.Message
+	if !exhausted(c.attempt, s.cfg.MaxAttempts) {
+		original, _ = s.cfg.Marshaler.Unmarshal(s.topic, c.data)
+	}
+	d := decideNack(c.attempt, s.cfg.MaxAttempts, s.cfg.NackBackoff, original, delivered, time.Now())
+	fields := watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt}
+	if d.deadLetter {
+		s.deadLetter(c, delivered, DeadLetterReasonNacked)
+		return
+	}
+	if d.badDelay != nil {
+		s.logger.Error("Ignoring invalid delay metadata set before Nack; using the nack backoff", d.badDelay, fields)
+	}
+	var changed []byte
+	if d.changed {
+		data, err := s.cfg.Marshaler.Marshal(s.topic, delivered)
+		if err != nil {
+			s.logger.Error("Cannot store the changes made before Nack", err, fields)
+		}
+		changed = data
+	}
+	ctx, cancel := s.callContext()
+	defer cancel()
+	switch err := s.store.nack(ctx, s.part, s.group, c, d.delay, changed); {
+	case errors.Is(err, errLeaseLost):
+		s.logger.Info("Nack refused: the lease had expired and the message was claimed again", fields)
+	case err != nil:
+		// The message keeps its lease and comes back when the lease expires.
+		s.logger.Error("Nack failed; the message is delivered again after its lease", err, fields)
+	}
+}
+
+// setDeliveryMetadata sets the keys a delivery carries: the attempt, the due time, and the
+// delay metadata that due time served (see ServedDelayMetadataKey).
+func setDeliveryMetadata(msg *message.Message, c *claimed) {
+	msg.Metadata.Set(AttemptMetadataKey, strconv.FormatInt(c.attempt, 10))
+	msg.Metadata.Set(DueTimeMetadataKey, time.UnixMicro(c.dueUs).UTC().Format(dueTimeLayout))
+	until, delayFor := msg.Metadata.Get(delay.DelayedUntilKey), msg.Metadata.Get(delay.DelayedForKey)
+	if until != "" || delayFor != "" {
+		msg.Metadata.Set(ServedDelayMetadataKey, servedDelay(until, delayFor))
+	}
+}

@@ -1,0 +1,119 @@
+package redisdelay
+
+import (
+	"slices"
+	"time"
+)
+
+// ackDelay is the longest an ack waits to be confirmed to Redis when no claim or heartbeat
+// carries it earlier. Batching acks saves round trips; the delay bounds the duplicates a crash
+// can cause.
+const ackDelay = 50 * time.Millisecond
+
+// leaseBook owns the state of one subscription that mirrors its leases in Redis: the messages
+// it claimed and has not handed out (in due order), the one in flight, the acks not yet
+// confirmed, and the two timers that keep them: the heartbeat, which extends every lease it
+// holds, and the ack timer, which confirms acks ackDelay after the first unconfirmed one. It
+// makes no Redis call: the subscription tells it what Redis answered. One goroutine uses it, so
+// it has no lock.
+type leaseBook struct {
+	pending  []*claimed
+	inflight *claimed
+	acks     []*claimed
+
+	heartbeat *time.Ticker
+	ackTimer  *time.Timer
+}
+
+// newLeaseBook returns an empty book whose heartbeat ticks every lease/3.
+func newLeaseBook(lease time.Duration) *leaseBook {
+	b := &leaseBook{heartbeat: time.NewTicker(lease / 3), ackTimer: time.NewTimer(time.Hour)}
+	b.ackTimer.Stop()
+	return b
+}
+
+// stop stops the timers.
+func (b *leaseBook) stop() {
+	b.heartbeat.Stop()
+	b.ackTimer.Stop()
+}
+
+// claimed records a claim's messages, in due order, to be handed out.
+func (b *leaseBook) claimed(msgs []*claimed) { b.pending = append(b.pending, msgs...) }
+
+// next takes the next message to hand out, or nil.
+func (b *leaseBook) next() *claimed {
+	if len(b.pending) == 0 {
+		return nil
+	}
+	c := b.pending[0]
+	b.pending = b.pending[1:]
+	return c
+}
+
+// putBack returns a message that was taken but not handed out to the head of the queue.
+func (b *leaseBook) putBack(c *claimed) { b.pending = append([]*claimed{c}, b.pending...) }
+
+// handedOut records c as the message in flight: from now on its attempt counts.
+func (b *leaseBook) handedOut(c *claimed) {
+	c.delivered = true
+	b.inflight = c
+}
+
+// acked queues c's ack (the message in flight, or one the subscription finished without
+// handing it out) and starts the ack timer for the first one.
+func (b *leaseBook) acked(c *claimed) {
+	if b.inflight == c {
+		b.inflight = nil
+	}
+	if len(b.acks) == 0 {
+		b.ackTimer.Reset(ackDelay)
+	}
+	b.acks = append(b.acks, c)
+}
+
+// finished records that c is no longer held by this subscription (nacked or dead-lettered).
+func (b *leaseBook) finished(c *claimed) {
+	if b.inflight == c {
+		b.inflight = nil
+	}
+}
+
+// acksConfirmed clears the queued acks after Redis processed them and returns those it
+// refused because their lease had been lost (fencing).
+func (b *leaseBook) acksConfirmed(refused []string) []*claimed {
+	var lost []*claimed
+	for _, c := range b.acks {
+		if slices.Contains(refused, c.id) {
+			lost = append(lost, c)
+		}
+	}
+	b.acks = b.acks[:0]
+	b.ackTimer.Stop()
+	return lost
+}
+
+// ackRetry restarts the ack timer after a confirmation failed; the acks stay queued.
+func (b *leaseBook) ackRetry() { b.ackTimer.Reset(ackDelay) }
+
+// held returns every message whose lease the subscription keeps: the one in flight first, then
+// those waiting to be handed out.
+func (b *leaseBook) held() []*claimed {
+	if b.inflight == nil {
+		return slices.Clone(b.pending)
+	}
+	return append([]*claimed{b.inflight}, b.pending...)
+}
+
+// leasesLost drops the waiting messages whose lease Redis reported lost, so that they are not
+// handed out twice, and returns the message in flight if its lease was lost too.
+func (b *leaseBook) leasesLost(ids []string) (inflight *claimed) {
+	b.pending = slices.DeleteFunc(b.pending, func(c *claimed) bool { return slices.Contains(ids, c.id) })
+	if b.inflight != nil && slices.Contains(ids, b.inflight.id) {
+		return b.inflight
+	}
+	return nil
+}
+
+// clear forgets everything, once the subscription released what it held.
+func (b *leaseBook) clear() { b.pending, b.inflight, b.acks = nil, nil, nil }

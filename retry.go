@@ -1,0 +1,57 @@
+package redisdelay
+
+import (
+	"bytes"
+	"maps"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// nackDecision is what happens to a nacked message: it becomes a dead letter, or it is due
+// again after delay, stored anew when the handler changed it.
+type nackDecision struct {
+	deadLetter bool
+	delay      time.Duration // relative to the Redis clock at the time of the Nack
+	changed    bool          // the handler changed UUID, payload or metadata: store the new version
+	// badDelay is set when the handler set delay metadata that DelayOf refuses; delay is then
+	// the backoff's.
+	badDelay error
+}
+
+// decideNack decides the fate of a nacked message on its attempt-th delivery. original is the
+// message as stored (nil when it cannot be decoded), delivered the message as the handler left
+// it, without the delivery metadata. In order:
+//   - on the last attempt (maxAttempts, unless UnlimitedAttempts) it becomes a dead letter;
+//   - if the handler changed the delay metadata (as middleware.DelayOnError does), the new
+//     metadata decides the delay (see DelayOf, with now the Nack time);
+//   - otherwise backoff decides.
+func decideNack(attempt int64, maxAttempts int, backoff Backoff, original, delivered *message.Message, now time.Time) nackDecision {
+	if exhausted(attempt, maxAttempts) {
+		return nackDecision{deadLetter: true}
+	}
+	d := nackDecision{delay: backoff.NackDelay(int(attempt))}
+	if original == nil || sameMessage(original, delivered) {
+		return d
+	}
+	d.changed = true
+	if original.Metadata.Get(delay.DelayedUntilKey) != delivered.Metadata.Get(delay.DelayedUntilKey) ||
+		original.Metadata.Get(delay.DelayedForKey) != delivered.Metadata.Get(delay.DelayedForKey) {
+		if wait, err := DelayOf(delivered, now); err == nil {
+			d.delay = wait
+		} else {
+			d.badDelay = err
+		}
+	}
+	return d
+}
+
+// exhausted reports whether a message that had attempt deliveries has used up maxAttempts.
+func exhausted(attempt int64, maxAttempts int) bool {
+	return maxAttempts != UnlimitedAttempts && attempt >= int64(maxAttempts)
+}
+
+func sameMessage(a, b *message.Message) bool {
+	return a.UUID == b.UUID && bytes.Equal(a.Payload, b.Payload) && maps.Equal(a.Metadata, b.Metadata)
+}

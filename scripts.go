@@ -1,0 +1,198 @@
+package redisdelay
+
+import (
+	"embed"
+	"fmt"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"sync/atomic"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// The Lua scripts are the heart of the adapter: one file per command in lua/, each with a header
+// that lists its KEYS and ARGV, and shared fragments in lua/lib/, one function each. This file
+// owns the table of scripts and assembles each from its fragments.
+//
+// The data model they share: all times are Unix microseconds on the Redis clock (exact integers
+// in a Lua double until the year 2255). A message of a topic has an internal ID of 12 hex digits,
+// so IDs sort in publish order. In a consumer group it is a member of the due or the lease sorted
+// set, named
+//
+//	ID          due, never claimed, stored in the messages hash
+//	ID|message  due, never claimed, the only group of its topic (or parked for the first group):
+//	            the marshaled message is part of the member, saving a hash entry
+//	ID:N        due after N attempts, or leased for attempt N
+//
+// so the attempt count travels with the message, and ID:N is the lease's fencing token: once a
+// lease expired and another consumer claimed attempt N+1, no command of the old holder matches.
+// A claimed message is always in the messages hash until its group is done with it.
+
+//go:embed lua/*.lua lua/lib/*.lua
+var luaFiles embed.FS
+
+// scriptSpec names a script's file, the fragments of lua/lib it uses, how many KEYS it takes
+// (the least, when variadic), and whether it may run on a full Redis.
+type scriptSpec struct {
+	file      string
+	fragments []string
+	keys      int
+	variadic  bool
+	allowOOM  bool
+}
+
+var (
+	// publishScript has no allow-oom flag: a full Redis refuses it before it writes anything.
+	// Every script that drains the queue may run on a full Redis, so that consumers can always
+	// empty it.
+	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 6, variadic: true})
+	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "hmget", "head", "held", "drop", "ack"}, keys: 5, allowOOM: true})
+	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 3, allowOOM: true})
+	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"split", "member", "each_chunk", "head", "wake", "held"}, keys: 3, allowOOM: true})
+	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "head", "wake", "drop"}, keys: 5, allowOOM: true})
+	extendScript     = mustScript(scriptSpec{file: "extend", fragments: []string{"now_us", "split", "each_chunk", "held"}, keys: 1, allowOOM: true})
+	deadLetterScript = mustScript(scriptSpec{file: "deadletter", fragments: []string{"publish_to", "drop", "split"}, keys: 9, variadic: true, allowOOM: true})
+	registerScript   = mustScript(scriptSpec{file: "register", fragments: []string{"head", "wake"}, keys: 3, allowOOM: true})
+	// deadLetterPublishScript is publish.lua for the first step of a move to a dead-letter topic
+	// in another hash slot; like the rest of dead-lettering, it may run on a full Redis.
+	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 6, variadic: true, allowOOM: true})
+)
+
+// script is one Lua script in two forms. Redis 7 reads flags from a shebang line: allow-oom lets
+// a script run when used memory is above maxmemory, and a flagged script without it is refused
+// before it runs. Servers without shebang support (Redis 6.2, miniredis) get the plain form,
+// which Redis lets run until its first write that could grow memory.
+type script struct {
+	name     string
+	keys     int
+	variadic bool
+	flagged  *redis.Script
+	plain    *redis.Script
+}
+
+// checkKeys reports a call with the wrong number of keys, which Redis Cluster could not route
+// or the script would misread.
+func (sc *script) checkKeys(keys []string) error {
+	if len(keys) == sc.keys || sc.variadic && len(keys) >= sc.keys {
+		return nil
+	}
+	return fmt.Errorf("script %s: %d keys, want %d", sc.name, len(keys), sc.keys)
+}
+
+var (
+	fragmentNeeds = regexp.MustCompile(`^-- fragment (\w+); needs: (.*)\n`)
+	definedName   = regexp.MustCompile(`(?m)^local (?:function )?(\w+)`)
+	lineComment   = regexp.MustCompile(`--.*`)
+)
+
+// shebangSupport is set once a server has refused a shebang line. It is per Publisher or
+// Subscriber, so one process may talk to servers of both kinds.
+type shebangSupport struct{ unsupported atomic.Bool }
+
+// fragment is one file of lua/lib: the names it defines and the fragments it needs.
+type fragment struct {
+	body    string
+	defines []string
+	needs   []string
+}
+
+// fragmentOrder is the order fragments are put together in: each after those it needs.
+var fragmentOrder = []string{"now_us", "split", "member", "each_chunk", "hmget", "head", "wake", "held", "drop", "ack", "publish_to"}
+
+// mustScript assembles a script from its file and the fragments it names, with the fragments
+// they need, and checks that every fragment name a script or fragment uses is included. A
+// mistake in the table is a bug in the adapter, so it panics when the package loads.
+func mustScript(spec scriptSpec) *script {
+	sc, err := assemble(spec)
+	if err != nil {
+		panic("redisdelay: " + err.Error())
+	}
+	return sc
+}
+
+func assemble(spec scriptSpec) (*script, error) {
+	body, err := luaFiles.ReadFile(path.Join("lua", spec.file+".lua"))
+	if err != nil {
+		return nil, err
+	}
+	frags := map[string]fragment{}
+	for _, name := range fragmentOrder {
+		f, err := readFragment(name)
+		if err != nil {
+			return nil, err
+		}
+		frags[name] = f
+	}
+	included := map[string]bool{}
+	var add func(name, by string) error
+	add = func(name, by string) error {
+		f, ok := frags[name]
+		if !ok {
+			return fmt.Errorf("script %s: unknown fragment %q (needed by %q)", spec.file, name, by)
+		}
+		if by == "" && !slices.Contains(spec.fragments, name) {
+			return fmt.Errorf("script %s: fragment %q is not listed", spec.file, name)
+		}
+		included[name] = true
+		for _, n := range f.needs {
+			if err := add(n, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, name := range spec.fragments {
+		if err := add(name, ""); err != nil {
+			return nil, err
+		}
+	}
+	var lib strings.Builder
+	for _, name := range fragmentOrder {
+		if included[name] {
+			lib.WriteString(frags[name].body + "\n")
+		}
+	}
+	// Every fragment name used must be defined by an included fragment: an undefined local
+	// would be a global lookup, which Redis refuses at run time.
+	code := lib.String() + string(body)
+	uncommented := lineComment.ReplaceAllString(code, "")
+	for name, f := range frags {
+		for _, def := range f.defines {
+			if !included[name] && regexp.MustCompile(`\b`+def+`\b`).MatchString(uncommented) {
+				return nil, fmt.Errorf("script %s uses %s of fragment %q, which it does not list", spec.file, def, name)
+			}
+		}
+	}
+	shebang := "#!lua\n"
+	if spec.allowOOM {
+		shebang = "#!lua flags=allow-oom\n"
+	}
+	return &script{
+		name:     spec.file,
+		keys:     spec.keys,
+		variadic: spec.variadic,
+		flagged:  redis.NewScript(shebang + code),
+		plain:    redis.NewScript(code),
+	}, nil
+}
+
+func readFragment(name string) (fragment, error) {
+	data, err := luaFiles.ReadFile(path.Join("lua", "lib", name+".lua"))
+	if err != nil {
+		return fragment{}, err
+	}
+	m := fragmentNeeds.FindStringSubmatch(string(data))
+	if m == nil || m[1] != name {
+		return fragment{}, fmt.Errorf("fragment %s: the first line must be \"-- fragment %s; needs: ...\"", name, name)
+	}
+	f := fragment{body: string(data)}
+	if m[2] != "nothing" {
+		f.needs = strings.Split(m[2], ", ")
+	}
+	for _, d := range definedName.FindAllStringSubmatch(string(data), -1) {
+		f.defines = append(f.defines, d[1])
+	}
+	return f, nil
+}
