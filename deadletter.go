@@ -40,7 +40,7 @@ func (s *Subscriber) deadLetterTopic(topic string) (string, error) {
 // metadata that says why. letter must be the subscription's own copy, without delivery
 // metadata: its metadata is changed in place. If the move fails, the message keeps its lease and
 // is dead-lettered on its next claim, after the lease expired.
-func (s *subscription) deadLetter(c *claimed, letter *message.Message, reason string) {
+func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reason string) {
 	letter.Metadata[DeadLetterTopicKey] = s.topic
 	letter.Metadata[DeadLetterGroupKey] = s.group
 	letter.Metadata[DeadLetterAttemptsKey] = strconv.FormatInt(min(c.attempt, int64(s.cfg.MaxAttempts)), 10)
@@ -54,9 +54,10 @@ func (s *subscription) deadLetter(c *claimed, letter *message.Message, reason st
 	}
 	ctx, cancel := s.callContext()
 	defer cancel()
-	err = s.deadLetterGroups.publish(ctx, s.deadLetterPart, func(ctx context.Context, groups []string) error {
+	err = s.deadLetterGroups.withGroups(ctx, s.deadLetterPart, func(ctx context.Context, groups []string) error {
 		return s.store.deadLetter(ctx, s.part, s.group, c, s.deadLetterPart, groups, data, s.cfg.LeaseTimeout)
 	})
+
 	switch {
 	case errors.Is(err, errLeaseLost):
 		s.logger.Info("Dead-lettering refused: the lease had expired and the message was claimed again", fields)

@@ -22,7 +22,7 @@ const dueTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 
 // deliverPending hands the claimed messages out one at a time and returns how many were
 // finished. It returns early when the subscription stops.
-func (s *subscription) deliverPending() int {
+func (s *partitionConsumer) deliverPending() int {
 	n := 0
 	for c := s.book.next(); c != nil; c = s.book.next() {
 		if !s.deliver(c) {
@@ -38,7 +38,7 @@ func (s *subscription) deliverPending() int {
 
 // deliver sends one message and waits for its Ack or Nack. It returns false, leaving c to be
 // released, when the subscription stops first.
-func (s *subscription) deliver(c *claimed) bool {
+func (s *partitionConsumer) deliver(c *claimed) bool {
 	msg, err := s.cfg.Marshaler.Unmarshal(s.topic, c.data)
 	if err != nil {
 		// Stored data that cannot be decoded would fail on every attempt and cannot carry
@@ -87,7 +87,7 @@ func (s *subscription) deliver(c *claimed) bool {
 }
 
 // finished acts on msg's Ack or Nack, if it has one, and reports whether it had.
-func (s *subscription) finished(c *claimed, msg *message.Message) bool {
+func (s *partitionConsumer) finished(c *claimed, msg *message.Message) bool {
 	select {
 	case <-msg.Acked():
 		s.book.acked(c)
@@ -103,7 +103,7 @@ func (s *subscription) finished(c *claimed, msg *message.Message) bool {
 
 // sendHolding sends v on ch while keeping the subscription's leases and acks going. It returns
 // false when the subscription stops first.
-func sendHolding[T any](s *subscription, ch chan<- T, v T) bool {
+func sendHolding[T any](s *partitionConsumer, ch chan<- T, v T) bool {
 	for {
 		select {
 		case ch <- v:
@@ -120,7 +120,7 @@ func sendHolding[T any](s *subscription, ch chan<- T, v T) bool {
 
 // nack carries out decideNack for a nacked message: a dead letter, or due again after the
 // decided delay, with the handler's changes stored when it made any.
-func (s *subscription) nack(c *claimed, msg *message.Message) {
+func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 	delivered := withoutDeliveryMetadata(msg)
 	if delivered == msg {
 		delivered = msg.Copy() // the handler removed the delivery keys; never change its message

@@ -30,7 +30,7 @@ var errNotStored = errors.New("messages were not stored")
 // the round runs on its own goroutine and, when its store call returns, gives its result to its
 // calls and starts the next round from the calls still pending.
 type groupCommit struct {
-	store func(ctx context.Context, batch []stored) error
+	store func(ctx context.Context, batch []outgoing) error
 
 	mu       sync.Mutex
 	pending  []*commitCall // in call order
@@ -40,7 +40,7 @@ type groupCommit struct {
 // commitCall is one commit call.
 type commitCall struct {
 	ctx   context.Context
-	msgs  []stored
+	msgs  []outgoing
 	taken bool       // in a round; guarded by groupCommit.mu
 	done  chan error // buffered; receives the result of the call's round
 }
@@ -48,7 +48,7 @@ type commitCall struct {
 // newGroupCommit returns a groupCommit that stores each round with store. store gets the
 // messages of the round's calls, in call order, and a context whose deadline is the latest of
 // theirs; it must store all of them or none.
-func newGroupCommit(store func(ctx context.Context, batch []stored) error) *groupCommit {
+func newGroupCommit(store func(ctx context.Context, batch []outgoing) error) *groupCommit {
 	return &groupCommit{store: store}
 }
 
@@ -58,7 +58,7 @@ func newGroupCommit(store func(ctx context.Context, batch []stored) error) *grou
 // ctx.Err(), and msgs are never stored. When ctx ends while the round is under way, it returns an
 // error wrapping ErrOutcomeUnknown and ctx.Err(): msgs are then either all stored or none is.
 // The cancellation of ctx never aborts a round under way, since other calls share it.
-func (g *groupCommit) commit(ctx context.Context, msgs []stored) error {
+func (g *groupCommit) commit(ctx context.Context, msgs []outgoing) error {
 	c := &commitCall{ctx: ctx, msgs: msgs, done: make(chan error, 1)}
 	g.mu.Lock()
 	g.pending = append(g.pending, c)
@@ -122,7 +122,7 @@ func (g *groupCommit) takeRound() []*commitCall {
 // starts the next rounds.
 func (g *groupCommit) run(round []*commitCall) {
 	ctx, cancel := roundContext(round)
-	var batch []stored
+	var batch []outgoing
 	for _, c := range round {
 		batch = append(batch, c.msgs...)
 	}
@@ -157,22 +157,50 @@ func roundContext(round []*commitCall) (context.Context, context.CancelFunc) {
 
 // commit stores msgs on the topic partition named topic through its groupCommit; see
 // groupCommit.commit for the result.
-func (p *Publisher) commit(ctx context.Context, topic string, msgs []stored) error {
+func (p *Publisher) commit(ctx context.Context, topic string, msgs []outgoing) error {
 	g, ok := p.queues.Load(topic)
 	if !ok {
-		g, _ = p.queues.LoadOrStore(topic, newGroupCommit(func(ctx context.Context, batch []stored) error {
+		var loaded bool
+		g, loaded = p.queues.LoadOrStore(topic, newGroupCommit(func(ctx context.Context, batch []outgoing) error {
 			return p.storeBatch(ctx, topic, batch)
 		}))
+		if !loaded && p.queueCount.Add(1) > maxQueues {
+			p.forgetIdleQueues()
+		}
 	}
 	return g.(*groupCommit).commit(ctx, msgs)
+}
+
+// maxQueues is how many topic partitions a Publisher keeps a groupCommit for before it forgets
+// the idle ones.
+const maxQueues = 10000
+
+// forgetIdleQueues drops the groupCommits with nothing pending or under way. A call that loaded
+// one just before still works on it: a groupCommit needs no map entry to store its rounds, the
+// entry only lets concurrent calls share rounds.
+func (p *Publisher) forgetIdleQueues() {
+	p.queues.Range(func(key, g any) bool {
+		if g.(*groupCommit).idle() && p.queues.CompareAndDelete(key, g) {
+			p.queueCount.Add(-1)
+		}
+		return true
+	})
+}
+
+// idle reports whether g has no call pending and no round under way.
+func (g *groupCommit) idle() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return len(g.pending) == 0 && g.inFlight == 0
 }
 
 // storeBatch runs the publish script for batch on the topic partition named topic, for its
 // registered consumer groups, bounded by ctx. The batch gets one call token, so that a script
 // run that the client repeats stores nothing more.
-func (p *Publisher) storeBatch(ctx context.Context, topic string, batch []stored) error {
+func (p *Publisher) storeBatch(ctx context.Context, topic string, batch []outgoing) error {
 	call := publishCall{token: newToken(), ttl: p.callTTL}
-	return p.groups.publish(ctx, topic, func(ctx context.Context, groups []string) error {
+	return p.groups.withGroups(ctx, topic, func(ctx context.Context, groups []string) error {
 		return p.store.publish(ctx, topic, call, groups, batch)
 	})
+
 }

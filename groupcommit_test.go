@@ -4,10 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
@@ -250,7 +254,7 @@ type fakeStore struct {
 	once    sync.Once
 
 	mu        sync.Mutex
-	batches   [][]stored
+	batches   [][]outgoing
 	ctxs      []context.Context // the context of each store call
 	releases  map[int]chan struct{}
 	results   map[int]error // what store call i returns
@@ -264,7 +268,7 @@ func newFakeStore(t *testing.T) *fakeStore {
 	return f
 }
 
-func (f *fakeStore) store(ctx context.Context, batch []stored) error {
+func (f *fakeStore) store(ctx context.Context, batch []outgoing) error {
 	f.mu.Lock()
 	i := len(f.batches)
 	f.batches = append(f.batches, batch)
@@ -308,7 +312,7 @@ func (f *fakeStore) finish(i int, err error) {
 func (f *fakeStore) open() { f.once.Do(func() { close(f.all) }) }
 
 // recorded returns the batches of the store calls so far, in the order they started.
-func (f *fakeStore) recorded() [][]stored {
+func (f *fakeStore) recorded() [][]outgoing {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.batches[:len(f.batches):len(f.batches)]
@@ -350,10 +354,10 @@ func collect(t *testing.T, out <-chan outcome, n int) map[int]outcome {
 }
 
 // messagesOf returns n messages of call id; message j reads "id/j".
-func messagesOf(id, n int) []stored {
-	msgs := make([]stored, n)
+func messagesOf(id, n int) []outgoing {
+	msgs := make([]outgoing, n)
 	for j := range msgs {
-		msgs[j] = stored{data: fmt.Appendf(nil, "%d/%d", id, j)}
+		msgs[j] = outgoing{data: fmt.Appendf(nil, "%d/%d", id, j)}
 	}
 	return msgs
 }
@@ -369,7 +373,7 @@ func ones(n int) map[int]int {
 
 // roundsOf checks that the messages of each call are in one batch only, whole, in order and
 // contiguous, and returns the calls of each batch, in batch order.
-func roundsOf(t *testing.T, batches [][]stored, sizes map[int]int) [][]int {
+func roundsOf(t *testing.T, batches [][]outgoing, sizes map[int]int) [][]int {
 	t.Helper()
 	seen := map[int]bool{}
 	rounds := make([][]int, len(batches))
@@ -423,4 +427,20 @@ func pendingCalls(g *groupCommit) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.pending)
+}
+
+func TestPublisherForgetsIdleQueuesPastTheBound(t *testing.T) {
+	mr := miniredis.RunT(t)
+	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
+	defer client.Close()
+	p, err := NewPublisher(PublisherConfig{Client: client}, nil)
+	require.NoError(t, err)
+	data, _ := DefaultMarshalerUnmarshaler{}.Marshal("", message.NewMessage("m", nil))
+	for i := range maxQueues + 10 {
+		require.NoError(t, p.commit(context.Background(), "t"+strconv.Itoa(i), []outgoing{{data: data}}))
+	}
+	n := 0
+	p.queues.Range(func(any, any) bool { n++; return true })
+	require.LessOrEqual(t, n, 10, "idle queues are forgotten once there are more than maxQueues")
+	require.Equal(t, int64(n), p.queueCount.Load())
 }

@@ -24,16 +24,16 @@ const (
 	maxCachedTopics = 10000
 )
 
-// publish calls try with the cached view of topic's groups until it succeeds, fails otherwise,
+// withGroups calls try with the cached view of topic's groups until it succeeds, fails otherwise,
 // or the view was refreshed maxStaleRetries times. No groups means none is registered: the
 // messages are then parked for the first group that registers.
-func (c *groupCache) publish(ctx context.Context, topic string, try func(ctx context.Context, groups []string) error) error {
+func (c *groupCache) withGroups(ctx context.Context, topic string, try func(ctx context.Context, groups []string) error) error {
 	c.mu.Lock()
 	groups := c.groups[topic]
 	c.mu.Unlock()
 	for refreshes := 0; ; refreshes++ {
 		err := try(ctx, groups)
-		var stale *errStaleGroups
+		var stale *staleGroupsError
 		if errors.As(err, &stale) && refreshes < maxStaleRetries {
 			groups = stale.groups
 			continue

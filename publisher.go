@@ -33,11 +33,12 @@ type Publisher struct {
 	closeMu sync.RWMutex // Publish holds it for reading, so Close waits for publishes under way
 	closed  bool
 
-	groups   groupCache
-	eviction evictionGuard
-	queues   sync.Map      // partition name -> *groupCommit
-	next     atomic.Uint64 // round-robin partition counter
-	callTTL  time.Duration // how long Redis keeps a publish call's token
+	groups     groupCache
+	eviction   evictionGuard
+	queues     sync.Map      // partition name -> *groupCommit, bounded by maxQueues
+	queueCount atomic.Int64  // entries in queues
+	next       atomic.Uint64 // round-robin partition counter
+	callTTL    time.Duration // how long Redis keeps a publish call's token
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -124,7 +125,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 		return nil
 	}
 	now := time.Now()
-	batch := make([]stored, len(msgs))
+	batch := make([]outgoing, len(msgs))
 	partitions := make([]int, len(msgs))
 	roundRobin := 0
 	if p.config.Partitions > 1 {
@@ -151,7 +152,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 		if len(data) > p.config.MaxMessageBytes {
 			return &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("message is %d bytes marshaled (payload %d), more than MaxMessageBytes %d", len(data), len(msg.Payload), p.config.MaxMessageBytes)}
 		}
-		batch[i] = stored{data: data, delay: d, at: at}
+		batch[i] = outgoing{data: data, delay: d, at: at}
 	}
 
 	// Not cancelled with the message's context: a message received from a Subscriber is often
@@ -194,8 +195,8 @@ func (p *Publisher) partitionOf(msg *message.Message, roundRobin int) int {
 }
 
 // splitByPartition groups a batch by partition, keeping the order of messages within each.
-func splitByPartition(batch []stored, partitions []int) map[int][]stored {
-	out := map[int][]stored{}
+func splitByPartition(batch []outgoing, partitions []int) map[int][]outgoing {
+	out := map[int][]outgoing{}
 	for i, m := range batch {
 		out[partitions[i]] = append(out[partitions[i]], m)
 	}

@@ -16,7 +16,8 @@ import (
 )
 
 // store is the only code that talks to Redis about the queue's data: every script has one Go
-// wrapper here, and every key comes from keySpace.
+// wrapper here, and every key comes from keySpace. Its part parameters name a topic partition
+// in the key space (see partitionName).
 type store struct {
 	client redis.UniversalClient
 	keys   keySpace
@@ -82,7 +83,7 @@ func classify(err error) error {
 
 // stored is a message ready to be published: its marshaled form and when it is due, either
 // delay after the Redis clock at publish time or, when at is set, at that instant.
-type stored struct {
+type outgoing struct {
 	data  []byte
 	delay time.Duration
 	at    time.Time
@@ -90,7 +91,7 @@ type stored struct {
 
 // scheduleArg encodes when a message is due for publish_to in lib.lua: a delay in µs, or "@"
 // and a Unix time in µs.
-func (m stored) scheduleArg() any {
+func (m outgoing) scheduleArg() any {
 	if !m.at.IsZero() {
 		return "@" + strconv.FormatInt(m.at.UnixMicro(), 10)
 	}
@@ -99,9 +100,9 @@ func (m stored) scheduleArg() any {
 
 // errStaleGroups means the caller's view of a topic's consumer groups was out of date; groups
 // are the ones registered now.
-type errStaleGroups struct{ groups []string }
+type staleGroupsError struct{ groups []string }
 
-func (errStaleGroups) Error() string { return "registered consumer groups changed" }
+func (staleGroupsError) Error() string { return "registered consumer groups changed" }
 
 // errLeaseLost means a script refused an operation because the caller's lease had expired and
 // the message had been claimed again (fencing).
@@ -124,13 +125,13 @@ type publishCall struct {
 
 // publishTarget appends the keys and arguments that publish_to in lib.lua expects for a topic:
 // its keys, then the call key lifetime, the groups, their wake channels and the messages.
-func (s store) publishTarget(keys []string, args []any, topic string, call publishCall, groups []string, msgs []stored) ([]string, []any) {
-	tk := s.keys.topic(topic)
-	keys = append(keys, s.keys.call(topic, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked)
+func (s store) publishTarget(keys []string, args []any, part string, call publishCall, groups []string, msgs []outgoing) ([]string, []any) {
+	tk := s.keys.topic(part)
+	keys = append(keys, s.keys.call(part, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked)
 	args = append(args, call.ttl.Milliseconds(), len(groups))
 	channels := make([]any, 0, len(groups))
 	for _, g := range groups {
-		gk := s.keys.group(topic, g)
+		gk := s.keys.group(part, g)
 		keys = append(keys, gk.due)
 		args = append(args, g)
 		channels = append(channels, gk.wakeChannel)
@@ -155,7 +156,7 @@ func publishReply(name string, reply any) error {
 	case -1:
 		return errLeaseLost
 	case 0:
-		stale := &errStaleGroups{}
+		stale := &staleGroupsError{}
 		for _, g := range res[1:] {
 			name, _ := g.(string)
 			stale.groups = append(stale.groups, name)
@@ -168,8 +169,8 @@ func publishReply(name string, reply any) error {
 // publish runs publish.lua for one batch, scheduled for the given groups (none: parked for the
 // first group that registers). It returns *errStaleGroups with the current groups when the
 // caller's view is wrong; nothing is stored then. A second run of the same call stores nothing.
-func (s store) publish(ctx context.Context, topic string, call publishCall, groups []string, msgs []stored) error {
-	keys, args := s.publishTarget(make([]string, 0, 6+len(groups)), make([]any, 0, 2+2*len(groups)+2*len(msgs)), topic, call, groups, msgs)
+func (s store) publish(ctx context.Context, part string, call publishCall, groups []string, msgs []outgoing) error {
+	keys, args := s.publishTarget(make([]string, 0, 6+len(groups)), make([]any, 0, 2+2*len(groups)+2*len(msgs)), part, call, groups, msgs)
 	if s.durableReplicas > 0 {
 		return s.publishDurably(ctx, keys, args)
 	}
@@ -224,19 +225,19 @@ const deadLetterTokenTTL = 7 * 24 * time.Hour
 // leased (extend.lua, which also gives the steps a full lease): publish.lua with a token
 // derived from the message (so a repeated first step publishes nothing more), then ack.lua,
 // fenced by the lease. It returns errLeaseLost or *errStaleGroups when nothing was changed.
-func (s store) deadLetter(ctx context.Context, topic, group string, c *claimed, deadLetterTopic string, groups []string, letter []byte, lease time.Duration) error {
-	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
-	call := publishCall{token: "dl:" + topic + ":" + group + ":" + c.id, ttl: deadLetterTokenTTL}
-	msgs := []stored{{data: letter}}
-	if !s.keys.sameSlot(topic, deadLetterTopic) {
-		lost, err := s.extend(ctx, topic, group, lease, []*claimed{c})
+func (s store) deadLetter(ctx context.Context, part, group string, c *claimed, deadLetterPart string, groups []string, letter []byte, lease time.Duration) error {
+	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+	call := publishCall{token: "dl:" + part + ":" + group + ":" + c.id, ttl: deadLetterTokenTTL}
+	msgs := []outgoing{{data: letter}}
+	if !s.keys.sameSlot(part, deadLetterPart) {
+		lost, err := s.extend(ctx, part, group, lease, []*claimed{c})
 		if err != nil {
 			return err
 		}
 		if len(lost) > 0 {
 			return errLeaseLost
 		}
-		keys, args := s.publishTarget(nil, nil, deadLetterTopic, call, groups, msgs)
+		keys, args := s.publishTarget(nil, nil, deadLetterPart, call, groups, msgs)
 		res, err := s.run(ctx, s.client, deadLetterPublishScript, keys, args...)
 		if err == nil {
 			err = publishReply(deadLetterPublishScript.name, res)
@@ -244,13 +245,13 @@ func (s store) deadLetter(ctx context.Context, topic, group string, c *claimed, 
 		if err != nil {
 			return err
 		}
-		refused, err := s.ack(ctx, topic, group, []*claimed{c})
+		refused, err := s.ack(ctx, part, group, []*claimed{c})
 		if err == nil && len(refused) > 0 {
 			err = errLeaseLost
 		}
 		return err
 	}
-	keys, args := s.publishTarget([]string{gk.lease, tk.messages, tk.refs}, []any{c.member()}, deadLetterTopic, call, groups, msgs)
+	keys, args := s.publishTarget([]string{gk.lease, tk.messages, tk.refs}, []any{c.member()}, deadLetterPart, call, groups, msgs)
 	res, err := s.run(ctx, s.client, deadLetterScript, keys, args...)
 	if err != nil {
 		return err
@@ -295,8 +296,8 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 // message published to the topic is scheduled for the group too; the first group of a topic
 // also takes over the messages published before any group was registered. It writes nothing
 // when the group is registered already.
-func (s store) registerGroup(ctx context.Context, topic, group string) error {
-	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
+func (s store) registerGroup(ctx context.Context, part, group string) error {
+	tk, gk := s.keys.topic(part), s.keys.group(part, group)
 	res, err := s.run(ctx, s.client, registerScript, []string{tk.groups, tk.parked, gk.due}, group, gk.wakeChannel)
 	if err != nil {
 		return err
@@ -337,8 +338,8 @@ type claimCall struct {
 
 // claim runs claim.lua: it acknowledges acks, then claims up to limit due messages. A claim
 // whose token the record holds already ran; it is answered again from the record.
-func (s store) claim(ctx context.Context, topic, group string, call claimCall, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
-	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
+func (s store) claim(ctx context.Context, part, group string, call claimCall, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
+	tk, gk := s.keys.topic(part), s.keys.group(part, group)
 	args := make([]any, 0, 3+len(acks))
 	args = append(args, limit, lease.Microseconds(), call.token)
 	for _, a := range acks {
@@ -373,11 +374,11 @@ func (s store) claim(ctx context.Context, topic, group string, call claimCall, l
 }
 
 // ack runs ack.lua and returns the IDs whose ack was refused because their lease had been lost.
-func (s store) ack(ctx context.Context, topic, group string, acks []*claimed) ([]string, error) {
+func (s store) ack(ctx context.Context, part, group string, acks []*claimed) ([]string, error) {
 	if len(acks) == 0 {
 		return nil, nil
 	}
-	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
+	tk, gk := s.keys.topic(part), s.keys.group(part, group)
 	args := make([]any, 0, len(acks))
 	for _, a := range acks {
 		args = append(args, a.member())
@@ -392,11 +393,11 @@ func (s store) ack(ctx context.Context, topic, group string, acks []*claimed) ([
 // release runs release.lua for messages a stopping subscription still holds, and for the
 // messages of its last claim when that claim's reply did not arrive (call.token is then that
 // claim's token, else empty).
-func (s store) release(ctx context.Context, topic, group string, call claimCall, held []*claimed) error {
+func (s store) release(ctx context.Context, part, group string, call claimCall, held []*claimed) error {
 	if len(held) == 0 && call.token == "" {
 		return nil
 	}
-	gk := s.keys.group(topic, group)
+	gk := s.keys.group(part, group)
 	args := make([]any, 0, 2+3*len(held))
 	args = append(args, gk.wakeChannel, call.token)
 	for _, c := range held {
@@ -412,8 +413,8 @@ func (s store) release(ctx context.Context, topic, group string, call claimCall,
 
 // nack runs nack.lua. changed is the re-marshaled message when the consumer modified it, else
 // nil. It returns errLeaseLost when the lease had been lost.
-func (s store) nack(ctx context.Context, topic, group string, c *claimed, delay time.Duration, changed []byte) error {
-	tk, gk := s.keys.topic(topic), s.keys.group(topic, group)
+func (s store) nack(ctx context.Context, part, group string, c *claimed, delay time.Duration, changed []byte) error {
+	tk, gk := s.keys.topic(part), s.keys.group(part, group)
 	args := []any{c.member(), delay.Microseconds(), gk.wakeChannel}
 	if changed != nil {
 		args = append(args, changed)
@@ -431,11 +432,11 @@ func (s store) nack(ctx context.Context, topic, group string, c *claimed, delay 
 }
 
 // extend runs extend.lua and returns the IDs whose lease had been lost.
-func (s store) extend(ctx context.Context, topic, group string, lease time.Duration, held []*claimed) ([]string, error) {
+func (s store) extend(ctx context.Context, part, group string, lease time.Duration, held []*claimed) ([]string, error) {
 	if len(held) == 0 {
 		return nil, nil
 	}
-	gk := s.keys.group(topic, group)
+	gk := s.keys.group(part, group)
 	args := make([]any, 0, 1+len(held))
 	args = append(args, lease.Microseconds())
 	for _, c := range held {

@@ -27,7 +27,7 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 			const topic, group = "fencing", DefaultConsumerGroup
 			data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("m"))
 			require.NoError(t, s.registerGroup(ctx, topic, group))
-			require.NoError(t, s.publish(ctx, topic, testCall(), []string{group}, []stored{{data: data}}))
+			require.NoError(t, s.publish(ctx, topic, testCall(), []string{group}, []outgoing{{data: data}}))
 
 			const lease = 100 * time.Millisecond
 			a, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, lease, nil)

@@ -17,7 +17,7 @@ type Subscriber struct {
 	config  SubscriberConfig
 	logger  watermill.LoggerAdapter
 	store   store
-	wakeups *wakeups
+	wakeHub *wakeHub
 	// deadLetterGroups is the view of the consumer groups of the dead-letter topics.
 	deadLetterGroups groupCache
 
@@ -56,7 +56,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		config:      config,
 		logger:      logger,
 		store:       newStore(config.Client, config.KeyPrefix),
-		wakeups:     newWakeups(config.Client, logger),
+		wakeHub:     newWakeHub(config.Client, logger),
 		eviction:    evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
 		closing:     closing,
 		stopClosing: stopClosing,
@@ -145,7 +145,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	var running sync.WaitGroup
 	running.Add(s.config.Partitions)
 	for n := 0; n < s.config.Partitions; n++ {
-		sub := newSubscription(s, ctx, topic, deadLetterTopic, n, out, turn, logger)
+		sub := newPartitionConsumer(s, ctx, topic, deadLetterTopic, n, out, turn, logger)
 		go func() {
 			defer s.wg.Done()
 			defer running.Done()
@@ -178,7 +178,7 @@ func (s *Subscriber) Close() error {
 	s.mu.Unlock()
 
 	s.wg.Wait()
-	s.wakeups.close()
+	s.wakeHub.close()
 	s.logger.Debug("Subscriber closed", nil)
 	return nil
 }

@@ -27,10 +27,10 @@ const (
 // It owns its claim token, its claim size and its retry backoff; what it holds in Redis is in
 // its leaseBook. The subscriptions of the partitions of one Subscribe call share its output
 // channel and take turns, so that one message at most is in flight.
-type subscription struct {
+type partitionConsumer struct {
 	cfg              SubscriberConfig
 	store            store
-	wakeups          *wakeups
+	wakeHub          *wakeHub
 	deadLetterGroups *groupCache
 	register         func(ctx context.Context) error // registers the group on the topic
 	// ctx ends when the Subscribe context is cancelled or the Subscriber closes; it is the
@@ -55,15 +55,15 @@ type subscription struct {
 }
 
 // newSubscription returns the subscription of one partition of topic.
-func newSubscription(s *Subscriber, ctx context.Context, topic, deadLetterTopic string, partition int, out chan *message.Message, turn chan struct{}, logger watermill.LoggerAdapter) *subscription {
+func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterTopic string, partition int, out chan *message.Message, turn chan struct{}, logger watermill.LoggerAdapter) *partitionConsumer {
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 100 * time.Millisecond
 	retry.MaxInterval = 5 * time.Second
 	part, group := partitionName(topic, partition), s.config.ConsumerGroup
-	return &subscription{
+	return &partitionConsumer{
 		cfg:              s.config,
 		store:            s.store,
-		wakeups:          s.wakeups,
+		wakeHub:          s.wakeHub,
 		deadLetterGroups: &s.deadLetterGroups,
 		register:         func(ctx context.Context) error { return s.register(ctx, topic) },
 		ctx:              ctx,
@@ -82,19 +82,19 @@ func newSubscription(s *Subscriber, ctx context.Context, topic, deadLetterTopic 
 }
 
 // callContext bounds one Redis call by OperationTimeout and by the end of the subscription.
-func (s *subscription) callContext() (context.Context, context.CancelFunc) {
+func (s *partitionConsumer) callContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(s.ctx, s.cfg.OperationTimeout)
 }
 
 // run is the claim loop: register the group if Subscribe could not, claim, hand out, and sleep
 // until the next due time when the group has nothing due. It releases what it holds when the
 // subscription stops.
-func (s *subscription) run(registered bool) {
+func (s *partitionConsumer) run(registered bool) {
 	s.book = newLeaseBook(s.cfg.LeaseTimeout)
 	defer s.book.stop()
 	channel := s.store.keys.group(s.part, s.group).wakeChannel
-	wake := s.wakeups.watch(channel)
-	defer s.wakeups.unwatch(channel, wake)
+	wake := s.wakeHub.watch(channel)
+	defer s.wakeHub.unwatch(channel, wake)
 	// Claim only once wake-ups are flowing, so none published in between is missed; the
 	// recheck interval covers a confirmation that does not come.
 	select {
@@ -139,7 +139,7 @@ func (s *subscription) run(registered bool) {
 
 // claimNext confirms the queued acks and claims the next batch in one round trip. When the
 // reply is lost, the claim keeps its token, and the next try is answered from the claim record.
-func (s *subscription) claimNext() (claimResult, time.Time, error) {
+func (s *partitionConsumer) claimNext() (claimResult, time.Time, error) {
 	ctx, cancel := s.callContext()
 	defer cancel()
 	res, err := s.store.claim(ctx, s.part, s.group, s.claim, s.limit, s.cfg.LeaseTimeout, s.book.acks)
@@ -156,7 +156,7 @@ func (s *subscription) claimNext() (claimResult, time.Time, error) {
 
 // adaptLimit sizes the next claim so that claimed messages wait about prefetchWindow of
 // handler time at most, growing at most twofold per batch.
-func (s *subscription) adaptLimit(delivered int, took time.Duration) {
+func (s *partitionConsumer) adaptLimit(delivered int, took time.Duration) {
 	if delivered == 0 {
 		return
 	}
@@ -169,7 +169,7 @@ func (s *subscription) adaptLimit(delivered int, took time.Duration) {
 
 // sleep waits until the group's next due time or lease deadline, a wake-up for an earlier due
 // time, the recheck interval, or the end of the subscription, whichever comes first.
-func (s *subscription) sleep(res claimResult, receivedAt time.Time, wake *wakeup) {
+func (s *partitionConsumer) sleep(res claimResult, receivedAt time.Time, wake *wakeWatch) {
 	// The Redis clock at receivedAt was at least res.nowUs, so this never wakes early.
 	until := func(dueUs int64) time.Duration {
 		return time.Duration(dueUs-res.nowUs)*time.Microsecond - time.Since(receivedAt)
@@ -211,7 +211,7 @@ func (s *subscription) sleep(res claimResult, receivedAt time.Time, wake *wakeup
 }
 
 // confirmAcks sends the queued acks to Redis; on failure they stay queued for the next try.
-func (s *subscription) confirmAcks() {
+func (s *partitionConsumer) confirmAcks() {
 	if len(s.book.acks) == 0 {
 		return
 	}
@@ -226,7 +226,7 @@ func (s *subscription) confirmAcks() {
 
 // confirmAcksWithin sends the queued acks through st, bounded by ctx; on failure they stay
 // queued.
-func (s *subscription) confirmAcksWithin(ctx context.Context, st store) error {
+func (s *partitionConsumer) confirmAcksWithin(ctx context.Context, st store) error {
 	if len(s.book.acks) == 0 {
 		return nil
 	}
@@ -239,7 +239,7 @@ func (s *subscription) confirmAcksWithin(ctx context.Context, st store) error {
 }
 
 // acksConfirmed tells the book that Redis processed the queued acks and logs the refused ones.
-func (s *subscription) acksConfirmed(refused []string) {
+func (s *partitionConsumer) acksConfirmed(refused []string) {
 	for _, c := range s.book.acksConfirmed(refused) {
 		s.logger.Info("Ack refused: the lease had expired and the message was claimed again", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
 	}
@@ -248,7 +248,7 @@ func (s *subscription) acksConfirmed(refused []string) {
 // extendLeases is the heartbeat: it confirms queued acks and extends the leases of every
 // message the subscription still holds. Messages whose lease was lost meanwhile are dropped
 // from the prefetch buffer, so they are not delivered twice.
-func (s *subscription) extendLeases() {
+func (s *partitionConsumer) extendLeases() {
 	s.confirmAcks()
 	held := s.book.held()
 	if len(held) == 0 {
@@ -267,7 +267,7 @@ func (s *subscription) extendLeases() {
 }
 
 // backoff logs a failed Redis call and waits before the next try.
-func (s *subscription) backoff(err error, what string) {
+func (s *partitionConsumer) backoff(err error, what string) {
 	wait := s.retry.NextBackOff()
 	s.logger.Error("Redis call failed, retrying", err, watermill.LogFields{"operation": what, "retry_in": wait.String()})
 	select {
@@ -280,7 +280,7 @@ func (s *subscription) backoff(err error, what string) {
 // reply was lost, all within one OperationTimeout; what it cannot release comes back when its
 // lease expires. When the application closed the Redis client first, it does so over a
 // short-lived client of its own built from the same options (see closedClientFallback).
-func (s *subscription) stop() {
+func (s *partitionConsumer) stop() {
 	held := s.book.held()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OperationTimeout)
 	defer cancel()
@@ -301,7 +301,7 @@ func (s *subscription) stop() {
 }
 
 // finish confirms the queued acks and releases held through st, bounded by ctx.
-func (s *subscription) finish(ctx context.Context, st store, held []*claimed) error {
+func (s *partitionConsumer) finish(ctx context.Context, st store, held []*claimed) error {
 	ackErr := s.confirmAcksWithin(ctx, st)
 	return errors.Join(ackErr, st.release(ctx, s.part, s.group, s.claim, held))
 }

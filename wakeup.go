@@ -15,18 +15,18 @@ import (
 // group's channel whenever it moves earlier; subscriptions sleep until their earliest due time
 // and are woken by it. A (re)subscribe confirmation wakes a channel's subscriptions too, since
 // messages published while the connection was down are lost.
-type wakeups struct {
+type wakeHub struct {
 	client redis.UniversalClient
 	logger watermill.LoggerAdapter
 
 	mu       sync.Mutex
 	pubsub   *redis.PubSub
-	watchers map[string]map[*wakeup]struct{}
+	watchers map[string]map[*wakeWatch]struct{}
 	done     chan struct{}
 }
 
 // wakeup is one subscription's view of its channel.
-type wakeup struct {
+type wakeWatch struct {
 	// due receives the earliest due time (Unix µs, Redis clock) announced since the last
 	// receive; 0 means "check now". Sends never block: a pending value is merged with the new
 	// one, keeping the earlier.
@@ -36,14 +36,14 @@ type wakeup struct {
 	readyOnce sync.Once
 }
 
-func newWakeups(client redis.UniversalClient, logger watermill.LoggerAdapter) *wakeups {
-	return &wakeups{client: client, logger: logger, watchers: map[string]map[*wakeup]struct{}{}}
+func newWakeHub(client redis.UniversalClient, logger watermill.LoggerAdapter) *wakeHub {
+	return &wakeHub{client: client, logger: logger, watchers: map[string]map[*wakeWatch]struct{}{}}
 }
 
 // watch subscribes to channel. The subscription may be confirmed later (see wakeup.ready):
 // go-redis sends SUBSCRIBE without waiting, and resubscribes by itself after a reconnect.
-func (w *wakeups) watch(channel string) *wakeup {
-	wu := &wakeup{due: make(chan int64, 1), ready: make(chan struct{})}
+func (w *wakeHub) watch(channel string) *wakeWatch {
+	wu := &wakeWatch{due: make(chan int64, 1), ready: make(chan struct{})}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.pubsub == nil {
@@ -53,7 +53,7 @@ func (w *wakeups) watch(channel string) *wakeup {
 	}
 	set, ok := w.watchers[channel]
 	if !ok {
-		set = map[*wakeup]struct{}{}
+		set = map[*wakeWatch]struct{}{}
 		w.watchers[channel] = set
 	}
 	set[wu] = struct{}{}
@@ -69,7 +69,7 @@ func (w *wakeups) watch(channel string) *wakeup {
 }
 
 // unwatch removes a subscription's interest in channel.
-func (w *wakeups) unwatch(channel string, wu *wakeup) {
+func (w *wakeHub) unwatch(channel string, wu *wakeWatch) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	set := w.watchers[channel]
@@ -84,7 +84,7 @@ func (w *wakeups) unwatch(channel string, wu *wakeup) {
 	}
 }
 
-func (w *wakeups) dispatch(ps *redis.PubSub, done chan struct{}) {
+func (w *wakeHub) dispatch(ps *redis.PubSub, done chan struct{}) {
 	defer close(done)
 	for m := range ps.ChannelWithSubscriptions() {
 		switch m := m.(type) {
@@ -102,7 +102,7 @@ func (w *wakeups) dispatch(ps *redis.PubSub, done chan struct{}) {
 	}
 }
 
-func (w *wakeups) notify(channel string, due int64, subscribed bool) {
+func (w *wakeHub) notify(channel string, due int64, subscribed bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for wu := range w.watchers[channel] {
@@ -113,7 +113,7 @@ func (w *wakeups) notify(channel string, due int64, subscribed bool) {
 	}
 }
 
-func (wu *wakeup) send(due int64) {
+func (wu *wakeWatch) send(due int64) {
 	for {
 		select {
 		case wu.due <- due:
@@ -129,7 +129,7 @@ func (wu *wakeup) send(due int64) {
 }
 
 // close closes the Pub/Sub connection and waits for the dispatcher to stop.
-func (w *wakeups) close() {
+func (w *wakeHub) close() {
 	w.mu.Lock()
 	ps, done := w.pubsub, w.done
 	w.pubsub = nil
