@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -133,11 +134,18 @@ func TestClusterWakeUpsReachSubscribersOnEveryNode(t *testing.T) {
 		ch           <-chan *message.Message
 	}
 	var subs []subscription
+	var claims atomic.Int64
+	countClaims := scriptFault{match: isClaimCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		claims.Add(1)
+		return err
+	}}
 	for i, group := range []string{"first", "second", "third"} {
 		// A client per Subscriber, and each subscribes in another topic order, so that the
 		// Pub/Sub connections (on the node of the first channel) are on different masters.
 		client := newClientLike(b)
 		t.Cleanup(func() { _ = client.Close() })
+		client.AddHook(countClaims)
 		sub := newSubscriber(t, backend{name: b.name, client: client}, func(c *redisdelay.SubscriberConfig) {
 			c.ConsumerGroup = group
 			c.RecheckInterval = time.Minute
@@ -149,8 +157,9 @@ func TestClusterWakeUpsReachSubscribersOnEveryNode(t *testing.T) {
 			subs = append(subs, subscription{group: group, topic: topic, ch: ch})
 		}
 	}
-	// Every subscription has made its first claim, found nothing and gone to sleep.
-	time.Sleep(500 * time.Millisecond)
+	// Every subscription has made its first claim, found nothing and gone to sleep for the
+	// recheck interval, a minute.
+	require.Eventually(t, func() bool { return claims.Load() >= int64(len(subs)) }, 10*time.Second, 5*time.Millisecond)
 
 	const wait = 200 * time.Millisecond
 	published := map[string]time.Time{}

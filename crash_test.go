@@ -56,7 +56,6 @@ func runCrashChild() {
 	}
 	held := <-ch
 	fmt.Println("holding", held.UUID)
-	time.Sleep(crashLease / 2) // the acks above are confirmed to Redis well within this
 	fmt.Println("ready")
 	select {}
 }
@@ -115,6 +114,12 @@ Reading:
 	}
 	require.Len(t, acked, crashAckFirst)
 	require.NotEmpty(t, holding)
+	// The child's acks are confirmed (Redis holds the rest of the messages only) before it dies.
+	due, lease := redisdelay.GroupKeysForTest("", topic, redisdelay.DefaultConsumerGroup)
+	require.Eventually(t, func() bool {
+		ctx := context.Background()
+		return b.client.ZCard(ctx, due).Val()+b.client.ZCard(ctx, lease).Val() == count-crashAckFirst
+	}, 5*time.Second, time.Millisecond, "the child's acks were never confirmed")
 	require.NoError(t, child.Process.Signal(syscall.SIGKILL))
 	_ = child.Wait()
 	killedAt := time.Now()

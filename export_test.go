@@ -1,6 +1,11 @@
 package redisdelay
 
-import "github.com/ThreeDotsLabs/watermill/message"
+import (
+	"context"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+)
 
 // GroupKeysForTest returns the due and lease sorted-set keys of a consumer group, so that tests
 // can check what Redis holds.
@@ -24,3 +29,15 @@ func messageWithUUID(uuid string) *message.Message { return message.NewMessage(u
 
 // PartitionNameForTest names partition n of a topic in the key space.
 func PartitionNameForTest(topic string, n int) string { return partitionName(topic, n) }
+
+// ScheduledForTest counts the messages of a topic that Redis holds anywhere a publish can put
+// them: the messages hash, the set parked for a first group, and the due sets of the groups.
+func ScheduledForTest(ctx context.Context, client redis.UniversalClient, topic string, groups ...string) int64 {
+	k := keySpace{prefix: DefaultKeyPrefix}
+	tk := k.topic(topic)
+	n := client.HLen(ctx, tk.messages).Val() + client.ZCard(ctx, tk.parked).Val()
+	for _, g := range groups {
+		n += client.ZCard(ctx, k.group(topic, g).due).Val()
+	}
+	return n
+}

@@ -2,6 +2,7 @@ package redisdelay_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -72,22 +73,23 @@ func TestFailoverCarriesOnAndDurablePublishClosesTheLossWindow(t *testing.T) {
 
 			acked := map[string]bool{}
 			var failed []string
+			var windowErrs []error
 			seq := 0
 			// Every message is due 2 s after its publish, so the ones published in the window are
 			// still waiting in Redis when their master dies.
-			publishOnce := func(id string) bool {
+			publishOnce := func(id string) error {
 				msg := message.NewMessage(id, nil)
 				delay.Message(msg, delay.For(2*time.Second))
-				if err := pub.Publish(topic, msg); err != nil {
-					return false
+				err := pub.Publish(topic, msg)
+				if err == nil {
+					acked[id] = true
 				}
-				acked[id] = true
-				return true
+				return err
 			}
 			next := func() string { seq++; return fmt.Sprintf("m%05d", seq) }
 
 			publishUntilAcked := func(id string, deadline time.Time) {
-				for !publishOnce(id) {
+				for publishOnce(id) != nil {
 					require.True(t, time.Now().Before(deadline), "could not publish %s", id)
 					time.Sleep(50 * time.Millisecond)
 				}
@@ -109,10 +111,11 @@ func TestFailoverCarriesOnAndDurablePublishClosesTheLossWindow(t *testing.T) {
 			ackedInWindow := 0
 			for windowEnd := time.Now().Add(300 * time.Millisecond); time.Now().Before(windowEnd); {
 				id := next()
-				if publishOnce(id) {
+				if err := publishOnce(id); err == nil {
 					ackedInWindow++
 				} else {
 					failed = append(failed, id)
+					windowErrs = append(windowErrs, err)
 				}
 			}
 			require.NoError(t, cluster.Kill(victim))
@@ -144,17 +147,18 @@ func TestFailoverCarriesOnAndDurablePublishClosesTheLossWindow(t *testing.T) {
 			}
 			recoveredAfter := time.Since(killedAt)
 
-			// The subscriber carries on too: wait until nothing more arrives.
-			lastCount, quietSince := -1, time.Now()
-			for time.Since(quietSince) < 3*time.Second {
+			// The subscriber carries on too: everything published after the failover arrives, and
+			// it is due after everything published before.
+			require.Eventually(t, func() bool {
 				mu.Lock()
-				n := len(received)
-				mu.Unlock()
-				if n != lastCount {
-					lastCount, quietSince = n, time.Now()
+				defer mu.Unlock()
+				for i := seq - 99; i <= seq; i++ {
+					if !received[fmt.Sprintf("m%05d", i)] {
+						return false
+					}
 				}
-				time.Sleep(100 * time.Millisecond)
-			}
+				return true
+			}, 30*time.Second, 20*time.Millisecond, "messages published after the failover did not arrive")
 			mu.Lock()
 			defer mu.Unlock()
 			lost := 0
@@ -174,7 +178,14 @@ func TestFailoverCarriesOnAndDurablePublishClosesTheLossWindow(t *testing.T) {
 				assert.LessOrEqual(t, lost, ackedInWindow, "only publishes acknowledged in the window are lost")
 			} else {
 				assert.Zero(t, lost, "a durable publish is acknowledged only once a replica has it")
-				assert.Positive(t, len(failed), "publishes in the window must fail with ErrNotDurable")
+				require.Positive(t, len(failed), "publishes in the window must fail with ErrNotDurable")
+				notDurable := 0
+				for _, err := range windowErrs {
+					if errors.Is(err, redisdelay.ErrNotDurable) {
+						notDurable++
+					}
+				}
+				assert.Positive(t, notDurable, "window errors: %v", windowErrs)
 			}
 		})
 	}

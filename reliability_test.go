@@ -144,9 +144,7 @@ func TestUnlimitedAttemptsNeverDeadLetter(t *testing.T) {
 		msg.Nack()
 	}
 	dlt := redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)
-	dltDue, _ := redisdelay.GroupKeysForTest("", dlt, redisdelay.DefaultConsumerGroup)
-	assert.Zero(t, b.client.ZCard(context.Background(), dltDue).Val(), "nothing was dead-lettered")
-	assert.Zero(t, b.client.HLen(context.Background(), redisdelay.MessagesKeyForTest("", dlt)).Val())
+	assert.Zero(t, redisdelay.ScheduledForTest(context.Background(), b.client, dlt), "nothing was dead-lettered")
 }
 
 func TestBadInputIsRejectedWholeNamingTopicUUIDAndKey(t *testing.T) {
@@ -186,7 +184,7 @@ func TestBadInputIsRejectedWholeNamingTopicUUIDAndKey(t *testing.T) {
 			for _, s := range []string{c.topic, "bad-one", c.key, c.mention} {
 				assert.Contains(t, err.Error(), s)
 			}
-			assert.Zero(t, b.client.HLen(context.Background(), redisdelay.MessagesKeyForTest("", c.topic)).Val(), "nothing of the batch is stored")
+			assert.Zero(t, redisdelay.ScheduledForTest(context.Background(), b.client, c.topic), "nothing of the batch is stored")
 		})
 	}
 
