@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path"
 	"regexp"
-	"slices"
 	"strings"
 	"sync/atomic"
 
@@ -119,34 +118,13 @@ func assemble(spec scriptSpec) (*script, error) {
 	}
 	frags := map[string]fragment{}
 	for _, name := range fragmentOrder {
-		f, err := readFragment(name)
-		if err != nil {
+		if frags[name], err = readFragment(name); err != nil {
 			return nil, err
 		}
-		frags[name] = f
 	}
-	included := map[string]bool{}
-	var add func(name, by string) error
-	add = func(name, by string) error {
-		f, ok := frags[name]
-		if !ok {
-			return fmt.Errorf("script %s: unknown fragment %q (needed by %q)", spec.file, name, by)
-		}
-		if by == "" && !slices.Contains(spec.fragments, name) {
-			return fmt.Errorf("script %s: fragment %q is not listed", spec.file, name)
-		}
-		included[name] = true
-		for _, n := range f.needs {
-			if err := add(n, name); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	for _, name := range spec.fragments {
-		if err := add(name, ""); err != nil {
-			return nil, err
-		}
+	included, err := includedFragments(spec, frags)
+	if err != nil {
+		return nil, err
 	}
 	var lib strings.Builder
 	for _, name := range fragmentOrder {
@@ -154,9 +132,9 @@ func assemble(spec scriptSpec) (*script, error) {
 			lib.WriteString(frags[name].body + "\n")
 		}
 	}
+	code := lib.String() + string(body)
 	// Every fragment name used must be defined by an included fragment: an undefined local
 	// would be a global lookup, which Redis refuses at run time.
-	code := lib.String() + string(body)
 	uncommented := lineComment.ReplaceAllString(code, "")
 	for name, f := range frags {
 		for _, def := range f.defines {
@@ -176,6 +154,31 @@ func assemble(spec scriptSpec) (*script, error) {
 		flagged:  redis.NewScript(shebang + code),
 		plain:    redis.NewScript(code),
 	}, nil
+}
+
+// includedFragments returns the fragments spec lists and, transitively, those they need.
+func includedFragments(spec scriptSpec, frags map[string]fragment) (map[string]bool, error) {
+	included := map[string]bool{}
+	var add func(name, by string) error
+	add = func(name, by string) error {
+		f, ok := frags[name]
+		if !ok {
+			return fmt.Errorf("script %s: unknown fragment %q (needed by %q)", spec.file, name, by)
+		}
+		included[name] = true
+		for _, n := range f.needs {
+			if err := add(n, name); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	for _, name := range spec.fragments {
+		if err := add(name, spec.file); err != nil {
+			return nil, err
+		}
+	}
+	return included, nil
 }
 
 func readFragment(name string) (fragment, error) {
