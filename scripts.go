@@ -49,7 +49,7 @@ var (
 	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 6, variadic: true})
 	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "hmget", "head", "held", "drop", "ack"}, keys: 5, allowOOM: true})
 	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 3, allowOOM: true})
-	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"split", "member", "each_chunk", "head", "wake", "held"}, keys: 3, allowOOM: true})
+	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "head", "wake", "held"}, keys: 3, allowOOM: true})
 	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "head", "wake", "drop"}, keys: 5, allowOOM: true})
 	extendScript     = mustScript(scriptSpec{file: "extend", fragments: []string{"now_us", "split", "each_chunk", "held"}, keys: 1, allowOOM: true})
 	deadLetterScript = mustScript(scriptSpec{file: "deadletter", fragments: []string{"publish_to", "drop", "split"}, keys: 9, variadic: true, allowOOM: true})

@@ -84,3 +84,51 @@ func testCall() publishCall { return publishCall{token: newToken(), ttl: time.Mi
 func testClaim(s store, topic, group string) claimCall {
 	return claimCall{record: s.keys.claimRecord(topic, group, newToken()), token: newToken()}
 }
+
+// TestClaimRunAgainIsAnsweredFromTheRecord checks the claim token: a claim that runs again
+// (its reply was lost) returns the same messages at the same attempt and claims nothing more,
+// and a release naming the token gives them back without counting the attempt.
+func TestClaimRunAgainIsAnsweredFromTheRecord(t *testing.T) {
+	mr := miniredis.RunT(t)
+	for name, addr := range map[string]string{"miniredis": mr.Addr(), "redis": redistest.Start(t, redistest.Options{}).Addr} {
+		t.Run(name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: addr})
+			defer client.Close()
+			s := testStore(client)
+			ctx := context.Background()
+			const topic, group = "replay", DefaultConsumerGroup
+			require.NoError(t, s.registerGroup(ctx, topic, group))
+			var msgs []outgoing
+			for _, id := range []string{"a", "b", "c"} {
+				data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID(id))
+				msgs = append(msgs, outgoing{data: data})
+			}
+			require.NoError(t, s.publish(ctx, topic, testCall(), []string{group}, msgs))
+
+			call := testClaim(s, topic, group)
+			first, err := s.claim(ctx, topic, group, call, 2, time.Minute, nil)
+			require.NoError(t, err)
+			require.Len(t, first.messages, 2)
+			again, err := s.claim(ctx, topic, group, call, 2, time.Minute, nil)
+			require.NoError(t, err)
+			require.Len(t, again.messages, 2, "the same claim is answered again")
+			for i := range first.messages {
+				assert.Equal(t, first.messages[i].id, again.messages[i].id)
+				assert.Equal(t, first.messages[i].attempt, again.messages[i].attempt)
+				assert.Equal(t, first.messages[i].data, again.messages[i].data)
+			}
+			gk := s.keys.group(topic, group)
+			assert.EqualValues(t, 1, client.ZCard(ctx, gk.due).Val(), "the run again claimed nothing more")
+			assert.EqualValues(t, 2, client.ZCard(ctx, gk.lease).Val())
+
+			require.NoError(t, s.release(ctx, topic, group, call, nil))
+			assert.Zero(t, client.ZCard(ctx, gk.lease).Val(), "the lost claim's messages are released")
+			next, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, time.Minute, nil)
+			require.NoError(t, err)
+			require.Len(t, next.messages, 3)
+			for _, c := range next.messages {
+				assert.EqualValues(t, 1, c.attempt, "a released claim that never reached the consumer costs no attempt")
+			}
+		})
+	}
+}

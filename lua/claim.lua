@@ -2,16 +2,21 @@
 -- again, and claims up to N due messages for the next attempt, leasing each for the lease
 -- timeout. Due messages are claimed in due-time order, ties in publish order.
 --
--- Each claim carries a token, and the subscription keeps its last claim in a record (token,
--- then lease member and due time per message). A claim whose token is in the record already
--- ran and its reply was lost: it is answered again from the record, with the messages still
--- leased, and nothing is written, so a lost reply costs no attempt.
+-- Each claim carries a token, and the subscription keeps its last claim in a record: the token
+-- and the lease deadline the claim gave. Scripts run one at a time and each reads the clock
+-- anew, so no other script gives the same deadline: the claim's messages are the lease members
+-- scored exactly at it. A claim whose token is in the record already ran and its reply was
+-- lost: it is answered again with those messages still so leased, and nothing is written, so
+-- a lost reply costs no attempt. Their due time is then given as the claim time, when they were
+-- certainly due. (A consumer of the group with another lease timeout could give the same
+-- deadline to the microsecond; a replay would then hand out its message too: a duplicate at
+-- worst, never a loss.)
 --
 -- KEYS[1] due       zset    member (ID, ID|message or ID:N, see lib.lua) -> due time (µs)
 -- KEYS[2] lease     zset    ID:attempt -> lease deadline (µs)
 -- KEYS[3] messages  hash    ID -> marshaled message
 -- KEYS[4] refs      hash    ID -> groups still holding it
--- KEYS[5] record    string  the subscription's last claim: "token member due member due ..."
+-- KEYS[5] record    string  the subscription's last claim: "token deadline"
 -- ARGV[1] N, the most messages to claim
 -- ARGV[2] lease timeout in µs
 -- ARGV[3] the claim's token
@@ -36,28 +41,19 @@ end
 
 local record = redis.call('GET', KEYS[5])
 if record and string.sub(record, 1, #token + 1) == token .. ' ' then
-  local members, dues = {}, {}
-  for m, due in string.gmatch(string.sub(record, #token + 2), '(%S+) (%S+)') do
-    members[#members + 1] = m
-    dues[m] = due
-  end
-  local leased = held(KEYS[2], members)
-  local ids, kept = {}, {}
-  for _, m in ipairs(members) do
-    if leased[m] then
-      kept[#kept + 1] = m
-      ids[#ids + 1] = (split(m))
-    end
-  end
+  local deadline = string.sub(record, #token + 2)
+  local leased = redis.call('ZRANGEBYSCORE', KEYS[2], deadline, deadline)
+  local ids = {}
+  for i, m in ipairs(leased) do ids[i] = (split(m)) end
   local result = {now, -1, -1, {}, 0}
   local data = {}
   if #ids > 0 then data = hmget(KEYS[3], ids) end
-  for i, m in ipairs(kept) do
+  for i, m in ipairs(leased) do
     if data[i] then
       local id, attempt = split(m)
       result[#result + 1] = id
       result[#result + 1] = attempt
-      result[#result + 1] = dues[m]
+      result[#result + 1] = tonumber(deadline) - lease
       result[#result + 1] = data[i]
     end
   end
@@ -111,14 +107,11 @@ if #stored < 2 * #ids then data = hmget(KEYS[3], ids) end
 for i = 1, #ids do
   if embedded[i] then data[i] = embedded[i] end
 end
-local leases, vanished, claimed = {}, {}, {token}
+local leases, vanished = {}, {}
 for i, id in ipairs(ids) do
   if data[i] then
-    local m = member(id, attempts[i])
     leases[#leases + 1] = now + lease
-    leases[#leases + 1] = m
-    claimed[#claimed + 1] = m
-    claimed[#claimed + 1] = scores[i]
+    leases[#leases + 1] = member(id, attempts[i])
     result[#result + 1] = id
     result[#result + 1] = attempts[i]
     result[#result + 1] = scores[i]
@@ -129,7 +122,7 @@ for i, id in ipairs(ids) do
 end
 if #leases > 0 then
   each_chunk('ZADD', KEYS[2], leases)
-  redis.call('SET', KEYS[5], table.concat(claimed, ' '), 'PX', math.max(1, math.ceil(lease / 1000)))
+  redis.call('SET', KEYS[5], token .. ' ' .. string.format('%d', now + lease), 'PX', math.max(1, math.ceil(lease / 1000)))
 end
 drop(KEYS[3], KEYS[4], vanished)
 result[5] = #vanished + malformed

@@ -1,7 +1,8 @@
 -- release.lua: gives claimed messages back to their group, due at their original due time, when
 -- a subscription stops (Close or a cancelled Subscribe context). A message that was claimed but
 -- never handed to the application does not count as an attempt. The messages of a claim whose
--- reply never arrived (its token is still in the subscription's claim record) are released too.
+-- reply never arrived (its token is still in the subscription's claim record) are released too,
+-- due at once.
 --
 -- KEYS[1] due     zset    member (see lib.lua) -> due time (µs)
 -- KEYS[2] lease   zset    ID:attempt -> lease deadline (µs)
@@ -12,6 +13,7 @@
 --
 -- Returns the number of messages released; a message whose lease was already lost is skipped.
 
+local now = now_us()
 local releases = {}
 for i = 3, #ARGV, 3 do
   releases[#releases + 1] = {ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2] == '1'}
@@ -20,8 +22,9 @@ local token = ARGV[2]
 if token ~= '' then
   local record = redis.call('GET', KEYS[3])
   if record and string.sub(record, 1, #token + 1) == token .. ' ' then
-    for m, due in string.gmatch(string.sub(record, #token + 2), '(%S+) (%S+)') do
-      releases[#releases + 1] = {m, tonumber(due), false}
+    local deadline = tonumber(string.sub(record, #token + 2))
+    for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], deadline, deadline)) do
+      releases[#releases + 1] = {m, now, false}
     end
   end
 end
