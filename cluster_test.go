@@ -93,8 +93,8 @@ func TestPubSubCluster(t *testing.T) {
 }
 
 // TestClusterWakeUpsReachSubscribersOnEveryNode checks that a delayed message published to a
-// topic on one master wakes subscriptions whose Pub/Sub connection is on another node: each
-// Subscriber listens on one connection, to one node, for topics spread over all three masters.
+// topic on any master wakes the subscriptions of every Subscriber: each Subscriber listens on
+// one sharded Pub/Sub connection per master for topics spread over all three masters.
 // Subscriptions sleep with a one-minute recheck interval and nothing due, so only a wake-up can
 // get a message delivered within the test's bounds.
 func TestClusterWakeUpsReachSubscribersOnEveryNode(t *testing.T) {
