@@ -137,9 +137,7 @@ func (c PublisherConfig) Validate() error {
 		return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas is %d, want >= 0", c.DurableReplicas)
 	}
 	if c.DurableReplicas > 0 {
-		switch c.Client.(type) {
-		case *redis.Client, *redis.ClusterClient:
-		default:
+		if _, ok := masterConn(c.Client); !ok {
 			return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", c.Client)
 		}
 		if c.DurableTimeout <= 0 || c.DurableTimeout >= c.OperationTimeout {

@@ -49,8 +49,8 @@ var (
 	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 6, variadic: true})
 	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "hmget", "head", "held", "drop", "ack"}, keys: 5, allowOOM: true})
 	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 3, allowOOM: true})
-	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "head", "wake", "held"}, keys: 3, allowOOM: true})
-	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "head", "wake", "drop"}, keys: 5, allowOOM: true})
+	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "schedule", "held"}, keys: 3, allowOOM: true})
+	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "schedule", "drop"}, keys: 5, allowOOM: true})
 	extendScript     = mustScript(scriptSpec{file: "extend", fragments: []string{"now_us", "split", "each_chunk", "held"}, keys: 1, allowOOM: true})
 	deadLetterScript = mustScript(scriptSpec{file: "deadletter", fragments: []string{"publish_to", "drop", "split"}, keys: 9, variadic: true, allowOOM: true})
 	registerScript   = mustScript(scriptSpec{file: "register", fragments: []string{"head", "wake"}, keys: 3, allowOOM: true})
@@ -98,7 +98,7 @@ type fragment struct {
 }
 
 // fragmentOrder is the order fragments are put together in: each after those it needs.
-var fragmentOrder = []string{"now_us", "split", "member", "each_chunk", "hmget", "head", "wake", "held", "drop", "ack", "publish_to"}
+var fragmentOrder = []string{"now_us", "split", "member", "each_chunk", "hmget", "head", "wake", "schedule", "held", "drop", "ack", "publish_to"}
 
 // mustScript assembles a script from its file and the fragments it names, with the fragments
 // they need, and checks that every fragment name a script or fragment uses is included. A

@@ -10,7 +10,7 @@ import (
 )
 
 func TestScriptTableRefusesAFragmentThatIsUsedButNotListed(t *testing.T) {
-	_, err := assemble(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "head", "wake"}, keys: 5})
+	_, err := assemble(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "schedule"}, keys: 5})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `"drop"`)
 	_, err = assemble(scriptSpec{file: "ack", fragments: []string{"no_such"}, keys: 3})

@@ -184,18 +184,13 @@ func (s store) publish(ctx context.Context, part string, call publishCall, group
 // publishDurably runs publish.lua and then WAIT on one connection to the master that owns the
 // keys, since WAIT counts the replicas that have that connection's writes.
 func (s store) publishDurably(ctx context.Context, keys []string, args []any) error {
-	var conn *redis.Conn
-	switch c := s.client.(type) {
-	case *redis.ClusterClient:
-		master, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (*redis.Client, error) { return c.MasterForKey(ctx, keys[0]) })
-		if err != nil {
-			return err
-		}
-		conn = master.Conn()
-	case *redis.Client:
-		conn = c.Conn()
-	default:
+	connect, ok := masterConn(s.client)
+	if !ok {
 		return fmt.Errorf("DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
+	}
+	conn, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (*redis.Conn, error) { return connect(ctx, keys[0]) })
+	if err != nil {
+		return err
 	}
 	defer conn.Close()
 	res, err := s.run(ctx, conn, publishScript, keys, args...)
@@ -212,6 +207,24 @@ func (s store) publishDurably(ctx context.Context, keys []string, args []any) er
 		err = fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.durableReplicas, s.durableTimeout)
 	}
 	return err
+}
+
+// masterConn returns a function that opens a connection of its own to the master that owns a
+// key, for the clients that can do that: *redis.Client and *redis.ClusterClient.
+func masterConn(client redis.UniversalClient) (func(ctx context.Context, key string) (*redis.Conn, error), bool) {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		return func(ctx context.Context, key string) (*redis.Conn, error) {
+			master, err := c.MasterForKey(ctx, key)
+			if err != nil {
+				return nil, err
+			}
+			return master.Conn(), nil
+		}, true
+	case *redis.Client:
+		return func(context.Context, string) (*redis.Conn, error) { return c.Conn(), nil }, true
+	}
+	return nil, false
 }
 
 // deadLetterTokenTTL is how long the token of a dead letter moved to another hash slot is kept:

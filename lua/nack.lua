@@ -21,7 +21,6 @@ if attempt == nil or delay == nil then
 end
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end
 local score = now_us() + math.max(delay, 0)
-local before = head(KEYS[1])
 redis.call('ZREM', KEYS[2], ARGV[1])
 if ARGV[4] then
   local new_id = string.format('%012x', redis.call('INCR', KEYS[5]))
@@ -29,6 +28,5 @@ if ARGV[4] then
   drop(KEYS[3], KEYS[4], {id})
   id = new_id
 end
-redis.call('ZADD', KEYS[1], score, member(id, attempt))
-wake(ARGV[3], before, score)
+schedule(KEYS[1], ARGV[3], {score, member(id, attempt)}, score)
 return score

@@ -32,7 +32,6 @@ end
 local members = {}
 for i, r in ipairs(releases) do members[i] = r[1] end
 local leased = held(KEYS[2], members)
-local before = head(KEYS[1])
 local min_score = nil
 local done, back = {}, {}
 for _, r in ipairs(releases) do
@@ -49,7 +48,6 @@ for _, r in ipairs(releases) do
 end
 if #done > 0 then
   each_chunk('ZREM', KEYS[2], done)
-  each_chunk('ZADD', KEYS[1], back)
-  wake(ARGV[1], before, min_score)
+  schedule(KEYS[1], ARGV[1], back, min_score)
 end
 return #done

@@ -1,4 +1,4 @@
--- fragment publish_to; needs: now_us, each_chunk, head, wake
+-- fragment publish_to; needs: now_us, each_chunk, schedule
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic: in the messages hash, or, with one group and at most MAX_EMBEDDED bytes, in the due
 -- member itself (a larger member would make every ZRANGE of the set's head copy it). The
@@ -72,10 +72,7 @@ local function publish_to(k, a)
     each_chunk('ZADD', parked, scheduled)
   end
   for g = 1, ngroups do
-    local due = KEYS[k + 5 + g]
-    local before = head(due)
-    each_chunk('ZADD', due, scheduled)
-    wake(ARGV[a + 1 + ngroups + g], before, min_score)
+    schedule(KEYS[k + 5 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
   end
   redis.call('SET', call, first_id, 'PX', ttl)
   return {1, first_id}
