@@ -5,6 +5,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 )
 
 // TestClusterStartsAndFailsOver checks the helper itself: six nodes, three masters each with a
@@ -45,6 +47,19 @@ func TestClusterStartsAndFailsOver(t *testing.T) {
 
 	victim := masters[0]
 	promoted, _ := c.ReplicaOf(victim)
+	// Replication is asynchronous: kill the master only once its replica has every write.
+	master, replica := nodeClient(victim), nodeClient(promoted)
+	defer master.Close()
+	defer replica.Close()
+	offset := func(c *redis.Client, field string) string {
+		return infoFields(c.Info(ctx, "replication").Val())[field]
+	}
+	for caughtUp := time.Now().Add(5 * time.Second); offset(master, "master_repl_offset") != offset(replica, "slave_repl_offset"); {
+		if time.Now().After(caughtUp) {
+			t.Fatal("the replica did not catch up with its master within 5s")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	killedAt := time.Now()
 	if err := c.Kill(victim); err != nil {
 		t.Fatal(err)
