@@ -110,6 +110,19 @@ func TestNoPartitionIsStarved(t *testing.T) {
 				keys[h.Sum32()%2] = strconv.Itoa(i)
 			}
 		}
+		// Both partitions' consumers are running (their wake channels confirmed) before the
+		// flood, so the test measures turn-taking, not which one started first.
+		ch := subscribe(t, sub, topic)
+		for _, k := range keys {
+			m := message.NewMessage("warm-"+k, nil)
+			m.Metadata.Set("k", k)
+			require.NoError(t, pub.Publish(topic, m))
+		}
+		for range keys {
+			warm := receive(t, ch, 5*time.Second)
+			assert.True(t, strings.HasPrefix(warm.UUID, "warm-"))
+			warm.Ack()
+		}
 		var flood []*message.Message
 		for i := 0; i < 500; i++ {
 			m := message.NewMessage(fmt.Sprintf("busy-%03d", i), nil)
@@ -123,7 +136,6 @@ func TestNoPartitionIsStarved(t *testing.T) {
 			require.NoError(t, pub.Publish(topic, m))
 		}
 
-		ch := subscribe(t, sub, topic)
 		quiet := 0
 		for i := 1; i <= 505; i++ {
 			msg := receive(t, ch, 5*time.Second)
