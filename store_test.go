@@ -17,59 +17,54 @@ import (
 // another consumer claimed the message, the old holder's ack, nack, extension, release and
 // dead-lettering are refused and leave the new holder's lease alone.
 func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
-	mr := miniredis.RunT(t)
-	for name, addr := range map[string]string{"miniredis": mr.Addr(), "redis": redistest.Start(t, redistest.Options{}).Addr} {
-		t.Run(name, func(t *testing.T) {
-			client := redis.NewClient(&redis.Options{Addr: addr})
-			defer client.Close()
-			s := testStore(client)
-			ctx := context.Background()
-			const topic, group = "fencing", DefaultConsumerGroup
-			data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("m"))
-			require.NoError(t, s.registerGroup(ctx, topic, group))
-			require.NoError(t, s.publish(ctx, topic, testCall(), []string{group}, []outgoing{{data: data}}))
+	forStoreBackends(t, func(t *testing.T, client *redis.Client) {
+		s := testStore(client)
+		ctx := context.Background()
+		const topic, group = "fencing", DefaultConsumerGroup
+		data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("m"))
+		require.NoError(t, s.registerGroup(ctx, topic, group))
+		require.NoError(t, s.publish(ctx, topic, testCall(), []string{group}, []outgoing{{data: data}}))
 
-			const lease = 100 * time.Millisecond
-			a, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, lease, nil)
-			require.NoError(t, err)
-			require.Len(t, a.messages, 1)
-			stale := a.messages[0]
-			require.EqualValues(t, 1, stale.attempt)
+		const lease = 100 * time.Millisecond
+		a, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, lease, nil)
+		require.NoError(t, err)
+		require.Len(t, a.messages, 1)
+		stale := a.messages[0]
+		require.EqualValues(t, 1, stale.attempt)
 
-			time.Sleep(lease + 20*time.Millisecond)
-			b, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, time.Minute, nil)
-			require.NoError(t, err)
-			require.Len(t, b.messages, 1, "the expired lease makes the message due again")
-			current := b.messages[0]
-			require.EqualValues(t, 2, current.attempt)
-			gk := s.keys.group(topic, group)
-			leaseOf := func() float64 { return client.ZScore(ctx, gk.lease, current.member()).Val() }
-			deadline := leaseOf()
-			require.NotZero(t, deadline)
+		time.Sleep(lease + 20*time.Millisecond)
+		b, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, time.Minute, nil)
+		require.NoError(t, err)
+		require.Len(t, b.messages, 1, "the expired lease makes the message due again")
+		current := b.messages[0]
+		require.EqualValues(t, 2, current.attempt)
+		gk := s.keys.group(topic, group)
+		leaseOf := func() float64 { return client.ZScore(ctx, gk.lease, current.member()).Val() }
+		deadline := leaseOf()
+		require.NotZero(t, deadline)
 
-			refused, err := s.ack(ctx, topic, group, []*claimed{stale})
-			require.NoError(t, err)
-			assert.Equal(t, []string{stale.id}, refused, "stale ack")
-			assert.ErrorIs(t, s.nack(ctx, topic, group, stale, 0, nil), errLeaseLost, "stale nack")
-			lost, err := s.extend(ctx, topic, group, time.Hour, []*claimed{stale})
-			require.NoError(t, err)
-			assert.Equal(t, []string{stale.id}, lost, "stale extension")
-			require.NoError(t, s.release(ctx, topic, group, claimCall{record: "none"}, []*claimed{stale}))
-			assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, DefaultDeadLetterTopic(topic, group), nil, data, lease), errLeaseLost, "stale dead-lettering")
-			assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, "elsewhere", nil, data, lease), errLeaseLost, "stale dead-lettering to another slot")
+		refused, err := s.ack(ctx, topic, group, []*claimed{stale})
+		require.NoError(t, err)
+		assert.Equal(t, []string{stale.id}, refused, "stale ack")
+		assert.ErrorIs(t, s.nack(ctx, topic, group, stale, 0, nil), errLeaseLost, "stale nack")
+		lost, err := s.extend(ctx, topic, group, time.Hour, []*claimed{stale})
+		require.NoError(t, err)
+		assert.Equal(t, []string{stale.id}, lost, "stale extension")
+		require.NoError(t, s.release(ctx, topic, group, claimCall{record: "none"}, []*claimed{stale}))
+		assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, DefaultDeadLetterTopic(topic, group), nil, data, lease), errLeaseLost, "stale dead-lettering")
+		assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, "elsewhere", nil, data, lease), errLeaseLost, "stale dead-lettering to another slot")
 
-			assert.Equal(t, deadline, leaseOf(), "the new holder's lease is untouched")
-			assert.Zero(t, client.ZCard(ctx, gk.due).Val(), "nothing went back to the due set")
-			for _, dlt := range []string{DefaultDeadLetterTopic(topic, group), "elsewhere"} {
-				assert.Zero(t, client.ZCard(ctx, s.keys.topic(dlt).parked).Val(), "no dead letter on %s", dlt)
-			}
+		assert.Equal(t, deadline, leaseOf(), "the new holder's lease is untouched")
+		assert.Zero(t, client.ZCard(ctx, gk.due).Val(), "nothing went back to the due set")
+		for _, dlt := range []string{DefaultDeadLetterTopic(topic, group), "elsewhere"} {
+			assert.Zero(t, client.ZCard(ctx, s.keys.topic(dlt).parked).Val(), "no dead letter on %s", dlt)
+		}
 
-			refused, err = s.ack(ctx, topic, group, []*claimed{current})
-			require.NoError(t, err)
-			assert.Empty(t, refused)
-			assert.Zero(t, client.HLen(ctx, s.keys.topic(topic).messages).Val(), "acked by the holder, the message is gone")
-		})
-	}
+		refused, err = s.ack(ctx, topic, group, []*claimed{current})
+		require.NoError(t, err)
+		assert.Empty(t, refused)
+		assert.Zero(t, client.HLen(ctx, s.keys.topic(topic).messages).Val(), "acked by the holder, the message is gone")
+	})
 }
 
 // testStore returns a store on client with the default prefix.
@@ -89,46 +84,53 @@ func testClaim(s store, topic, group string) claimCall {
 // (its reply was lost) returns the same messages at the same attempt and claims nothing more,
 // and a release naming the token gives them back without counting the attempt.
 func TestClaimRunAgainIsAnsweredFromTheRecord(t *testing.T) {
+	forStoreBackends(t, func(t *testing.T, client *redis.Client) {
+		s := testStore(client)
+		ctx := context.Background()
+		const topic, group = "replay", DefaultConsumerGroup
+		require.NoError(t, s.registerGroup(ctx, topic, group))
+		var msgs []outgoing
+		for _, id := range []string{"a", "b", "c"} {
+			data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID(id))
+			msgs = append(msgs, outgoing{data: data})
+		}
+		require.NoError(t, s.publish(ctx, topic, testCall(), []string{group}, msgs))
+
+		call := testClaim(s, topic, group)
+		first, err := s.claim(ctx, topic, group, call, 2, time.Minute, nil)
+		require.NoError(t, err)
+		require.Len(t, first.messages, 2)
+		again, err := s.claim(ctx, topic, group, call, 2, time.Minute, nil)
+		require.NoError(t, err)
+		require.Len(t, again.messages, 2, "the same claim is answered again")
+		for i := range first.messages {
+			assert.Equal(t, first.messages[i].id, again.messages[i].id)
+			assert.Equal(t, first.messages[i].attempt, again.messages[i].attempt)
+			assert.Equal(t, first.messages[i].data, again.messages[i].data)
+		}
+		gk := s.keys.group(topic, group)
+		assert.EqualValues(t, 1, client.ZCard(ctx, gk.due).Val(), "the run again claimed nothing more")
+		assert.EqualValues(t, 2, client.ZCard(ctx, gk.lease).Val())
+
+		require.NoError(t, s.release(ctx, topic, group, call, nil))
+		assert.Zero(t, client.ZCard(ctx, gk.lease).Val(), "the lost claim's messages are released")
+		next, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, time.Minute, nil)
+		require.NoError(t, err)
+		require.Len(t, next.messages, 3)
+		for _, c := range next.messages {
+			assert.EqualValues(t, 1, c.attempt, "a released claim that never reached the consumer costs no attempt")
+		}
+	})
+}
+
+// forStoreBackends runs f as a subtest against miniredis and a throwaway redis-server.
+func forStoreBackends(t *testing.T, f func(t *testing.T, client *redis.Client)) {
 	mr := miniredis.RunT(t)
 	for name, addr := range map[string]string{"miniredis": mr.Addr(), "redis": redistest.Start(t, redistest.Options{}).Addr} {
 		t.Run(name, func(t *testing.T) {
 			client := redis.NewClient(&redis.Options{Addr: addr})
 			defer client.Close()
-			s := testStore(client)
-			ctx := context.Background()
-			const topic, group = "replay", DefaultConsumerGroup
-			require.NoError(t, s.registerGroup(ctx, topic, group))
-			var msgs []outgoing
-			for _, id := range []string{"a", "b", "c"} {
-				data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID(id))
-				msgs = append(msgs, outgoing{data: data})
-			}
-			require.NoError(t, s.publish(ctx, topic, testCall(), []string{group}, msgs))
-
-			call := testClaim(s, topic, group)
-			first, err := s.claim(ctx, topic, group, call, 2, time.Minute, nil)
-			require.NoError(t, err)
-			require.Len(t, first.messages, 2)
-			again, err := s.claim(ctx, topic, group, call, 2, time.Minute, nil)
-			require.NoError(t, err)
-			require.Len(t, again.messages, 2, "the same claim is answered again")
-			for i := range first.messages {
-				assert.Equal(t, first.messages[i].id, again.messages[i].id)
-				assert.Equal(t, first.messages[i].attempt, again.messages[i].attempt)
-				assert.Equal(t, first.messages[i].data, again.messages[i].data)
-			}
-			gk := s.keys.group(topic, group)
-			assert.EqualValues(t, 1, client.ZCard(ctx, gk.due).Val(), "the run again claimed nothing more")
-			assert.EqualValues(t, 2, client.ZCard(ctx, gk.lease).Val())
-
-			require.NoError(t, s.release(ctx, topic, group, call, nil))
-			assert.Zero(t, client.ZCard(ctx, gk.lease).Val(), "the lost claim's messages are released")
-			next, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, time.Minute, nil)
-			require.NoError(t, err)
-			require.Len(t, next.messages, 3)
-			for _, c := range next.messages {
-				assert.EqualValues(t, 1, c.attempt, "a released claim that never reached the consumer costs no attempt")
-			}
+			f(t, client)
 		})
 	}
 }
