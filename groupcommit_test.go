@@ -57,14 +57,7 @@ func TestGroupCommitRunsAtMostMaxInFlightStoreCallsAtOnce(t *testing.T) {
 	f := newFakeStore(t)
 	g := newGroupCommit(f.store)
 	const calls = 64
-	out := make(chan outcome, calls)
-	for id := range calls {
-		goCommit(g, id, 1, time.Minute, out)
-	}
-	waitEntered(t, f, maxInFlight)
-	eventually(t, "every call pending or in a round", func() bool {
-		return pendingCalls(g)+len(f.recorded()) == calls
-	})
+	out := fillSlots(t, g, f, calls)
 	require.Len(t, f.recorded(), maxInFlight, "no round starts while maxInFlight are under way")
 	f.open()
 
@@ -187,14 +180,7 @@ func TestGroupCommitGivesARoundsStoreErrorToEveryCallOfThatRoundOnly(t *testing.
 	}
 	g := newGroupCommit(f.store)
 	const calls = 40
-	out := make(chan outcome, calls)
-	for id := range calls {
-		goCommit(g, id, 1, time.Minute, out)
-	}
-	waitEntered(t, f, maxInFlight)
-	eventually(t, "every call pending or in a round", func() bool {
-		return pendingCalls(g)+len(f.recorded()) == calls
-	})
+	out := fillSlots(t, g, f, calls)
 	f.open()
 
 	results := collect(t, out, calls)
@@ -443,4 +429,19 @@ func TestPublisherForgetsIdleQueuesPastTheBound(t *testing.T) {
 	p.queues.Range(func(any, any) bool { n++; return true })
 	require.LessOrEqual(t, n, 10, "idle queues are forgotten once there are more than maxQueues")
 	require.Equal(t, int64(n), p.queueCount.Load())
+}
+
+// fillSlots starts calls one-message commits with a minute's deadline and waits until the
+// first maxInFlight rounds are in the store and every call is pending or in one of them.
+func fillSlots(t *testing.T, g *groupCommit, f *fakeStore, calls int) chan outcome {
+	t.Helper()
+	out := make(chan outcome, calls)
+	for id := range calls {
+		goCommit(g, id, 1, time.Minute, out)
+	}
+	waitEntered(t, f, maxInFlight)
+	eventually(t, "every call pending or in a round", func() bool {
+		return pendingCalls(g)+len(f.recorded()) == calls
+	})
+	return out
 }
