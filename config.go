@@ -93,6 +93,16 @@ type PublisherConfig struct {
 	// (Watermill's LoggerAdapter has no warn level). Where CONFIG is not allowed (managed
 	// Redis), the check is logged at info level and skipped.
 	AllowEvictingRedis bool
+	// OnDuplicate decides what Publish does with a message whose key (see WithKey) is taken;
+	// KeepExisting when empty. OnDuplicateMetadataKey overrides it per message.
+	OnDuplicate DuplicatePolicy
+	// KeyRetention keeps a history of each keyed message for this long after every consumer
+	// group is done with it (acked, dead-lettered or cancelled): Inspector.Status reports it,
+	// and the key stays taken, so a message published with it again is a Duplicate whatever
+	// the policy. The history is a Redis hash per key that expires by itself (PEXPIRE), about
+	// 100 bytes plus the key and group names. 0 (the default) keeps none: the key is free as
+	// soon as the message is done. Millisecond precision.
+	KeyRetention time.Duration
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -132,6 +142,12 @@ func (c PublisherConfig) Validate() error {
 	}
 	if c.Partitions < 1 || c.Partitions > MaxPartitions {
 		return fmt.Errorf("redisdelay: PublisherConfig.Partitions is %d, want 1 to %d", c.Partitions, MaxPartitions)
+	}
+	if c.OnDuplicate.scriptCode() == "" {
+		return fmt.Errorf(`redisdelay: PublisherConfig.OnDuplicate is %q, want "keep", "replace", "keep-earlier" or "keep-later"`, c.OnDuplicate)
+	}
+	if c.KeyRetention < 0 {
+		return fmt.Errorf("redisdelay: PublisherConfig.KeyRetention is %s, want >= 0", c.KeyRetention)
 	}
 	if c.DurableReplicas < 0 {
 		return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas is %d, want >= 0", c.DurableReplicas)

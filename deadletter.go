@@ -55,7 +55,7 @@ func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reas
 	ctx, cancel := s.callContext()
 	defer cancel()
 	err = s.deadLetterGroups.withGroups(ctx, s.deadLetterPart, func(ctx context.Context, groups []string) error {
-		return s.store.deadLetter(ctx, s.part, s.group, c, s.deadLetterPart, groups, data, s.cfg.LeaseTimeout)
+		return s.store.deadLetter(ctx, s.part, s.group, c, reason, s.deadLetterPart, groups, data, s.cfg.LeaseTimeout)
 	})
 
 	switch {

@@ -17,6 +17,9 @@ var (
 	// ErrInvalidName is returned for a topic or consumer group name that cannot be stored; see
 	// ValidateName.
 	ErrInvalidName = errors.New("invalid name")
+	// ErrInvalidKey is wrapped by the error for a message key that cannot be used; see
+	// ValidateKey. Publish returns it inside a *MessageError.
+	ErrInvalidKey = errors.New("invalid message key")
 	// ErrCorruptMessage is returned by the default Unmarshaler for data it cannot decode.
 	ErrCorruptMessage = errors.New("corrupt stored message")
 	// ErrNotDurable is returned by Publish with DurableReplicas set when fewer replicas than

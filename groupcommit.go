@@ -30,7 +30,7 @@ var errNotStored = errors.New("messages were not stored")
 // the round runs on its own goroutine and, when its store call returns, gives its result to its
 // calls and starts the next round from the calls still pending.
 type groupCommit struct {
-	store func(ctx context.Context, batch []outgoing) error
+	store func(ctx context.Context, batch []outgoing) (string, error)
 
 	mu       sync.Mutex
 	pending  []*commitCall // in call order
@@ -41,33 +41,41 @@ type groupCommit struct {
 type commitCall struct {
 	ctx   context.Context
 	msgs  []outgoing
-	taken bool       // in a round; guarded by groupCommit.mu
-	done  chan error // buffered; receives the result of the call's round
+	taken bool              // in a round; guarded by groupCommit.mu
+	done  chan commitResult // buffered; receives the call's part of its round's result
+}
+
+// commitResult is a commit call's result: the outcome letters of its messages (see publish_to
+// in lua/lib), or the error of its round.
+type commitResult struct {
+	outcomes string
+	err      error
 }
 
 // newGroupCommit returns a groupCommit that stores each round with store. store gets the
 // messages of the round's calls, in call order, and a context whose deadline is the latest of
-// theirs; it must store all of them or none.
-func newGroupCommit(store func(ctx context.Context, batch []outgoing) error) *groupCommit {
+// theirs; it must store all of them or none, and return one outcome letter per message.
+func newGroupCommit(store func(ctx context.Context, batch []outgoing) (string, error)) *groupCommit {
 	return &groupCommit{store: store}
 }
 
 // commit stores msgs in a round shared with concurrent calls and returns within ctx's deadline.
-// It returns the round's result (nil or the store error) when the round finished first. When
+// It returns the round's result (the outcome letters of msgs, or the store error) when the
+// round finished first. When
 // ctx ends before the call was taken into a round, it returns an error wrapping errNotStored and
 // ctx.Err(), and msgs are never stored. When ctx ends while the round is under way, it returns an
 // error wrapping ErrOutcomeUnknown and ctx.Err(): msgs are then either all stored or none is.
 // The cancellation of ctx never aborts a round under way, since other calls share it.
-func (g *groupCommit) commit(ctx context.Context, msgs []outgoing) error {
-	c := &commitCall{ctx: ctx, msgs: msgs, done: make(chan error, 1)}
+func (g *groupCommit) commit(ctx context.Context, msgs []outgoing) (string, error) {
+	c := &commitCall{ctx: ctx, msgs: msgs, done: make(chan commitResult, 1)}
 	g.mu.Lock()
 	g.pending = append(g.pending, c)
 	g.startRounds()
 	g.mu.Unlock()
 
 	select {
-	case err := <-c.done:
-		return err
+	case r := <-c.done:
+		return r.outcomes, r.err
 	case <-ctx.Done():
 	}
 	g.mu.Lock()
@@ -76,13 +84,13 @@ func (g *groupCommit) commit(ctx context.Context, msgs []outgoing) error {
 		if i := slices.Index(g.pending, c); i >= 0 {
 			g.pending = slices.Delete(g.pending, i, i+1)
 		}
-		return fmt.Errorf("%w: %w", errNotStored, ctx.Err())
+		return "", fmt.Errorf("%w: %w", errNotStored, ctx.Err())
 	}
 	select {
-	case err := <-c.done: // the round finished as ctx ended
-		return err
+	case r := <-c.done: // the round finished as ctx ended
+		return r.outcomes, r.err
 	default:
-		return fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
+		return "", fmt.Errorf("%w: %w", ErrOutcomeUnknown, ctx.Err())
 	}
 }
 
@@ -126,10 +134,17 @@ func (g *groupCommit) run(round []*commitCall) {
 	for _, c := range round {
 		batch = append(batch, c.msgs...)
 	}
-	err := g.store(ctx, batch)
+	outcomes, err := g.store(ctx, batch)
 	cancel()
+	if err == nil && len(outcomes) != len(batch) {
+		err = fmt.Errorf("store returned %d outcomes for %d messages", len(outcomes), len(batch))
+	}
 	for _, c := range round {
-		c.done <- err
+		r := commitResult{err: err}
+		if err == nil {
+			r.outcomes, outcomes = outcomes[:len(c.msgs)], outcomes[len(c.msgs):]
+		}
+		c.done <- r
 	}
 	g.mu.Lock()
 	g.inFlight--
@@ -157,11 +172,11 @@ func roundContext(round []*commitCall) (context.Context, context.CancelFunc) {
 
 // commit stores msgs on the topic partition named topic through its groupCommit; see
 // groupCommit.commit for the result.
-func (p *Publisher) commit(ctx context.Context, topic string, msgs []outgoing) error {
+func (p *Publisher) commit(ctx context.Context, topic string, msgs []outgoing) (string, error) {
 	g, ok := p.queues.Load(topic)
 	if !ok {
 		var loaded bool
-		g, loaded = p.queues.LoadOrStore(topic, newGroupCommit(func(ctx context.Context, batch []outgoing) error {
+		g, loaded = p.queues.LoadOrStore(topic, newGroupCommit(func(ctx context.Context, batch []outgoing) (string, error) {
 			return p.storeBatch(ctx, topic, batch)
 		}))
 		if !loaded && p.queueCount.Add(1) > maxQueues {
@@ -197,10 +212,13 @@ func (g *groupCommit) idle() bool {
 // storeBatch runs the publish script for batch on the topic partition named topic, for its
 // registered consumer groups, bounded by ctx. The batch gets one call token, so that a script
 // run that the client repeats stores nothing more.
-func (p *Publisher) storeBatch(ctx context.Context, topic string, batch []outgoing) error {
+func (p *Publisher) storeBatch(ctx context.Context, topic string, batch []outgoing) (string, error) {
 	call := publishCall{token: newToken(), ttl: p.callTTL}
-	return p.groups.withGroups(ctx, topic, func(ctx context.Context, groups []string) error {
-		return p.store.publish(ctx, topic, call, groups, batch)
+	var outcomes string
+	err := p.groups.withGroups(ctx, topic, func(ctx context.Context, groups []string) (err error) {
+		outcomes, err = p.store.publish(ctx, topic, call, groups, batch)
+		return err
 	})
+	return outcomes, err
 
 }

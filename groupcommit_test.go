@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -128,7 +129,8 @@ func TestGroupCommitLeaksNoSlotWhenCallsGiveUp(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	require.NoError(t, g.commit(ctx, messagesOf(last, 1)))
+	_, err := g.commit(ctx, messagesOf(last, 1))
+	require.NoError(t, err)
 	require.Less(t, time.Since(start), time.Second)
 
 	sizes := ones(calls + 1)
@@ -205,7 +207,7 @@ func TestGroupCommitStoresARoundUnderTheLatestDeadlineOfItsCallsAndNoCallsCancel
 	early, giveUp := context.WithTimeout(context.Background(), time.Minute)
 	defer giveUp()
 	go func() {
-		err := g.commit(early, messagesOf(maxInFlight, 1))
+		_, err := g.commit(early, messagesOf(maxInFlight, 1))
 		out <- outcome{id: maxInFlight, err: err}
 	}()
 	eventually(t, "the early call pending", func() bool { return pendingCalls(g) == 1 })
@@ -254,7 +256,7 @@ func newFakeStore(t *testing.T) *fakeStore {
 	return f
 }
 
-func (f *fakeStore) store(ctx context.Context, batch []outgoing) error {
+func (f *fakeStore) store(ctx context.Context, batch []outgoing) (string, error) {
 	f.mu.Lock()
 	i := len(f.batches)
 	f.batches = append(f.batches, batch)
@@ -272,7 +274,10 @@ func (f *fakeStore) store(ctx context.Context, batch []outgoing) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.active--
-	return f.results[i]
+	if err := f.results[i]; err != nil {
+		return "", err
+	}
+	return strings.Repeat("s", len(batch)), nil
 }
 
 // release returns the channel that releases store call i; f.mu is held.
@@ -318,7 +323,7 @@ func goCommit(g *groupCommit, id, n int, timeout time.Duration, out chan<- outco
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		err := g.commit(ctx, messagesOf(id, n))
+		_, err := g.commit(ctx, messagesOf(id, n))
 		out <- outcome{id: id, err: err, elapsed: time.Since(start)}
 	}()
 }
@@ -423,7 +428,8 @@ func TestPublisherForgetsIdleQueuesPastTheBound(t *testing.T) {
 	require.NoError(t, err)
 	data, _ := DefaultMarshalerUnmarshaler{}.Marshal("", message.NewMessage("m", nil))
 	for i := range maxQueues + 10 {
-		require.NoError(t, p.commit(context.Background(), "t"+strconv.Itoa(i), []outgoing{{data: data}}))
+		_, err := p.commit(context.Background(), "t"+strconv.Itoa(i), []outgoing{{data: data}})
+		require.NoError(t, err)
 	}
 	n := 0
 	p.queues.Range(func(any, any) bool { n++; return true })

@@ -20,6 +20,9 @@ import (
 type backend struct {
 	name   string
 	client redis.UniversalClient
+	// miniredis is the embedded server, whose keys expire only when told that time passed
+	// (FastForward); nil for the other backends.
+	miniredis *miniredis.Miniredis
 }
 
 // realRedis starts a dedicated redis-server for the test.
@@ -33,7 +36,7 @@ func embeddedRedis(t *testing.T) backend {
 	mr := miniredis.RunT(t)
 	c := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	t.Cleanup(func() { _ = c.Close() })
-	return backend{name: "miniredis", client: c}
+	return backend{name: "miniredis", client: c, miniredis: mr}
 }
 
 // forEachBackend runs f as a parallel subtest against a real redis-server, miniredis and a

@@ -42,14 +42,18 @@ func ValidateName(kind, name string) error {
 //
 //	P{T}:seq           string  counter that gives each published message its internal ID
 //	P{T}:msg           hash    ID -> marshaled message, stored once per topic; a message of a
-//	                           single-group topic is here only once claimed
-//	P{T}:refs          hash    ID -> groups that still hold the message (only while > 1)
+//	                           single-group topic is here only once claimed. A keyed message is
+//	                           under "=" and its key, its ID's hex digits before the message
+//	P{T}:refs          hash    ID or "=" key -> groups that still hold the message (while > 1)
+//	P{T}:history:K     hash    finished keyed message with key K, while its retention lasts:
+//	                           "" -> retention (ms), group -> "outcome time attempt[ reason]"
 //	P{T}:groups        set     consumer groups registered on the topic
 //	P{T}:parked        zset    messages published while no group was registered, in the
 //	                           single-group form; the first group to register takes it over
 //	P{T}:call:K        string  publish call K ran, with its first ID (expires; see publish.lua)
 //	P{T}:g:G:due       zset    ID, ID|message (single group), or ID:N after N attempts,
-//	                           scored by due time (Unix µs)
+//	                           scored by due time (Unix µs); see scripts.go
+//	P{T}:g:G:keyed     hash    key -> ID:N, for the keyed messages the group has claimed
 //	P{T}:g:G:lease     zset    ID:N, leased for attempt N, scored by lease deadline (Unix µs)
 //	P{T}:g:G:wake      channel Pub/Sub channel that carries the new earliest due time
 //	P{T}:g:G:claim:S   string  subscription S's last claim, to answer it again when its reply
@@ -66,12 +70,14 @@ type keySpace struct {
 // topicKeys are the keys shared by all consumer groups of a topic.
 type topicKeys struct {
 	seq, messages, refs, groups, parked string
+	// history is the prefix of the history keys: history + key is the key's history.
+	history string
 }
 
 // groupKeys are the keys of one consumer group on one topic.
 type groupKeys struct {
-	due, lease  string
-	wakeChannel string
+	due, lease, keyed string
+	wakeChannel       string
 }
 
 // partitionName names partition n of a topic for the key space: the topic itself for partition
@@ -130,6 +136,7 @@ func (k keySpace) topic(topic string) topicKeys {
 		refs:     t + ":refs",
 		groups:   t + ":groups",
 		parked:   t + ":parked",
+		history:  t + ":history:",
 	}
 }
 
@@ -149,6 +156,7 @@ func (k keySpace) group(topic, group string) groupKeys {
 	return groupKeys{
 		due:         g + ":due",
 		lease:       g + ":lease",
+		keyed:       g + ":keyed",
 		wakeChannel: g + ":wake",
 	}
 }

@@ -61,8 +61,10 @@ const (
 )
 
 // publishableReserved are the reserved keys Publish accepts: the delivery keys, which it drops,
-// and the dead-letter keys, which it keeps.
+// and the message key, the duplicate policy and the dead-letter keys, which it keeps.
 var publishableReserved = map[string]bool{
+	KeyMetadataKey:         true,
+	OnDuplicateMetadataKey: true,
 	AttemptMetadataKey:     true,
 	DueTimeMetadataKey:     true,
 	ServedDelayMetadataKey: true,

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -25,10 +24,9 @@ const (
 
 // Publisher publishes Watermill messages to the Redis delay queue. It is safe for concurrent use.
 type Publisher struct {
-	config  PublisherConfig
-	logger  watermill.LoggerAdapter
-	store   store
-	delayed message.Publisher // applies delay.WithContext, then calls publish
+	config PublisherConfig
+	logger watermill.LoggerAdapter
+	store  store
 
 	closeMu sync.RWMutex // Publish holds it for reading, so Close waits for publishes under way
 	closed  bool
@@ -63,10 +61,6 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 		eviction: evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
 		callTTL:  max(publishCallTTLFactor*config.OperationTimeout, minPublishCallTTL),
 	}
-	// delay.NewPublisher turns a delay set with delay.WithContext on a message's context into
-	// delay metadata, as Watermill's own delayed publishers do; AllowNoDelay keeps messages
-	// without a delay due at once.
-	p.delayed, _ = delay.NewPublisher(publishFunc(p.publish), delay.PublisherConfig{AllowNoDelay: true})
 	return p, nil
 }
 
@@ -104,25 +98,53 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 // The call returns within OperationTimeout, even when Redis does not answer; the cancellation
 // of the messages' contexts does not abort it.
 func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
+	_, err := p.PublishWithResult(topic, msgs...)
+	return err
+}
+
+// PublishWithResult publishes as Publish does and returns, when it succeeds, the outcome of each
+// message, in the order of msgs: Scheduled, or for a message with a key (see WithKey) that is
+// taken, Duplicate or Replaced as its DuplicatePolicy decides. Publish logs each Duplicate at
+// debug level. The outcomes of a call that the Redis client ran twice are those of the first
+// run. Its errors are Publish's.
+func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([]PublishOutcome, error) {
 	p.closeMu.RLock()
 	defer p.closeMu.RUnlock()
 	if p.closed {
-		return ErrPublisherClosed
+		return nil, ErrPublisherClosed
 	}
 	for i, msg := range msgs {
 		if msg == nil {
-			return &MessageError{Topic: topic, Err: fmt.Errorf("message %d of %d is nil", i+1, len(msgs))}
+			return nil, &MessageError{Topic: topic, Err: fmt.Errorf("message %d of %d is nil", i+1, len(msgs))}
 		}
 	}
-	return p.delayed.Publish(topic, msgs...)
+	var outcomes []PublishOutcome
+	delayed, _ := delay.NewPublisher(publishFunc(func(topic string, msgs ...*message.Message) (err error) {
+		outcomes, err = p.publish(topic, msgs...)
+		return err
+	}), delayConfig)
+	if err := delayed.Publish(topic, msgs...); err != nil {
+		return nil, err
+	}
+	for i, o := range outcomes {
+		if o == Duplicate {
+			p.logger.Debug("Duplicate not stored: its key is taken", watermill.LogFields{"topic": topic, "message_uuid": msgs[i].UUID, "key": msgs[i].Metadata.Get(KeyMetadataKey)})
+		}
+	}
+	return outcomes, nil
 }
 
-func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
+// delayConfig makes delay.NewPublisher turn a delay set with delay.WithContext on a message's
+// context into delay metadata, as Watermill's own delayed publishers do; AllowNoDelay keeps
+// messages without a delay due at once.
+var delayConfig = delay.PublisherConfig{AllowNoDelay: true}
+
+func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOutcome, error) {
 	if err := ValidateName("topic", topic); err != nil {
-		return err
+		return nil, err
 	}
 	if len(msgs) == 0 {
-		return nil
+		return nil, nil
 	}
 	now := time.Now()
 	batch := make([]outgoing, len(msgs))
@@ -137,22 +159,26 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 		if err != nil {
 			var me *metadataError
 			if errors.As(err, &me) {
-				return &MessageError{Topic: topic, UUID: msg.UUID, Key: me.key, Value: me.value, Err: me.err}
+				return nil, &MessageError{Topic: topic, UUID: msg.UUID, Key: me.key, Value: me.value, Err: me.err}
 			}
-			return &MessageError{Topic: topic, UUID: msg.UUID, Err: err}
+			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Err: err}
 		}
 		if err := checkReservedMetadata(msg); err != nil {
-			return &MessageError{Topic: topic, UUID: msg.UUID, Key: err.key, Value: err.value, Err: err.err}
+			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Key: err.key, Value: err.value, Err: err.err}
+		}
+		spec, keyErr := keySpecOf(msg, p.config.OnDuplicate, p.config.KeyRetention)
+		if keyErr != nil {
+			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Key: keyErr.key, Value: keyErr.value, Err: keyErr.err}
 		}
 		msg = withoutDeliveryMetadata(msg)
 		data, err := p.config.Marshaler.Marshal(topic, msg)
 		if err != nil {
-			return &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("marshal: %w", err)}
+			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("marshal: %w", err)}
 		}
 		if len(data) > p.config.MaxMessageBytes {
-			return &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("message is %d bytes marshaled (payload %d), more than MaxMessageBytes %d", len(data), len(msg.Payload), p.config.MaxMessageBytes)}
+			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("message is %d bytes marshaled (payload %d), more than MaxMessageBytes %d", len(data), len(msg.Payload), p.config.MaxMessageBytes)}
 		}
-		batch[i] = outgoing{data: data, delay: d, at: at}
+		batch[i] = outgoing{data: data, delay: d, at: at, keySpec: spec}
 	}
 
 	// Not cancelled with the message's context: a message received from a Subscriber is often
@@ -160,15 +186,24 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msgs[0].Context()), p.config.OperationTimeout)
 	defer cancel()
 	if err := p.eviction.check(ctx); err != nil {
-		return fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
+		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
 	}
-	for n, part := range splitByPartition(batch, partitions) {
-		if err := p.commit(ctx, partitionName(topic, n), part); err != nil {
-			return fmt.Errorf("redisdelay: publish %d message(s) to topic %s partition %d (first UUID %s): %w", len(part), quote(topic), n, quote(msgs[0].UUID), err)
+	outcomes := make([]PublishOutcome, len(msgs))
+	for n, indexes := range byPartition(partitions) {
+		part := make([]outgoing, len(indexes))
+		for j, i := range indexes {
+			part[j] = batch[i]
+		}
+		letters, err := p.commit(ctx, partitionName(topic, n), part)
+		if err != nil {
+			return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s partition %d (first UUID %s): %w", len(part), quote(topic), n, quote(msgs[indexes[0]].UUID), err)
+		}
+		for j, i := range indexes {
+			outcomes[i] = publishOutcome(letters[j])
 		}
 	}
 	p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
-	return nil
+	return outcomes, nil
 }
 
 // Close makes further Publish calls return ErrPublisherClosed and waits for the ones under way.
@@ -180,25 +215,27 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-// partitionOf returns the partition of msg: from the PartitionKey metadata when msg has it,
-// else roundRobin.
+// partitionOf returns the partition of msg: from its key (KeyMetadataKey) when it has one, so
+// that the Inspector finds it by the key alone, else from the PartitionKey metadata when msg
+// has it, else roundRobin.
 func (p *Publisher) partitionOf(msg *message.Message, roundRobin int) int {
 	if p.config.Partitions == 1 {
 		return 0
 	}
+	if key, ok := msg.Metadata[KeyMetadataKey]; ok {
+		return keyPartition(key, p.config.Partitions)
+	}
 	if key, ok := msg.Metadata[p.config.PartitionKey]; ok && p.config.PartitionKey != "" {
-		h := fnv.New32a()
-		_, _ = h.Write([]byte(key))
-		return int(h.Sum32() % uint32(p.config.Partitions))
+		return keyPartition(key, p.config.Partitions)
 	}
 	return roundRobin
 }
 
-// splitByPartition groups a batch by partition, keeping the order of messages within each.
-func splitByPartition(batch []outgoing, partitions []int) map[int][]outgoing {
-	out := map[int][]outgoing{}
-	for i, m := range batch {
-		out[partitions[i]] = append(out[partitions[i]], m)
+// byPartition groups the indexes of a batch by partition, keeping their order within each.
+func byPartition(partitions []int) map[int][]int {
+	out := map[int][]int{}
+	for i, n := range partitions {
+		out[n] = append(out[n], i)
 	}
 	return out
 }

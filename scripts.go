@@ -16,18 +16,23 @@ import (
 // owns the table of scripts and assembles each from its fragments.
 //
 // The data model they share: all times are Unix microseconds on the Redis clock (exact integers
-// in a Lua double until the year 2255). A message of a topic has an internal ID of 12 hex digits,
-// so IDs sort in publish order. In a consumer group it is a member of the due or the lease sorted
-// set, named
+// in a Lua double until the year 2255). A message of a topic has an internal ID: 12 hex digits,
+// so IDs sort in publish order, followed for a keyed message by "=" and its key. In a consumer
+// group it is a member of the due or the lease sorted set, named
 //
 //	ID          due, never claimed, stored in the messages hash
 //	ID|message  due, never claimed, the only group of its topic (or parked for the first group):
 //	            the marshaled message is part of the member, saving a hash entry
-//	ID:N        due after N attempts, or leased for attempt N
+//	ID:N        due after N attempts, or leased for attempt N; a keyed ID always has the :N, so
+//	            the member of a keyed message is known from its key and attempt count
 //
 // so the attempt count travels with the message, and ID:N is the lease's fencing token: once a
 // lease expired and another consumer claimed attempt N+1, no command of the old holder matches.
-// A claimed message is always in the messages hash until its group is done with it.
+// A claimed message is always in the messages hash until its group is done with it. The hash
+// field of a message is its ID, or for a keyed message "=" and the key, whose value starts with
+// the ID's 12 hex digits: so the key finds its message, and a key is taken while the field
+// exists. Each group keeps a keyed hash, key -> member, for the keyed messages it claimed, so
+// that the attempt count, hence the member, of a keyed message is known in every group.
 
 //go:embed lua/*.lua lua/lib/*.lua
 var luaFiles embed.FS
@@ -46,17 +51,21 @@ var (
 	// publishScript has no allow-oom flag: a full Redis refuses it before it writes anything.
 	// Every script that drains the queue may run on a full Redis, so that consumers can always
 	// empty it.
-	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 6, variadic: true})
-	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "hmget", "head", "held", "drop", "ack"}, keys: 5, allowOOM: true})
-	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 3, allowOOM: true})
-	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "schedule", "held"}, keys: 3, allowOOM: true})
-	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "schedule", "drop"}, keys: 5, allowOOM: true})
+	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 7, variadic: true})
+	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack"}, keys: 7, allowOOM: true})
+	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 5, allowOOM: true})
+	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "schedule", "held"}, keys: 4, allowOOM: true})
+	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "schedule", "drop"}, keys: 6, allowOOM: true})
 	extendScript     = mustScript(scriptSpec{file: "extend", fragments: []string{"now_us", "split", "each_chunk", "held"}, keys: 1, allowOOM: true})
-	deadLetterScript = mustScript(scriptSpec{file: "deadletter", fragments: []string{"publish_to", "drop", "split"}, keys: 9, variadic: true, allowOOM: true})
+	deadLetterScript = mustScript(scriptSpec{file: "deadletter", fragments: []string{"now_us", "publish_to", "drop", "ended"}, keys: 12, variadic: true, allowOOM: true})
 	registerScript   = mustScript(scriptSpec{file: "register", fragments: []string{"head", "wake"}, keys: 3, allowOOM: true})
 	// deadLetterPublishScript is publish.lua for the first step of a move to a dead-letter topic
 	// in another hash slot; like the rest of dead-lettering, it may run on a full Redis.
-	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 6, variadic: true, allowOOM: true})
+	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 7, variadic: true, allowOOM: true})
+	// cancelScript may run on a full Redis, since it frees memory; rescheduleScript may not.
+	cancelScript     = mustScript(scriptSpec{file: "cancel", fragments: []string{"now_us", "locate", "ended", "drop"}, keys: 6, variadic: true, allowOOM: true})
+	rescheduleScript = mustScript(scriptSpec{file: "reschedule", fragments: []string{"now_us", "locate", "schedule"}, keys: 4, variadic: true})
+	statusScript     = mustScript(scriptSpec{file: "status", fragments: []string{"locate"}, keys: 3, variadic: true, allowOOM: true})
 )
 
 // script is one Lua script in two forms. Redis 7 reads flags from a shebang line: allow-oom lets
@@ -98,7 +107,7 @@ type fragment struct {
 }
 
 // fragmentOrder is the order fragments are put together in: each after those it needs.
-var fragmentOrder = []string{"now_us", "split", "member", "each_chunk", "hmget", "head", "wake", "schedule", "held", "drop", "ack", "publish_to"}
+var fragmentOrder = []string{"now_us", "split", "member", "each_chunk", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "publish_to"}
 
 // mustScript assembles a script from its file and the fragments it names, with the fragments
 // they need, and checks that every fragment name a script or fragment uses is included. A

@@ -87,6 +87,9 @@ type outgoing struct {
 	data  []byte
 	delay time.Duration
 	at    time.Time
+	// keySpec is "" for a message without a key, else the duplicate policy, the history
+	// retention and the key, as publish_to in lua/lib expects them.
+	keySpec string
 }
 
 // scheduleArg encodes when a message is due for publish_to in lib.lua: a delay in µs, or "@"
@@ -127,78 +130,106 @@ type publishCall struct {
 // its keys, then the call key lifetime, the groups, their wake channels and the messages.
 func (s store) publishTarget(keys []string, args []any, part string, call publishCall, groups []string, msgs []outgoing) ([]string, []any) {
 	tk := s.keys.topic(part)
-	keys = append(keys, s.keys.call(part, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked)
-	args = append(args, call.ttl.Milliseconds(), len(groups))
-	channels := make([]any, 0, len(groups))
-	for _, g := range groups {
-		gk := s.keys.group(part, g)
-		keys = append(keys, gk.due)
-		args = append(args, g)
-		channels = append(channels, gk.wakeChannel)
-	}
-	args = append(args, channels...)
+	keys = append(keys, s.keys.call(part, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history)
+	keys, args = s.groupTargets(keys, append(args, call.ttl.Milliseconds()), part, groups, false, true)
 	for _, m := range msgs {
-		args = append(args, m.data, m.scheduleArg())
+		args = append(args, m.data, m.scheduleArg(), m.keySpec)
 	}
 	return keys, args
 }
 
-// publishReply reads the reply of publish_to: nil, *errStaleGroups or errLeaseLost. Any other
-// reply is an error naming the script.
-func publishReply(name string, reply any) error {
+// groupTargets appends the per-group keys and arguments that publish_to and the scripts by key
+// share: to keys, the groups' due sets, their lease sets (with leases), then their keyed
+// hashes; to args, the number of groups, their names and (with wake) their wake channels.
+func (s store) groupTargets(keys []string, args []any, part string, groups []string, leases, wake bool) ([]string, []any) {
+	gks := make([]groupKeys, len(groups))
+	args = append(args, len(groups))
+	for i, g := range groups {
+		gks[i] = s.keys.group(part, g)
+		keys = append(keys, gks[i].due)
+		args = append(args, g)
+	}
+	for _, gk := range gks {
+		if leases {
+			keys = append(keys, gk.lease)
+		}
+	}
+	for _, gk := range gks {
+		keys = append(keys, gk.keyed)
+	}
+	for _, gk := range gks {
+		if wake {
+			args = append(args, gk.wakeChannel)
+		}
+	}
+	return keys, args
+}
+
+// publishReply reads the reply of publish_to: its outcome letters (one per message, see
+// publish_to), or *errStaleGroups or errLeaseLost. Any other reply is an error naming the
+// script.
+func publishReply(name string, reply any) (string, error) {
 	res, _ := reply.([]any)
 	if len(res) == 0 {
-		return fmt.Errorf("script %s: unexpected reply %v", name, reply)
+		return "", fmt.Errorf("script %s: unexpected reply %v", name, reply)
 	}
 	switch code, _ := res[0].(int64); code {
 	case 1:
-		return nil
+		if len(res) == 3 {
+			outcomes, ok := res[2].(string)
+			if ok {
+				return outcomes, nil
+			}
+		}
 	case -1:
-		return errLeaseLost
+		return "", errLeaseLost
 	case 0:
 		stale := &staleGroupsError{}
 		for _, g := range res[1:] {
 			name, _ := g.(string)
 			stale.groups = append(stale.groups, name)
 		}
-		return stale
+		return "", stale
 	}
-	return fmt.Errorf("script %s: unexpected reply %v", name, reply)
+	return "", fmt.Errorf("script %s: unexpected reply %v", name, reply)
 }
 
 // publish runs publish.lua for one batch, scheduled for the given groups (none: parked for the
-// first group that registers). It returns *errStaleGroups with the current groups when the
-// caller's view is wrong; nothing is stored then. A second run of the same call stores nothing.
-func (s store) publish(ctx context.Context, part string, call publishCall, groups []string, msgs []outgoing) error {
-	keys, args := s.publishTarget(make([]string, 0, 6+len(groups)), make([]any, 0, 2+2*len(groups)+2*len(msgs)), part, call, groups, msgs)
+// first group that registers), and returns the outcome letter of each message (see
+// publish_to). It returns *errStaleGroups with the current groups when the caller's view is
+// wrong; nothing is stored then. A second run of the same call stores nothing and returns the
+// first run's outcomes.
+func (s store) publish(ctx context.Context, part string, call publishCall, groups []string, msgs []outgoing) (string, error) {
+	keys, args := s.publishTarget(make([]string, 0, 7+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), part, call, groups, msgs)
 	if s.durableReplicas > 0 {
 		return s.publishDurably(ctx, keys, args)
 	}
 	res, err := s.run(ctx, s.client, publishScript, keys, args...)
 	if err != nil {
-		return err
+		return "", err
 	}
 	return publishReply(publishScript.name, res)
 }
 
 // publishDurably runs publish.lua and then WAIT on one connection to the master that owns the
 // keys, since WAIT counts the replicas that have that connection's writes.
-func (s store) publishDurably(ctx context.Context, keys []string, args []any) error {
+func (s store) publishDurably(ctx context.Context, keys []string, args []any) (string, error) {
 	connect, ok := masterConn(s.client)
 	if !ok {
-		return fmt.Errorf("DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
+		return "", fmt.Errorf("DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
 	}
 	conn, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (*redis.Conn, error) { return connect(ctx, keys[0]) })
 	if err != nil {
-		return err
+		return "", err
 	}
 	defer conn.Close()
 	res, err := s.run(ctx, conn, publishScript, keys, args...)
+	var outcomes string
 	if err == nil {
-		err = publishReply(publishScript.name, res)
+		outcomes, err = publishReply(publishScript.name, res)
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	replicas, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (int64, error) {
 		return conn.Do(ctx, "WAIT", s.durableReplicas, s.durableTimeout.Milliseconds()).Int64()
@@ -206,7 +237,7 @@ func (s store) publishDurably(ctx context.Context, keys []string, args []any) er
 	if err == nil && replicas < int64(s.durableReplicas) {
 		err = fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.durableReplicas, s.durableTimeout)
 	}
-	return err
+	return outcomes, err
 }
 
 // masterConn returns a function that opens a connection of its own to the master that owns a
@@ -238,7 +269,7 @@ const deadLetterTokenTTL = 7 * 24 * time.Hour
 // leased (extend.lua, which also gives the steps a full lease): publish.lua with a token
 // derived from the message (so a repeated first step publishes nothing more), then ack.lua,
 // fenced by the lease. It returns errLeaseLost or *errStaleGroups when nothing was changed.
-func (s store) deadLetter(ctx context.Context, part, group string, c *claimed, deadLetterPart string, groups []string, letter []byte, lease time.Duration) error {
+func (s store) deadLetter(ctx context.Context, part, group string, c *claimed, reason, deadLetterPart string, groups []string, letter []byte, lease time.Duration) error {
 	tk, gk := s.keys.topic(part), s.keys.group(part, group)
 	call := publishCall{token: "dl:" + part + ":" + group + ":" + c.id, ttl: deadLetterTokenTTL}
 	msgs := []outgoing{{data: letter}}
@@ -253,23 +284,24 @@ func (s store) deadLetter(ctx context.Context, part, group string, c *claimed, d
 		keys, args := s.publishTarget(nil, nil, deadLetterPart, call, groups, msgs)
 		res, err := s.run(ctx, s.client, deadLetterPublishScript, keys, args...)
 		if err == nil {
-			err = publishReply(deadLetterPublishScript.name, res)
+			_, err = publishReply(deadLetterPublishScript.name, res)
 		}
 		if err != nil {
 			return err
 		}
-		refused, err := s.ack(ctx, part, group, []*claimed{c})
+		refused, err := s.finish(ctx, part, group, "dead-lettered", reason, []*claimed{c})
 		if err == nil && len(refused) > 0 {
 			err = errLeaseLost
 		}
 		return err
 	}
-	keys, args := s.publishTarget([]string{gk.lease, tk.messages, tk.refs}, []any{c.member()}, deadLetterPart, call, groups, msgs)
+	keys, args := s.publishTarget([]string{gk.lease, tk.messages, tk.refs, gk.keyed, tk.history}, []any{c.member(), group, reason}, deadLetterPart, call, groups, msgs)
 	res, err := s.run(ctx, s.client, deadLetterScript, keys, args...)
 	if err != nil {
 		return err
 	}
-	return publishReply(deadLetterScript.name, res)
+	_, err = publishReply(deadLetterScript.name, res)
+	return err
 }
 
 // bounded runs f and returns when it does or when ctx is done, whichever comes first.
@@ -353,12 +385,12 @@ type claimCall struct {
 // whose token the record holds already ran; it is answered again from the record.
 func (s store) claim(ctx context.Context, part, group string, call claimCall, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
 	tk, gk := s.keys.topic(part), s.keys.group(part, group)
-	args := make([]any, 0, 3+len(acks))
-	args = append(args, limit, lease.Microseconds(), call.token)
+	args := make([]any, 0, 4+len(acks))
+	args = append(args, limit, lease.Microseconds(), call.token, group)
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
-	reply, err := s.run(ctx, s.client, claimScript, []string{gk.due, gk.lease, tk.messages, tk.refs, call.record}, args...)
+	reply, err := s.run(ctx, s.client, claimScript, []string{gk.due, gk.lease, tk.messages, tk.refs, call.record, gk.keyed, tk.history}, args...)
 	if err != nil {
 		return claimResult{}, err
 	}
@@ -388,15 +420,22 @@ func (s store) claim(ctx context.Context, part, group string, call claimCall, li
 
 // ack runs ack.lua and returns the IDs whose ack was refused because their lease had been lost.
 func (s store) ack(ctx context.Context, part, group string, acks []*claimed) ([]string, error) {
+	return s.finish(ctx, part, group, "acked", "", acks)
+}
+
+// finish runs ack.lua, recording outcome and reason in the history of keyed messages (see
+// ended in lua/lib), and returns the IDs whose lease had been lost.
+func (s store) finish(ctx context.Context, part, group, outcome, reason string, acks []*claimed) ([]string, error) {
 	if len(acks) == 0 {
 		return nil, nil
 	}
 	tk, gk := s.keys.topic(part), s.keys.group(part, group)
-	args := make([]any, 0, len(acks))
+	args := make([]any, 0, 3+len(acks))
+	args = append(args, group, outcome, reason)
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
-	res, err := s.run(ctx, s.client, ackScript, []string{gk.lease, tk.messages, tk.refs}, args...)
+	res, err := s.run(ctx, s.client, ackScript, []string{gk.lease, tk.messages, tk.refs, gk.keyed, tk.history}, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -420,7 +459,7 @@ func (s store) release(ctx context.Context, part, group string, call claimCall, 
 		}
 		args = append(args, c.member(), c.dueUs, delivered)
 	}
-	_, err := s.run(ctx, s.client, releaseScript, []string{gk.due, gk.lease, call.record}, args...)
+	_, err := s.run(ctx, s.client, releaseScript, []string{gk.due, gk.lease, call.record, gk.keyed}, args...)
 	return err
 }
 
@@ -432,7 +471,7 @@ func (s store) nack(ctx context.Context, part, group string, c *claimed, delay t
 	if changed != nil {
 		args = append(args, changed)
 	}
-	res, err := s.run(ctx, s.client, nackScript, []string{gk.due, gk.lease, tk.messages, tk.refs, tk.seq}, args...)
+	res, err := s.run(ctx, s.client, nackScript, []string{gk.due, gk.lease, tk.messages, tk.refs, tk.seq, tk.history}, args...)
 	if err != nil {
 		return err
 	}
@@ -508,4 +547,105 @@ func honoursContextDeadlines(client redis.UniversalClient) bool {
 		return c.Options().ContextTimeoutEnabled
 	}
 	return false
+}
+
+// byKeyTarget returns the keys and arguments that cancel.lua, reschedule.lua and status.lua
+// share: the given topic keys, the call key when call has a token, then per group its due set,
+// lease set and keyed hash; the call key lifetime (with a token), the key, and (through
+// groupTargets) the groups' count, names and wake channels.
+func (s store) byKeyTarget(part, key string, call publishCall, topicKeys []string, extra []any, groups []string, wake bool) ([]string, []any) {
+	var keys []string
+	var args []any
+	if call.token != "" {
+		keys = append(keys, s.keys.call(part, call.token))
+		args = append(args, call.ttl.Milliseconds())
+	}
+	keys = append(keys, topicKeys...)
+	args = append(append(args, key), extra...)
+	return s.groupTargets(keys, args, part, groups, true, wake)
+}
+
+// cancel runs cancel.lua for key on a topic partition, for the given groups, and returns its
+// state letters: the parked set's, then one per group (see cancel.lua). It returns
+// *errStaleGroups when the view of the groups is stale; nothing is changed then.
+func (s store) cancel(ctx context.Context, part, key string, call publishCall, groups []string) (string, error) {
+	tk := s.keys.topic(part)
+	keys, args := s.byKeyTarget(part, key, call, []string{tk.messages, tk.refs, tk.groups, tk.parked, tk.history}, nil, groups, false)
+	res, err := s.run(ctx, s.client, cancelScript, keys, args...)
+	if err != nil {
+		return "", err
+	}
+	states, _, err := byKeyReply(cancelScript.name, res, len(groups))
+	return states, err
+}
+
+// reschedule runs reschedule.lua: key's message becomes due at m's schedule in every group
+// that holds it due. It returns the state letters (see reschedule.lua) and the new due time
+// in Unix µs, or *errStaleGroups.
+func (s store) reschedule(ctx context.Context, part, key string, call publishCall, m outgoing, groups []string) (string, int64, error) {
+	tk := s.keys.topic(part)
+	keys, args := s.byKeyTarget(part, key, call, []string{tk.messages, tk.groups, tk.parked}, []any{m.scheduleArg()}, groups, true)
+	res, err := s.run(ctx, s.client, rescheduleScript, keys, args...)
+	if err != nil {
+		return "", 0, err
+	}
+	return byKeyReply(rescheduleScript.name, res, len(groups))
+}
+
+// byKeyReply reads the reply of cancel.lua or reschedule.lua: the state letters, and the due
+// time when the script gives one.
+func byKeyReply(name string, reply any, groups int) (string, int64, error) {
+	res, _ := reply.([]any)
+	if len(res) > 0 {
+		if code, _ := res[0].(int64); code == 0 {
+			stale := &staleGroupsError{groups: asStrings(res[1:])}
+			return "", 0, stale
+		}
+	}
+	if len(res) < 2 {
+		return "", 0, fmt.Errorf("script %s: unexpected reply %v", name, reply)
+	}
+	states, _ := res[1].(string)
+	if len(states) != 1+groups {
+		return "", 0, fmt.Errorf("script %s: %d states for %d groups", name, len(states), groups)
+	}
+	var due int64
+	if len(res) > 2 {
+		due = asInt(res[2])
+	}
+	return states, due, nil
+}
+
+// keyStatus is the reply of status.lua for one group.
+type keyStatus struct {
+	state   byte  // see status.lua
+	timeUs  int64 // due time or lease deadline, Unix µs
+	attempt int64
+	record  string // history record, when state is 'h'
+}
+
+// status runs status.lua and returns whether a message has key, its due time in the parked set
+// (-1 if not parked), and each group's status, in the order of groups.
+func (s store) status(ctx context.Context, part, key string, groups []string) (bool, int64, []keyStatus, error) {
+	tk := s.keys.topic(part)
+	keys, args := s.byKeyTarget(part, key, publishCall{}, []string{tk.messages, tk.parked, tk.history}, nil, groups, false)
+	reply, err := s.run(ctx, s.client, statusScript, keys, args...)
+	if err != nil {
+		return false, 0, nil, err
+	}
+	res, _ := reply.([]any)
+	if len(res) != 2+4*len(groups) {
+		return false, 0, nil, fmt.Errorf("script %s: unexpected reply of %d values for %d groups", statusScript.name, len(res), len(groups))
+	}
+	out := make([]keyStatus, len(groups))
+	for i := range out {
+		r := res[2+4*i:]
+		state, _ := r[0].(string)
+		record, _ := r[3].(string)
+		if len(state) != 1 {
+			return false, 0, nil, fmt.Errorf("script %s: unexpected state %v", statusScript.name, r[0])
+		}
+		out[i] = keyStatus{state: state[0], timeUs: asInt(r[1]), attempt: asInt(r[2]), record: record}
+	}
+	return asInt(res[0]) == 1, asInt(res[1]), out, nil
 }

@@ -23,7 +23,8 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 		const topic, group = "fencing", DefaultConsumerGroup
 		data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("m"))
 		require.NoError(t, s.registerGroup(ctx, topic, group))
-		require.NoError(t, s.publish(ctx, topic, testCall(), []string{group}, []outgoing{{data: data}}))
+		_, err := s.publish(ctx, topic, testCall(), []string{group}, []outgoing{{data: data}})
+		require.NoError(t, err)
 
 		const lease = 100 * time.Millisecond
 		a, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, lease, nil)
@@ -51,8 +52,8 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, []string{stale.id}, lost, "stale extension")
 		require.NoError(t, s.release(ctx, topic, group, claimCall{record: "none"}, []*claimed{stale}))
-		assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, DefaultDeadLetterTopic(topic, group), nil, data, lease), errLeaseLost, "stale dead-lettering")
-		assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, "elsewhere", nil, data, lease), errLeaseLost, "stale dead-lettering to another slot")
+		assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, DeadLetterReasonNacked, DefaultDeadLetterTopic(topic, group), nil, data, lease), errLeaseLost, "stale dead-lettering")
+		assert.ErrorIs(t, s.deadLetter(ctx, topic, group, stale, DeadLetterReasonNacked, "elsewhere", nil, data, lease), errLeaseLost, "stale dead-lettering to another slot")
 
 		assert.Equal(t, deadline, leaseOf(), "the new holder's lease is untouched")
 		assert.Zero(t, client.ZCard(ctx, gk.due).Val(), "nothing went back to the due set")
@@ -94,7 +95,8 @@ func TestClaimRunAgainIsAnsweredFromTheRecord(t *testing.T) {
 			data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID(id))
 			msgs = append(msgs, outgoing{data: data})
 		}
-		require.NoError(t, s.publish(ctx, topic, testCall(), []string{group}, msgs))
+		_, err := s.publish(ctx, topic, testCall(), []string{group}, msgs)
+		require.NoError(t, err)
 
 		call := testClaim(s, topic, group)
 		first, err := s.claim(ctx, topic, group, call, 2, time.Minute, nil)

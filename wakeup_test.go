@@ -294,7 +294,8 @@ func assertPublishWakes(t *testing.T, client redis.UniversalClient, topic string
 	data, err := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("wake"))
 	require.NoError(t, err)
 	published := time.Now()
-	require.NoError(t, s.publish(ctx, topic, testCall(), []string{DefaultConsumerGroup}, []outgoing{{data: data, delay: time.Minute}}))
+	_, err = s.publish(ctx, topic, testCall(), []string{DefaultConsumerGroup}, []outgoing{{data: data, delay: time.Minute}})
+	require.NoError(t, err)
 	due := time.UnixMicro(receiveDue(t, wu))
 	// Redis runs on this machine, so its clock is ours.
 	assert.WithinDuration(t, published.Add(time.Minute), due, 5*time.Second, "the wake-up carries the message's due time")

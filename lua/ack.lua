@@ -1,13 +1,20 @@
 -- ack.lua: acknowledges messages a consumer finished: their leases go, and each stored message
 -- goes once the last group has acknowledged it.
 --
--- KEYS[1] lease     zset  ID:attempt -> lease deadline (µs)
--- KEYS[2] messages  hash  ID -> marshaled message
--- KEYS[3] refs      hash  ID -> groups still holding it
--- ARGV    lease members (ID:attempt, the fencing tokens from the claims)
+-- KEYS[1] lease     zset    ID:attempt -> lease deadline (µs)
+-- KEYS[2] messages  hash    field (see scripts.go) -> marshaled message
+-- KEYS[3] refs      hash    field -> groups still holding it
+-- KEYS[4] keyed     hash    the group's claimed keyed messages: key -> member
+-- KEYS[5] history   prefix  of the history keys of keyed messages
+-- ARGV[1] the group's name
+-- ARGV[2] the outcome to record in the history of keyed messages: acked, or dead-lettered
+--         when the message was moved to a dead-letter topic in another slot
+-- ARGV[3] the dead-letter reason, or ""
+-- ARGV[4..] lease members (ID:attempt, the fencing tokens from the claims)
 --
 -- Returns the IDs whose ack was refused because their lease had been lost.
 
 local members = {}
-for i = 1, #ARGV do members[i] = ARGV[i] end
-return ack(KEYS[1], KEYS[2], KEYS[3], members)
+for i = 4, #ARGV do members[#members + 1] = ARGV[i] end
+local group = {keyed = KEYS[4], history = KEYS[5], name = ARGV[1]}
+return ack(KEYS[1], KEYS[2], KEYS[3], group, members, ARGV[2], ARGV[3])

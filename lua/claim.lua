@@ -12,15 +12,18 @@
 -- deadline to the microsecond; a replay would then hand out its message too: a duplicate at
 -- worst, never a loss.)
 --
--- KEYS[1] due       zset    member (ID, ID|message or ID:N, see lib.lua) -> due time (µs)
+-- KEYS[1] due       zset    member (see scripts.go) -> due time (µs)
 -- KEYS[2] lease     zset    ID:attempt -> lease deadline (µs)
--- KEYS[3] messages  hash    ID -> marshaled message
--- KEYS[4] refs      hash    ID -> groups still holding it
+-- KEYS[3] messages  hash    field (see scripts.go) -> marshaled message
+-- KEYS[4] refs      hash    field -> groups still holding it
 -- KEYS[5] record    string  the subscription's last claim: "token deadline"
+-- KEYS[6] keyed     hash    the group's keyed messages once claimed: key -> ID:attempt
+-- KEYS[7] history   prefix  of the history keys of keyed messages (see ended in lib)
 -- ARGV[1] N, the most messages to claim
 -- ARGV[2] lease timeout in µs
 -- ARGV[3] the claim's token
--- ARGV[4..] lease members (ID:attempt) the caller acked
+-- ARGV[4] the group's name
+-- ARGV[5..] lease members (ID:attempt) the caller acked
 --
 -- Returns {now µs, next due µs or -1, next lease deadline µs or -1, {IDs whose ack was refused},
 --          vanished count, then per claimed message: ID, attempt, due µs, marshaled message}.
@@ -31,6 +34,7 @@
 local limit = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local token = ARGV[3]
+local group = {keyed = KEYS[6], history = KEYS[7], name = ARGV[4]}
 local now = now_us()
 
 local function finish(result)
@@ -46,8 +50,7 @@ if record and string.sub(record, 1, #token + 1) == token .. ' ' then
   local ids = {}
   for i, m in ipairs(leased) do ids[i] = (split(m)) end
   local result = {now, -1, -1, {}, 0}
-  local data = {}
-  if #ids > 0 then data = hmget(KEYS[3], ids) end
+  local data = stored(KEYS[3], ids)
   for i, m in ipairs(leased) do
     if data[i] then
       local id, attempt = split(m)
@@ -61,8 +64,8 @@ if record and string.sub(record, 1, #token + 1) == token .. ' ' then
 end
 
 local acked = {}
-for i = 4, #ARGV do acked[#acked + 1] = ARGV[i] end
-local refused = ack(KEYS[2], KEYS[3], KEYS[4], acked)
+for i = 5, #ARGV do acked[#acked + 1] = ARGV[i] end
+local refused = ack(KEYS[2], KEYS[3], KEYS[4], group, acked, 'acked')
 
 -- An expired lease puts the message back at its lease deadline, which is in the past, so it is
 -- claimed before messages that came due later; its member keeps the attempt count.
@@ -82,11 +85,11 @@ local result = {now, -1, -1, refused, 0}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 if #due == 0 then return finish(result) end
 
-local members, ids, attempts, scores, embedded, stored, malformed = {}, {}, {}, {}, {}, {}, 0
+local members, ids, attempts, scores, embedded, moved, malformed = {}, {}, {}, {}, {}, {}, 0
 for i = 1, #due, 2 do
   local id, n, message = split(due[i])
   members[#members + 1] = due[i]
-  if n == nil or string.len(id) ~= 12 then
+  if n == nil or not string.match(id, '^%x%x%x%x%x%x%x%x%x%x%x%x') then
     malformed = malformed + 1
   else
     ids[#ids + 1] = id
@@ -94,36 +97,46 @@ for i = 1, #due, 2 do
     scores[#ids] = due[i + 1]
     embedded[#ids] = message
     if message then
-      stored[#stored + 1] = id
-      stored[#stored + 1] = message
+      moved[#moved + 1] = id
+      moved[#moved + 1] = message
     end
   end
 end
 each_chunk('ZREM', KEYS[1], members)
 -- A claimed message lives in the messages hash until its group is done with it.
-if #stored > 0 then each_chunk('HSET', KEYS[3], stored) end
+if #moved > 0 then each_chunk('HSET', KEYS[3], moved) end
 local data = {}
-if #stored < 2 * #ids then data = hmget(KEYS[3], ids) end
+if #moved < 2 * #ids then data = stored(KEYS[3], ids) end
 for i = 1, #ids do
   if embedded[i] then data[i] = embedded[i] end
 end
-local leases, vanished = {}, {}
+local leases, vanished, keyed = {}, {}, {}
 for i, id in ipairs(ids) do
   if data[i] then
     leases[#leases + 1] = now + lease
     leases[#leases + 1] = member(id, attempts[i])
+    local key = key_of(id)
+    if key then
+      keyed[#keyed + 1] = key
+      keyed[#keyed + 1] = member(id, attempts[i])
+    end
     result[#result + 1] = id
     result[#result + 1] = attempts[i]
     result[#result + 1] = scores[i]
     result[#result + 1] = data[i]
+  elseif string.sub(id, 13, 13) == '=' then
+    -- The key's field holds no message, or another message with the key: it is not this
+    -- member's to drop.
+    malformed = malformed + 1
   else
     vanished[#vanished + 1] = id
   end
 end
+if #keyed > 0 then each_chunk('HSET', KEYS[6], keyed) end
 if #leases > 0 then
   each_chunk('ZADD', KEYS[2], leases)
   redis.call('SET', KEYS[5], token .. ' ' .. string.format('%d', now + lease), 'PX', math.max(1, math.ceil(lease / 1000)))
 end
-drop(KEYS[3], KEYS[4], vanished)
+drop(KEYS[3], KEYS[4], vanished, KEYS[7])
 result[5] = #vanished + malformed
 return finish(result)

@@ -1,12 +1,15 @@
 -- nack.lua: makes a nacked message due again after a delay. When the consumer changed the
 -- message (for example middleware.DelayOnError rewrote its delay metadata), the new version is
 -- stored under a new ID that only this group holds, and this group's hold on the old one ends.
+-- A keyed message is stored once per topic under its key, so its new version replaces it in
+-- place, for every group that still holds it.
 --
--- KEYS[1] due       zset    member (see lib.lua) -> due time (µs)
+-- KEYS[1] due       zset    member (see scripts.go) -> due time (µs)
 -- KEYS[2] lease     zset    ID:attempt -> lease deadline (µs)
--- KEYS[3] messages  hash    ID -> marshaled message
--- KEYS[4] refs      hash    ID -> groups still holding it
+-- KEYS[3] messages  hash    field (see scripts.go) -> marshaled message
+-- KEYS[4] refs      hash    field -> groups still holding it
 -- KEYS[5] seq       string  internal ID counter of the topic
+-- KEYS[6] history   prefix  of the history keys of keyed messages
 -- ARGV[1] lease member (ID:attempt, the fencing token)
 -- ARGV[2] delay in µs after the Redis clock now
 -- ARGV[3] wake channel of the group
@@ -22,10 +25,12 @@ end
 if not redis.call('ZSCORE', KEYS[2], ARGV[1]) then return -1 end
 local score = now_us() + math.max(delay, 0)
 redis.call('ZREM', KEYS[2], ARGV[1])
-if ARGV[4] then
+if ARGV[4] and key_of(id) then
+  redis.call('HSET', KEYS[3], field(id), string.sub(id, 1, 12) .. ARGV[4])
+elseif ARGV[4] then
   local new_id = string.format('%012x', redis.call('INCR', KEYS[5]))
   redis.call('HSET', KEYS[3], new_id, ARGV[4])
-  drop(KEYS[3], KEYS[4], {id})
+  drop(KEYS[3], KEYS[4], {id}, KEYS[6])
   id = new_id
 end
 schedule(KEYS[1], ARGV[3], {score, member(id, attempt)}, score)

@@ -1,22 +1,25 @@
 -- publish.lua: stores a batch of messages and schedules each for every registered consumer
--- group, atomically: all of the batch is stored, or none of it. See publish_to in lib.lua.
+-- group, atomically: all of the batch is stored, or none of it. See publish_to in lib.
 --
--- KEYS[1]          call      string  this call's token: set once the call has run
--- KEYS[2]          seq       string  internal ID counter of the topic
--- KEYS[3]          messages  hash    ID -> marshaled message (written when G > 1)
--- KEYS[4]          refs      hash    ID -> number of groups still holding it (written when G > 1)
--- KEYS[5]          groups    set     registered consumer groups
--- KEYS[6]          parked    zset    messages waiting for a first group (written when G = 0)
--- KEYS[7..6+G]     due       zset    one per group in ARGV[3..2+G]; members as in lib.lua
--- ARGV[1]          how long the call key is kept, ms
--- ARGV[2]          G, the number of groups the caller believes are registered
--- ARGV[3..2+G]     group names
--- ARGV[3+G..2+2G]  wake channels of those groups, same order
--- ARGV[3+2G..]     pairs: marshaled message, schedule: a delay in µs after the Redis clock now,
---                  or "@" and an absolute due time in Unix µs (due at once if already past)
+-- KEYS[1]            call      string  this call's token: holds the reply once the call ran
+-- KEYS[2]            seq       string  internal ID counter of the topic
+-- KEYS[3]            messages  hash    field (see scripts.go) -> marshaled message
+-- KEYS[4]            refs      hash    field -> number of groups still holding it (when G > 1)
+-- KEYS[5]            groups    set     registered consumer groups
+-- KEYS[6]            parked    zset    messages waiting for a first group (written when G = 0)
+-- KEYS[7]            history   prefix  of the history keys of keyed messages
+-- KEYS[8..7+G]       due       zset    one per group in ARGV[3..2+G]; members as in scripts.go
+-- KEYS[8+G..7+2G]    keyed     hash    one per group: key -> member, once claimed
+-- ARGV[1]            how long the call key is kept, ms
+-- ARGV[2]            G, the number of groups the caller believes are registered
+-- ARGV[3..2+G]       group names
+-- ARGV[3+G..2+2G]    wake channels of those groups, same order
+-- ARGV[3+2G..]       triples: marshaled message, schedule (a delay in µs after the Redis clock
+--                    now, or "@" and an absolute due time in Unix µs, due at once if already
+--                    past), key spec ("" or policy, retention ms, "=", key; see publish_to)
 --
--- Returns {1, first ID} on success (also when the call key shows the call already ran), or
--- {0, group...} when the caller's view of the registered groups is stale; nothing is written
--- then.
+-- Returns {1, first ID, outcomes} on success (also when the call key shows the call already
+-- ran), or {0, group...} when the caller's view of the registered groups is stale; nothing is
+-- written then.
 
 return publish_to(1, 1)

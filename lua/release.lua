@@ -7,6 +7,7 @@
 -- KEYS[1] due     zset    member (see lib.lua) -> due time (µs)
 -- KEYS[2] lease   zset    ID:attempt -> lease deadline (µs)
 -- KEYS[3] record  string  the subscription's last claim (see claim.lua)
+-- KEYS[4] keyed   hash    the group's claimed keyed messages: key -> member
 -- ARGV[1] wake channel of the group
 -- ARGV[2] token of the subscription's last claim whose reply did not arrive, or ""
 -- ARGV[3..] triples: lease member (ID:attempt), due time (µs), 1 if it was handed out else 0
@@ -33,7 +34,7 @@ local members = {}
 for i, r in ipairs(releases) do members[i] = r[1] end
 local leased = held(KEYS[2], members)
 local min_score = nil
-local done, back = {}, {}
+local done, back, keyed = {}, {}, {}
 for _, r in ipairs(releases) do
   local m, score, delivered = r[1], r[2], r[3]
   if leased[m] then
@@ -43,6 +44,11 @@ for _, r in ipairs(releases) do
     done[#done + 1] = m
     back[#back + 1] = score
     back[#back + 1] = member(id, attempt)
+    local key = key_of(id)
+    if key then
+      keyed[#keyed + 1] = key
+      keyed[#keyed + 1] = member(id, attempt)
+    end
     if min_score == nil or score < min_score then min_score = score end
   end
 end
@@ -50,4 +56,5 @@ if #done > 0 then
   each_chunk('ZREM', KEYS[2], done)
   schedule(KEYS[1], ARGV[1], back, min_score)
 end
+if #keyed > 0 then each_chunk('HSET', KEYS[4], keyed) end
 return #done

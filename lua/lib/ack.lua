@@ -1,19 +1,25 @@
--- fragment ack; needs: split, held, drop, each_chunk
--- ack removes the given lease members and drops their messages. It returns the IDs whose lease
--- had been lost, which are left alone.
-local function ack(lease, messages, refs, members)
+-- fragment ack; needs: split, held, drop, ended, now_us
+-- ack acknowledges the leases `members` of a group: their leases go, the group's hold on each
+-- message ends (see drop), and keyed ones are recorded with outcome and reason (see ended).
+-- Returns the IDs whose lease had been lost; nothing changes for those.
+local function ack(lease, messages, refs, group, members, outcome, reason)
   local leased = held(lease, members)
   local done, ids, refused = {}, {}, {}
+  local now = nil
   for _, m in ipairs(members) do
-    local id = split(m)
+    local id, attempt = split(m)
     if leased[m] then
       done[#done + 1] = m
       ids[#ids + 1] = id
+      if key_of(id) then
+        now = now or now_us()
+        ended(group, id, attempt, outcome, reason, now)
+      end
     else
       refused[#refused + 1] = id
     end
   end
   if #done > 0 then each_chunk('ZREM', lease, done) end
-  drop(messages, refs, ids)
+  drop(messages, refs, ids, group.history)
   return refused
 end

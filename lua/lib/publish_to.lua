@@ -1,30 +1,44 @@
--- fragment publish_to; needs: now_us, each_chunk, schedule
+-- fragment publish_to; needs: now_us, each_chunk, schedule, locate
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic: in the messages hash, or, with one group and at most MAX_EMBEDDED bytes, in the due
 -- member itself (a larger member would make every ZRANGE of the set's head copy it). The
 -- topic's keys start at KEYS[k]: call (string, this publish call's token), seq (string),
--- messages (hash),
--- refs (hash), groups (set), parked (sorted set), then one due sorted set per group. Its
--- arguments start at ARGV[a]: how long the call's token is kept (ms), G, G group names, their G
--- wake channels, then pairs of marshaled message and schedule (a delay in µs after now, or "@"
--- and a Unix time in µs, due at once if past).
+-- messages (hash), refs (hash), groups (set), parked (sorted set), the prefix of history keys,
+-- then one due sorted set per group, then one keyed hash per group. Its arguments start at
+-- ARGV[a]: how long the call's token is kept (ms), G, G group names, their G wake channels,
+-- then triples of marshaled message, schedule (a delay in µs after now, or "@" and a Unix time
+-- in µs, due at once if past) and key spec: "" for a message without a key, else the policy
+-- for a duplicate (k keep the existing message, r replace it, < keep the earlier due time, >
+-- keep the later), the history retention in ms (0: none), "=" and the key.
+--
+-- A keyed message is never embedded: it lives in the messages hash under "=" and its key, its
+-- ID's 12 hex digits before the marshaled message, so that the key finds it. Its ID is the hex
+-- digits, "=" and the key. While the field exists the key is taken, and while its history key
+-- exists (for the retention after the message is done) too: a message with a taken key is a
+-- duplicate, or replaces the message where the policy says so. Replacing writes the new
+-- message in place and moves the due time in every group where the message is due; groups that
+-- hold it in flight see the new message on their next attempt.
 --
 -- With G = 0, no group is registered yet: the messages wait in the parked set, in the
 -- single-group form, until the first group registers and takes the set over (register.lua).
 --
 -- The call key makes a second run of the same call (a client retry after a lost reply) store
--- nothing more: it holds the first ID stored by the first run.
+-- nothing more: it holds the first run's reply.
 --
--- Returns {1, first ID}, or {0, group...} when the caller's view of the groups is stale; nothing
--- is written then, and the caller retries with the listed groups.
+-- Returns {1, first ID, outcomes}, outcomes holding one letter per message: s scheduled, d
+-- duplicate (nothing stored), r replaced. Returns {0, group...} when the caller's view of the
+-- groups is stale; nothing is written then, and the caller retries with the listed groups.
 local MAX_EMBEDDED = 1024
 
 local function publish_to(k, a)
-  local call, seq, messages, refs, groups, parked =
-    KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5]
+  local call, seq, messages, refs, groups, parked, history =
+    KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
   local ttl, ngroups = ARGV[a], tonumber(ARGV[a + 1])
   local done = redis.call('GET', call)
-  if done then return {1, done} end
+  if done then
+    local space = string.find(done, ' ', 1, true)
+    return {1, string.sub(done, 1, space - 1), string.sub(done, space + 1)}
+  end
   if redis.call('SCARD', groups) ~= ngroups then
     local current = redis.call('SMEMBERS', groups)
     table.insert(current, 1, 0)
@@ -32,48 +46,111 @@ local function publish_to(k, a)
   end
 
   local first = a + 2 + 2 * ngroups
-  local count = (#ARGV - first + 1) / 2
+  local count = (#ARGV - first + 1) / 3
   local now = now_us()
-  local scores, min_score = {}, nil
+  local scores = {}
   for i = 0, count - 1 do
-    local schedule = ARGV[first + 2 * i + 1]
-    local score
+    local schedule = ARGV[first + 3 * i + 1]
     if string.sub(schedule, 1, 1) == '@' then
-      score = math.max(tonumber(string.sub(schedule, 2)), now)
+      scores[i + 1] = math.max(tonumber(string.sub(schedule, 2)), now)
     else
-      score = now + math.max(tonumber(schedule), 0)
+      scores[i + 1] = now + math.max(tonumber(schedule), 0)
     end
-    if min_score == nil or score < min_score then min_score = score end
-    scores[#scores + 1] = score
+  end
+
+  -- fresh[key] is the index in scheduled of the score of a keyed message this call stores.
+  local hashed, scheduled, counted, fresh, outcomes = {}, {}, {}, {}, {}
+
+  -- duplicate settles a message whose key is taken by the message in `existing` (its field's
+  -- value) and returns its outcome letter.
+  local function duplicate(policy, key, existing, data, score)
+    if policy == 'k' then return 'd' end
+    local id = string.sub(existing, 1, 12) .. '=' .. key
+    local at, earliest = {}, nil
+    if fresh[key] then
+      earliest = scheduled[fresh[key]]
+    elseif ngroups == 0 then
+      earliest = tonumber(redis.call('ZSCORE', parked, id .. ':0'))
+    else
+      for g = 1, ngroups do
+        local where, m, s = locate(KEYS[k + 6 + g], nil, KEYS[k + 6 + ngroups + g], id)
+        if where then
+          at[#at + 1] = {g, m}
+          if earliest == nil or s < earliest then earliest = s end
+        end
+      end
+    end
+    if earliest == nil then return 'd' end
+    if (policy == '<' and score >= earliest) or (policy == '>' and score <= earliest) then
+      return 'd'
+    end
+    redis.call('HSET', messages, '=' .. key, string.sub(existing, 1, 12) .. data)
+    if fresh[key] then
+      scheduled[fresh[key]] = score
+    elseif ngroups == 0 then
+      redis.call('ZADD', parked, score, id .. ':0')
+    else
+      for _, g in ipairs(at) do
+        schedule(KEYS[k + 6 + g[1]], ARGV[a + 1 + ngroups + g[1]], {score, g[2]}, score)
+      end
+    end
+    return 'r'
   end
 
   local last_id = redis.call('INCRBY', seq, count)
   local first_id = string.format('%012x', last_id - count + 1)
-  local stored, scheduled, counted = {}, {}, {}
   for i = 0, count - 1 do
     local id = string.format('%012x', last_id - count + 1 + i)
-    local data = ARGV[first + 2 * i]
-    scheduled[#scheduled + 1] = scores[i + 1]
-    if ngroups <= 1 and #data <= MAX_EMBEDDED then
-      scheduled[#scheduled + 1] = id .. '|' .. data
+    local data, spec, score = ARGV[first + 3 * i], ARGV[first + 3 * i + 2], scores[i + 1]
+    if spec == '' then
+      outcomes[#outcomes + 1] = 's'
+      scheduled[#scheduled + 1] = score
+      if ngroups <= 1 and #data <= MAX_EMBEDDED then
+        scheduled[#scheduled + 1] = id .. '|' .. data
+      else
+        scheduled[#scheduled + 1] = id
+        hashed[#hashed + 1] = id
+        hashed[#hashed + 1] = data
+        if ngroups > 1 then
+          counted[#counted + 1] = id
+          counted[#counted + 1] = ngroups
+        end
+      end
     else
-      scheduled[#scheduled + 1] = id
-      stored[#stored + 1] = id
-      stored[#stored + 1] = data
-      if ngroups > 1 then
-        counted[#counted + 1] = id
-        counted[#counted + 1] = ngroups
+      local policy = string.sub(spec, 1, 1)
+      local eq = string.find(spec, '=', 2, true)
+      local retention = tonumber(string.sub(spec, 2, eq - 1))
+      local key = string.sub(spec, eq + 1)
+      local existing = redis.call('HGET', messages, '=' .. key)
+      if existing then
+        outcomes[#outcomes + 1] = duplicate(policy, key, existing, data, score)
+      elseif redis.call('EXISTS', history .. key) == 1 then
+        outcomes[#outcomes + 1] = 'd'
+      else
+        outcomes[#outcomes + 1] = 's'
+        redis.call('HSET', messages, '=' .. key, id .. data)
+        if ngroups > 1 then
+          counted[#counted + 1] = '=' .. key
+          counted[#counted + 1] = ngroups
+        end
+        if retention > 0 then redis.call('HSET', history .. key, '', retention) end
+        scheduled[#scheduled + 1] = score
+        fresh[key] = #scheduled
+        scheduled[#scheduled + 1] = id .. '=' .. key .. ':0'
       end
     end
   end
-  if #stored > 0 then each_chunk('HSET', messages, stored) end
+  if #hashed > 0 then each_chunk('HSET', messages, hashed) end
   if #counted > 0 then each_chunk('HSET', refs, counted) end
-  if ngroups == 0 then
-    each_chunk('ZADD', parked, scheduled)
+  if #scheduled > 0 then
+    local min_score = scheduled[1]
+    for i = 3, #scheduled, 2 do min_score = math.min(min_score, scheduled[i]) end
+    if ngroups == 0 then each_chunk('ZADD', parked, scheduled) end
+    for g = 1, ngroups do
+      schedule(KEYS[k + 6 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
+    end
   end
-  for g = 1, ngroups do
-    schedule(KEYS[k + 5 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
-  end
-  redis.call('SET', call, first_id, 'PX', ttl)
-  return {1, first_id}
+  local reply = table.concat(outcomes)
+  redis.call('SET', call, first_id .. ' ' .. reply, 'PX', ttl)
+  return {1, first_id, reply}
 end

@@ -1,13 +1,28 @@
 -- fragment split; needs: nothing
--- split returns the ID, the attempt count and the embedded message (or nil) of a member name.
+-- split returns the ID, the attempt count and the embedded message (or nil) of a member name
+-- (see scripts.go). The attempt count is nil when the name is malformed. A keyed ID always
+-- carries its attempt count, after the last ':', since the key may hold ':' itself.
 local function split(name)
-  local message = nil
-  local bar = string.find(name, '|', 1, true)
-  if bar ~= nil then
-    message = string.sub(name, bar + 1)
-    name = string.sub(name, 1, bar - 1)
+  local sep = string.sub(name, 13, 13)
+  if sep == '' then return name, 0, nil end
+  if sep == '|' then return string.sub(name, 1, 12), 0, string.sub(name, 14) end
+  if sep == ':' then return string.sub(name, 1, 12), tonumber(string.sub(name, 14)), nil end
+  if sep == '=' then
+    local id, n = string.match(name, '^(.*):(%d+)$')
+    if id then return id, tonumber(n), nil end
   end
-  local colon = string.find(name, ':', 1, true)
-  if colon == nil then return name, 0, message end
-  return string.sub(name, 1, colon - 1), tonumber(string.sub(name, colon + 1)), message
+  return name, nil, nil
+end
+
+-- key_of returns the business key of a keyed ID, or nil.
+local function key_of(id)
+  if string.sub(id, 13, 13) == '=' then return string.sub(id, 14) end
+  return nil
+end
+
+-- field returns the messages hash field that holds the message of an ID: "=" and the key for a
+-- keyed message, else the ID.
+local function field(id)
+  if string.sub(id, 13, 13) == '=' then return string.sub(id, 13) end
+  return id
 end

@@ -1,0 +1,425 @@
+package redisdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+// InspectorConfig configures an Inspector. The zero value of every field but Client means its
+// documented default.
+type InspectorConfig struct {
+	// Client is the Redis connection, as in PublisherConfig. Required. Close never closes it.
+	Client redis.UniversalClient
+	// KeyPrefix is the namespace of keys; DefaultKeyPrefix when empty. It must be the one of
+	// the topic's publishers and subscribers.
+	KeyPrefix string
+	// Partitions must be the topic's PublisherConfig.Partitions, so that a key leads to its
+	// partition; 1 when zero.
+	Partitions int
+	// OperationTimeout bounds each call, its Redis round trips included;
+	// DefaultOperationTimeout when zero.
+	OperationTimeout time.Duration
+}
+
+func (c *InspectorConfig) setDefaults() {
+	if c.KeyPrefix == "" {
+		c.KeyPrefix = DefaultKeyPrefix
+	}
+	if c.Partitions == 0 {
+		c.Partitions = 1
+	}
+	if c.OperationTimeout == 0 {
+		c.OperationTimeout = DefaultOperationTimeout
+	}
+}
+
+// Validate reports the first field that is missing or out of range.
+func (c InspectorConfig) Validate() error {
+	if c.Client == nil {
+		return errors.New("redisdelay: InspectorConfig.Client is required")
+	}
+	if err := validatePrefix(c.KeyPrefix); err != nil {
+		return fmt.Errorf("redisdelay: InspectorConfig.KeyPrefix: %w", err)
+	}
+	if c.Partitions < 1 || c.Partitions > MaxPartitions {
+		return fmt.Errorf("redisdelay: InspectorConfig.Partitions is %d, want 1 to %d", c.Partitions, MaxPartitions)
+	}
+	if c.OperationTimeout < 0 {
+		return fmt.Errorf("redisdelay: InspectorConfig.OperationTimeout is %s, want > 0", c.OperationTimeout)
+	}
+	return nil
+}
+
+// Inspector finds and acts on the messages of a queue: by key, Cancel, Reschedule, RunNow and
+// Status. It is a type of its own, not a part of Publisher, because what it acts on is shared by
+// every publisher and subscriber of a topic: an operator's tool (a CLI, a dashboard, a support
+// script) needs it without publishing anything, and one config serves all its operations. It
+// is safe for concurrent use and holds no resources; there is nothing to close.
+//
+// Each operation by key is one atomic Lua script on the topic's hash slot (cluster-safe), in
+// O(log N) per consumer group, and names its outcome in every group. A script that the Redis
+// client runs twice (a retry after a lost reply) acts once and returns the first run's result.
+type Inspector struct {
+	config  InspectorConfig
+	logger  watermill.LoggerAdapter
+	store   store
+	groups  groupCache
+	callTTL time.Duration
+}
+
+// NewInspector returns an Inspector. A nil logger means watermill.NopLogger. It makes no Redis
+// call; an invalid config is returned as an error naming the field.
+func NewInspector(config InspectorConfig, logger watermill.LoggerAdapter) (*Inspector, error) {
+	config.setDefaults()
+	if err := config.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = watermill.NopLogger{}
+	}
+	return &Inspector{
+		config:  config,
+		logger:  logger.With(watermill.LogFields{"provider": "redisdelay"}),
+		store:   newStore(config.Client, config.KeyPrefix),
+		callTTL: max(publishCallTTLFactor*config.OperationTimeout, minPublishCallTTL),
+	}, nil
+}
+
+// KeyOutcome is what an operation by key did in one consumer group.
+type KeyOutcome int
+
+const (
+	// KeyNotFound: no message has the key (never published, or done and its history, if
+	// any, expired).
+	KeyNotFound KeyOutcome = iota + 1
+	// KeyDone: the operation took effect in the group.
+	KeyDone
+	// KeyInFlight: a consumer of the group holds the message. Reschedule and RunNow leave it
+	// as it is. Cancel cancels it all the same: the delivery under way finishes, but its Ack
+	// and Nack are refused as for a lost lease (logged at info level) and no Nack or expired
+	// lease brings the message back.
+	KeyInFlight
+	// KeyFinished: the group no longer holds the message: it acked, dead-lettered or
+	// cancelled it already, or was registered after the message was published.
+	KeyFinished
+)
+
+// String returns "not found", "done", "in flight" or "finished".
+func (o KeyOutcome) String() string {
+	switch o {
+	case KeyNotFound:
+		return "not found"
+	case KeyDone:
+		return "done"
+	case KeyInFlight:
+		return "in flight"
+	case KeyFinished:
+		return "finished"
+	}
+	return "KeyOutcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// ParkedGroup is the name under which results report messages published while no consumer group
+// was registered on the topic: they wait, parked, for the first group that registers.
+const ParkedGroup = ""
+
+// KeyResult is the result of an operation by key.
+type KeyResult struct {
+	Topic, Key string
+	// Groups holds the outcome in each consumer group registered on the topic, by name; it
+	// holds ParkedGroup too when the message was parked.
+	Groups map[string]KeyOutcome
+	// DueAt is the new due time, on the Redis clock, for Reschedule and RunNow.
+	DueAt time.Time
+}
+
+// Found reports whether a message had the key.
+func (r KeyResult) Found() bool {
+	for _, o := range r.Groups {
+		if o != KeyNotFound {
+			return true
+		}
+	}
+	return false
+}
+
+// Done reports whether the operation took effect in at least one group (for Cancel, KeyInFlight
+// counts: the message was cancelled there too).
+func (r KeyResult) Done() bool {
+	for _, o := range r.Groups {
+		if o == KeyDone {
+			return true
+		}
+	}
+	return false
+}
+
+// Cancel cancels the message with key on topic: no consumer group receives it afterwards. In
+// a group that holds it due (first attempt, or waiting for a retry) it is removed (KeyDone).
+// In a group that holds it in flight the delivery under way finishes, but its Ack or Nack is
+// refused and it never comes back (KeyInFlight). The message is deleted once no group holds it,
+// and the key is free again, or keeps its history for PublisherConfig.KeyRetention, recorded
+// as cancelled in each group that held it.
+//
+// Errors name the topic and key: an error wrapping ErrInvalidName or ErrInvalidKey for bad
+// input, ErrOutcomeUnknown when the call timed out after it was sent (it ran whole or not at
+// all; calling it again is safe), or the Redis error. It returns within OperationTimeout.
+func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, error) {
+	r := KeyResult{Topic: topic, Key: key}
+	err := i.byKey(ctx, "cancel", topic, key, func(ctx context.Context, part string, call publishCall, groups []string) error {
+		states, err := i.store.cancel(ctx, part, key, call, groups)
+		if err == nil {
+			r.Groups = keyOutcomes(states, groups, 'c')
+		}
+		return err
+	})
+	return r, err
+}
+
+// Reschedule makes the message with key due at dueAt (Unix time; a past time means at once,
+// measured on the Redis clock) in every consumer group that holds it due, a message waiting for
+// a retry included, keeping its attempt count; earlier or later both work, and subscribers that
+// sleep past the new time are woken. A group that holds it in flight keeps it (KeyInFlight).
+// Microsecond precision. Errors as for Cancel.
+func (i *Inspector) Reschedule(ctx context.Context, topic, key string, dueAt time.Time) (KeyResult, error) {
+	return i.reschedule(ctx, topic, key, outgoing{at: dueAt})
+}
+
+// RescheduleAfter is Reschedule with a due time of delay after the Redis clock now; a delay of
+// 0 or less means at once.
+func (i *Inspector) RescheduleAfter(ctx context.Context, topic, key string, delay time.Duration) (KeyResult, error) {
+	return i.reschedule(ctx, topic, key, outgoing{delay: delay})
+}
+
+// RunNow makes the message with key due at once: RescheduleAfter with no delay.
+func (i *Inspector) RunNow(ctx context.Context, topic, key string) (KeyResult, error) {
+	return i.reschedule(ctx, topic, key, outgoing{})
+}
+
+func (i *Inspector) reschedule(ctx context.Context, topic, key string, when outgoing) (KeyResult, error) {
+	r := KeyResult{Topic: topic, Key: key}
+	err := i.byKey(ctx, "reschedule", topic, key, func(ctx context.Context, part string, call publishCall, groups []string) error {
+		states, due, err := i.store.reschedule(ctx, part, key, call, when, groups)
+		if err == nil {
+			r.Groups = keyOutcomes(states, groups, 'r')
+			r.DueAt = time.UnixMicro(due)
+		}
+		return err
+	})
+	return r, err
+}
+
+// byKey checks topic and key, bounds the call by OperationTimeout, and runs op on the key's
+// partition with one call token, refreshing the view of the groups when it is stale.
+func (i *Inspector) byKey(ctx context.Context, name, topic, key string, op func(ctx context.Context, part string, call publishCall, groups []string) error) error {
+	if err := checkTopicKey(topic, key); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	part := partitionName(topic, keyPartition(key, i.config.Partitions))
+	call := publishCall{token: newToken(), ttl: i.callTTL}
+	err := i.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) error {
+		return op(ctx, part, call, groups)
+	})
+	if err != nil {
+		return fmt.Errorf("redisdelay: %s key %s on topic %s: %w", name, quote(key), quote(topic), err)
+	}
+	return nil
+}
+
+func checkTopicKey(topic, key string) error {
+	if err := ValidateName("topic", topic); err != nil {
+		return err
+	}
+	if err := ValidateKey(key); err != nil {
+		return fmt.Errorf("redisdelay: topic %s: key %s: %w", quote(topic), quote(key), err)
+	}
+	return nil
+}
+
+// keyOutcomes decodes the state letters of cancel.lua or reschedule.lua: the parked set's
+// first, then one per group; done is the letter of KeyDone.
+func keyOutcomes(states string, groups []string, done byte) map[string]KeyOutcome {
+	out := make(map[string]KeyOutcome, len(groups)+1)
+	if states[0] == done {
+		out[ParkedGroup] = KeyDone
+	}
+	for n, g := range groups {
+		switch states[1+n] {
+		case done:
+			out[g] = KeyDone
+		case 'i':
+			out[g] = KeyInFlight
+		case 'f':
+			out[g] = KeyFinished
+		default:
+			out[g] = KeyNotFound
+		}
+	}
+	return out
+}
+
+// KeyState is where a consumer group stands with the message that has a key.
+type KeyState int
+
+const (
+	// StateNotFound: nothing is known of a message with the key in the group.
+	StateNotFound KeyState = iota + 1
+	// StateScheduled: due at GroupStatus.DueAt, after GroupStatus.Attempt attempts.
+	StateScheduled
+	// StateInFlight: leased to a consumer for attempt GroupStatus.Attempt until
+	// GroupStatus.LeaseDeadline.
+	StateInFlight
+	// StateAcked: acknowledged, on attempt GroupStatus.Attempt, at GroupStatus.FinishedAt.
+	StateAcked
+	// StateDeadLettered: moved to the dead-letter topic after GroupStatus.Attempt attempts,
+	// at GroupStatus.FinishedAt, for GroupStatus.Reason (DeadLetterReasonNacked or
+	// DeadLetterReasonLeaseExpired).
+	StateDeadLettered
+	// StateCancelled: cancelled by Inspector.Cancel at GroupStatus.FinishedAt.
+	StateCancelled
+	// StateFinished: the group no longer holds the message, which other groups still do, and
+	// keeps no history of it (PublisherConfig.KeyRetention was 0), or it was registered after
+	// the message was published.
+	StateFinished
+)
+
+// String returns the state in words: "not found", "scheduled", "in flight", "acked",
+// "dead-lettered", "cancelled" or "finished".
+func (s KeyState) String() string {
+	switch s {
+	case StateNotFound:
+		return "not found"
+	case StateScheduled:
+		return "scheduled"
+	case StateInFlight:
+		return "in flight"
+	case StateAcked:
+		return "acked"
+	case StateDeadLettered:
+		return "dead-lettered"
+	case StateCancelled:
+		return "cancelled"
+	case StateFinished:
+		return "finished"
+	}
+	return "KeyState(" + strconv.Itoa(int(s)) + ")"
+}
+
+// GroupStatus is one consumer group's state with a keyed message. Times are on the Redis clock,
+// microsecond precision; the ones that do not apply to the state are zero.
+type GroupStatus struct {
+	State         KeyState
+	DueAt         time.Time // StateScheduled
+	LeaseDeadline time.Time // StateInFlight
+	// Attempt is the attempts so far (StateScheduled), the attempt under way (StateInFlight),
+	// or the last attempt (acked, dead-lettered, cancelled; 0 if cancelled before any).
+	Attempt    int
+	FinishedAt time.Time // acked, dead-lettered, cancelled
+	Reason     string    // StateDeadLettered
+}
+
+// KeyStatus is the status of the message with a key on a topic.
+type KeyStatus struct {
+	Topic, Key string
+	// Live is true while a message with the key is held by some group (or parked).
+	Live bool
+	// Groups holds the status in each consumer group registered on the topic, by name, and
+	// under ParkedGroup the parked message's, when it waits for a first group.
+	Groups map[string]GroupStatus
+}
+
+// Status returns where each consumer group stands with the message that has key on topic: its
+// live state (scheduled, in flight), or, once a group is done with it and the publisher set
+// PublisherConfig.KeyRetention, the history record (acked, dead-lettered, cancelled) until the
+// retention ends. It reads the groups (SMEMBERS) and then the state in one read-only script.
+// Errors as for Cancel.
+func (i *Inspector) Status(ctx context.Context, topic, key string) (KeyStatus, error) {
+	if err := checkTopicKey(topic, key); err != nil {
+		return KeyStatus{}, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	part := partitionName(topic, keyPartition(key, i.config.Partitions))
+	st := KeyStatus{Topic: topic, Key: key, Groups: map[string]GroupStatus{}}
+	wrap := func(err error) error {
+		return fmt.Errorf("redisdelay: status of key %s on topic %s: %w", quote(key), quote(topic), err)
+	}
+	groups, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) ([]string, error) {
+		return i.config.Client.SMembers(ctx, i.store.keys.topic(part).groups).Result()
+	})
+	if err != nil {
+		return st, wrap(classify(err))
+	}
+	sort.Strings(groups)
+	live, parkedUs, states, err := i.store.status(ctx, part, key, groups)
+	if err != nil {
+		return st, wrap(err)
+	}
+	st.Live = live
+	if parkedUs >= 0 {
+		st.Groups[ParkedGroup] = GroupStatus{State: StateScheduled, DueAt: time.UnixMicro(parkedUs)}
+	}
+	for n, g := range groups {
+		gs, err := groupStatus(states[n])
+		if err != nil {
+			return st, wrap(err)
+		}
+		st.Groups[g] = gs
+	}
+	return st, nil
+}
+
+// groupStatus decodes one group's reply of status.lua.
+func groupStatus(s keyStatus) (GroupStatus, error) {
+	switch s.state {
+	case 'd':
+		return GroupStatus{State: StateScheduled, DueAt: time.UnixMicro(s.timeUs), Attempt: int(s.attempt)}, nil
+	case 'l':
+		return GroupStatus{State: StateInFlight, LeaseDeadline: time.UnixMicro(s.timeUs), Attempt: int(s.attempt)}, nil
+	case 'f':
+		return GroupStatus{State: StateFinished}, nil
+	case 'n':
+		return GroupStatus{State: StateNotFound}, nil
+	case 'h':
+		return historyRecord(s.record)
+	}
+	return GroupStatus{}, fmt.Errorf("unknown state %q", s.state)
+}
+
+// historyRecord decodes a record that ended in lua/lib wrote: "outcome time attempt[ reason]".
+func historyRecord(record string) (GroupStatus, error) {
+	f := strings.SplitN(record, " ", 4)
+	if len(f) < 3 {
+		return GroupStatus{}, fmt.Errorf("malformed history record %q", record)
+	}
+	us, err1 := strconv.ParseInt(f[1], 10, 64)
+	attempt, err2 := strconv.Atoi(f[2])
+	if err := errors.Join(err1, err2); err != nil {
+		return GroupStatus{}, fmt.Errorf("malformed history record %q: %w", record, err)
+	}
+	gs := GroupStatus{FinishedAt: time.UnixMicro(us), Attempt: attempt}
+	switch f[0] {
+	case "acked":
+		gs.State = StateAcked
+	case "dead-lettered":
+		gs.State = StateDeadLettered
+		if len(f) == 4 {
+			gs.Reason = f[3]
+		}
+	case "cancelled":
+		gs.State = StateCancelled
+	default:
+		return GroupStatus{}, fmt.Errorf("malformed history record %q", record)
+	}
+	return gs, nil
+}

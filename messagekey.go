@@ -1,0 +1,164 @@
+package redisdelay
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Message keys: a message can carry a business key ("order-42"), unique per topic while the
+// message lives, by which it is deduplicated on publish and found again by the Inspector
+// (Cancel, Reschedule, RunNow, Status), in O(log N) per consumer group.
+
+// KeyMetadataKey is the metadata key that holds a message's key; WithKey sets it. Publish keeps
+// it, so every delivery and dead letter carries it. A dead letter is stored without a key on
+// its dead-letter topic; re-publishing it to its source topic uses the key again.
+const KeyMetadataKey = ReservedMetadataPrefix + "key"
+
+// OnDuplicateMetadataKey is the metadata key that overrides PublisherConfig.OnDuplicate for one
+// message; its value is a DuplicatePolicy. Publish keeps it.
+const OnDuplicateMetadataKey = ReservedMetadataPrefix + "on_duplicate"
+
+// MaxKeyLength is the longest message key, in bytes.
+const MaxKeyLength = 256
+
+// WithKey sets msg's key (KeyMetadataKey) and returns msg. Publish validates the key (see
+// ValidateKey).
+func WithKey(msg *message.Message, key string) *message.Message {
+	msg.Metadata.Set(KeyMetadataKey, key)
+	return msg
+}
+
+// ValidateKey reports whether key can be a message key: non-empty, at most MaxKeyLength bytes,
+// valid UTF-8 without control characters, so that it reads the same in logs, the CLI and
+// Redis. The error wraps ErrInvalidKey and names what is wrong.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: the key is empty", ErrInvalidKey)
+	case len(key) > MaxKeyLength:
+		return fmt.Errorf("%w: the key is %d bytes, more than %d", ErrInvalidKey, len(key), MaxKeyLength)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: the key is not valid UTF-8", ErrInvalidKey)
+	}
+	for _, r := range key {
+		if unicode.IsControl(r) {
+			return fmt.Errorf("%w: the key holds the control character %U", ErrInvalidKey, r)
+		}
+	}
+	return nil
+}
+
+// DuplicatePolicy decides what Publish does with a keyed message whose key is taken: by a
+// message still scheduled or in flight in some consumer group, or by a finished one whose
+// history is kept (PublisherConfig.KeyRetention). Its values are the strings accepted in
+// OnDuplicateMetadataKey.
+type DuplicatePolicy string
+
+const (
+	// KeepExisting keeps the existing message and stores nothing: the outcome is Duplicate.
+	// The default.
+	KeepExisting DuplicatePolicy = "keep"
+	// ReplaceExisting replaces the existing message with the new one (payload, metadata and
+	// due time) in every consumer group where it is due, a message waiting for a retry
+	// included: the outcome is Replaced. A group that holds it in flight finishes that
+	// delivery; should it be nacked, the retry carries the new message. Where no group holds
+	// it due (all in flight or finished), the outcome is Duplicate.
+	ReplaceExisting DuplicatePolicy = "replace"
+	// KeepEarlier keeps whichever of the two is due earlier: the new message replaces the
+	// existing one, as ReplaceExisting, when its due time is earlier than the existing one's
+	// earliest due time in any group; otherwise the outcome is Duplicate.
+	KeepEarlier DuplicatePolicy = "keep-earlier"
+	// KeepLater keeps whichever is due later (debounce): the new message replaces the existing
+	// one when its due time is later; otherwise the outcome is Duplicate.
+	KeepLater DuplicatePolicy = "keep-later"
+)
+
+// scriptCode is the policy's letter for publish_to in lua/lib, or "" when it is unknown.
+func (p DuplicatePolicy) scriptCode() string {
+	switch p {
+	case KeepExisting, "":
+		return "k"
+	case ReplaceExisting:
+		return "r"
+	case KeepEarlier:
+		return "<"
+	case KeepLater:
+		return ">"
+	}
+	return ""
+}
+
+// PublishOutcome is what PublishWithResult did with one message.
+type PublishOutcome int
+
+const (
+	// Scheduled means the message was stored and scheduled.
+	Scheduled PublishOutcome = iota + 1
+	// Duplicate means its key was taken and nothing was stored (see DuplicatePolicy).
+	Duplicate
+	// Replaced means it replaced the message that had its key (see DuplicatePolicy).
+	Replaced
+)
+
+// String returns "scheduled", "duplicate" or "replaced".
+func (o PublishOutcome) String() string {
+	switch o {
+	case Scheduled:
+		return "scheduled"
+	case Duplicate:
+		return "duplicate"
+	case Replaced:
+		return "replaced"
+	}
+	return "PublishOutcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// publishOutcome decodes an outcome letter of publish_to.
+func publishOutcome(letter byte) PublishOutcome {
+	switch letter {
+	case 'd':
+		return Duplicate
+	case 'r':
+		return Replaced
+	}
+	return Scheduled
+}
+
+// keySpecOf returns the key spec of msg for publish_to: "" without a key, else the policy
+// letter, the history retention in ms, "=" and the key. A bad key or policy is a
+// *metadataError.
+func keySpecOf(msg *message.Message, policy DuplicatePolicy, retention time.Duration) (string, *metadataError) {
+	key, ok := msg.Metadata[KeyMetadataKey]
+	if !ok {
+		return "", nil
+	}
+	if err := ValidateKey(key); err != nil {
+		return "", &metadataError{key: KeyMetadataKey, value: key, err: err}
+	}
+	if v, ok := msg.Metadata[OnDuplicateMetadataKey]; ok {
+		policy = DuplicatePolicy(v)
+	}
+	code := policy.scriptCode()
+	if code == "" {
+		return "", &metadataError{key: OnDuplicateMetadataKey, value: string(policy), err: errors.New(`want "keep", "replace", "keep-earlier" or "keep-later"`)}
+	}
+	return code + strconv.FormatInt(retention.Milliseconds(), 10) + "=" + key, nil
+}
+
+// keyPartition is the partition of a key on a topic with the given number of partitions:
+// FNV-1a of the key modulo partitions, as for PublisherConfig.PartitionKey.
+func keyPartition(key string, partitions int) int {
+	if partitions <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(partitions))
+}

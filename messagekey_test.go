@@ -1,0 +1,475 @@
+package redisdelay_test
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+// keyed returns a message with key, due after d.
+func keyed(key string, d time.Duration, payload string) *message.Message {
+	msg := redisdelay.WithKey(message.NewMessage(watermill.NewUUID(), []byte(payload)), key)
+	if d > 0 {
+		delay.Message(msg, delay.For(d))
+	}
+	return msg
+}
+
+func newInspector(t *testing.T, b backend, partitions int) *redisdelay.Inspector {
+	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client, Partitions: partitions}, errorLogger{})
+	require.NoError(t, err)
+	return in
+}
+
+func publisherWith(t *testing.T, b backend, edit func(*redisdelay.PublisherConfig)) *redisdelay.Publisher {
+	cfg := redisdelay.PublisherConfig{Client: b.client}
+	edit(&cfg)
+	pub, err := redisdelay.NewPublisher(cfg, errorLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = pub.Close() })
+	return pub
+}
+
+// publishOne publishes msg and returns its outcome.
+func publishOne(t *testing.T, pub *redisdelay.Publisher, topic string, msg *message.Message) redisdelay.PublishOutcome {
+	t.Helper()
+	outcomes, err := pub.PublishWithResult(topic, msg)
+	require.NoError(t, err)
+	require.Len(t, outcomes, 1)
+	return outcomes[0]
+}
+
+func inGroup(name string) func(*redisdelay.SubscriberConfig) {
+	return func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = name }
+}
+
+func TestCancelledMessageReachesNoGroup(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		chA := subscribe(t, newSubscriber(t, b, inGroup("a")), topic)
+		chB := subscribe(t, newSubscriber(t, b, inGroup("b")), topic)
+
+		require.NoError(t, pub.Publish(topic, keyed("order-42", 300*time.Millisecond, "check")))
+		// A later message without a key shows when the cancelled one would have been long due.
+		after := message.NewMessage("after", nil)
+		delay.Message(after, delay.For(600*time.Millisecond))
+		require.NoError(t, pub.Publish(topic, after))
+
+		res, err := in.Cancel(context.Background(), topic, "order-42")
+		require.NoError(t, err)
+		assert.Equal(t, map[string]redisdelay.KeyOutcome{"a": redisdelay.KeyDone, "b": redisdelay.KeyDone}, res.Groups)
+		assert.True(t, res.Found())
+
+		for _, ch := range []<-chan *message.Message{chA, chB} {
+			msg := receive(t, ch, 5*time.Second)
+			assert.Equal(t, "after", msg.UUID, "the cancelled message must never be delivered")
+			msg.Ack()
+		}
+
+		again, err := in.Cancel(context.Background(), topic, "order-42")
+		require.NoError(t, err)
+		assert.False(t, again.Found(), "the message is gone: %v", again.Groups)
+		assert.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("order-42", time.Hour, "")), "the key is free again")
+	})
+}
+
+func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ClaimBatchSize = 1 }), topic)
+
+		const n = 200
+		var msgs []*message.Message
+		for i := range n {
+			// Due over the next 200 ms, so cancels and claims meet.
+			msgs = append(msgs, keyed("k"+strconv.Itoa(i), time.Duration(i)*time.Millisecond, ""))
+		}
+		require.NoError(t, pub.Publish(topic, msgs...))
+
+		var mu sync.Mutex
+		received := map[string]int{}
+		stop := make(chan struct{})
+		consumed := make(chan struct{})
+		go func() {
+			defer close(consumed)
+			for {
+				select {
+				case msg := <-ch:
+					mu.Lock()
+					received[msg.Metadata.Get(redisdelay.KeyMetadataKey)]++
+					mu.Unlock()
+					msg.Ack()
+				case <-stop:
+					return
+				}
+			}
+		}()
+
+		outcomes := map[string]redisdelay.KeyOutcome{}
+		for i := range n {
+			key := "k" + strconv.Itoa(i)
+			res, err := in.Cancel(context.Background(), topic, key)
+			require.NoError(t, err)
+			outcomes[key] = res.Groups[redisdelay.DefaultConsumerGroup]
+		}
+		// Every message is due by now: whatever was not cancelled arrives within the wait.
+		expectIdle := time.After(time.Second)
+		<-expectIdle
+		close(stop)
+		<-consumed
+
+		mu.Lock()
+		defer mu.Unlock()
+		counts := map[redisdelay.KeyOutcome]int{}
+		for key, o := range outcomes {
+			counts[o]++
+			assert.LessOrEqual(t, received[key], 1, "key %s delivered more than once", key)
+			switch o {
+			case redisdelay.KeyDone:
+				assert.Zero(t, received[key], "key %s was delivered although Cancel removed it while due", key)
+			case redisdelay.KeyInFlight, redisdelay.KeyNotFound:
+				// In flight, or already acked (and, with no history kept, gone).
+				assert.Equal(t, 1, received[key], "key %s was claimed before the cancel, so it was delivered once", key)
+			default:
+				t.Errorf("key %s: unexpected outcome %s", key, o)
+			}
+		}
+		t.Logf("cancel outcomes: %v", counts)
+		assert.Positive(t, counts[redisdelay.KeyDone], "some cancels must have come before the claim")
+	})
+}
+
+func TestRescheduleIsNeverEarlyAgainstTheNewDueTime(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, nil), topic)
+
+		// Earlier: from an hour to 300 ms.
+		require.NoError(t, pub.Publish(topic, keyed("earlier", time.Hour, "")))
+		res, err := in.RescheduleAfter(context.Background(), topic, "earlier", 300*time.Millisecond)
+		require.NoError(t, err)
+		require.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup])
+		msg := receive(t, ch, 5*time.Second)
+		arrived := time.Now()
+		assert.Equal(t, "earlier", msg.Metadata.Get(redisdelay.KeyMetadataKey))
+		assert.False(t, arrived.Before(res.DueAt), "arrived %s before the new due time %s", arrived, res.DueAt)
+		assert.Equal(t, res.DueAt.UTC().Format("2006-01-02T15:04:05.000000Z07:00"), msg.Metadata.Get(redisdelay.DueTimeMetadataKey))
+		msg.Ack()
+
+		// Later: from 200 ms to 800 ms.
+		require.NoError(t, pub.Publish(topic, keyed("later", 200*time.Millisecond, "")))
+		res, err = in.Reschedule(context.Background(), topic, "later", time.Now().Add(800*time.Millisecond))
+		require.NoError(t, err)
+		require.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup])
+		msg = receive(t, ch, 5*time.Second)
+		assert.False(t, time.Now().Before(res.DueAt), "arrived before the new due time %s", res.DueAt)
+		assert.Equal(t, "later", msg.Metadata.Get(redisdelay.KeyMetadataKey))
+		msg.Ack()
+
+		// Run now.
+		require.NoError(t, pub.Publish(topic, keyed("now", time.Hour, "")))
+		start := time.Now()
+		res, err = in.RunNow(context.Background(), topic, "now")
+		require.NoError(t, err)
+		require.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup])
+		msg = receive(t, ch, 5*time.Second)
+		assert.Equal(t, "now", msg.Metadata.Get(redisdelay.KeyMetadataKey))
+		assert.Less(t, time.Since(start), time.Second, "RunNow wakes the subscriber")
+		// In flight now: rescheduling leaves it alone.
+		res, err = in.RunNow(context.Background(), topic, "now")
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyInFlight, res.Groups[redisdelay.DefaultConsumerGroup])
+		msg.Ack()
+
+		res, err = in.RunNow(context.Background(), topic, "never-published")
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyNotFound, res.Groups[redisdelay.DefaultConsumerGroup])
+	})
+}
+
+func TestDuplicatePolicies(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, tc := range []struct {
+			policy   redisdelay.DuplicatePolicy
+			second   time.Duration // due time of the second message, the first is due in 1 min
+			outcome  redisdelay.PublishOutcome
+			keepsNew bool
+		}{
+			{redisdelay.KeepExisting, 2 * time.Minute, redisdelay.Duplicate, false},
+			{redisdelay.ReplaceExisting, 2 * time.Minute, redisdelay.Replaced, true},
+			{redisdelay.ReplaceExisting, 30 * time.Second, redisdelay.Replaced, true},
+			{redisdelay.KeepEarlier, 30 * time.Second, redisdelay.Replaced, true},
+			{redisdelay.KeepEarlier, 2 * time.Minute, redisdelay.Duplicate, false},
+			{redisdelay.KeepLater, 2 * time.Minute, redisdelay.Replaced, true},
+			{redisdelay.KeepLater, 30 * time.Second, redisdelay.Duplicate, false},
+		} {
+			name := string(tc.policy) + "/" + tc.second.String()
+			t.Run(name, func(t *testing.T) {
+				topic := newTopic()
+				pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.OnDuplicate = tc.policy })
+				in := newInspector(t, b, 1)
+				sub := newSubscriber(t, b, nil)
+				require.NoError(t, sub.SubscribeInitialize(topic))
+
+				require.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("k", time.Minute, "first")))
+				before, err := in.Status(context.Background(), topic, "k")
+				require.NoError(t, err)
+				require.Equal(t, redisdelay.StateScheduled, before.Groups[redisdelay.DefaultConsumerGroup].State)
+				start := time.Now()
+				require.Equal(t, tc.outcome, publishOne(t, pub, topic, keyed("k", tc.second, "second")))
+				after, err := in.Status(context.Background(), topic, "k")
+				require.NoError(t, err)
+				due := after.Groups[redisdelay.DefaultConsumerGroup].DueAt
+				if tc.keepsNew {
+					assert.WithinDuration(t, start.Add(tc.second), due, time.Second, "the new due time")
+				} else {
+					assert.Equal(t, before.Groups[redisdelay.DefaultConsumerGroup].DueAt, due, "the existing due time")
+				}
+				// Which payload is stored shows on delivery.
+				_, err = in.RunNow(context.Background(), topic, "k")
+				require.NoError(t, err)
+				msg := receive(t, subscribe(t, sub, topic), 5*time.Second)
+				want := "first"
+				if tc.keepsNew {
+					want = "second"
+				}
+				assert.Equal(t, want, string(msg.Payload))
+				msg.Ack()
+			})
+		}
+		t.Run("per-message override and duplicates within one call", func(t *testing.T) {
+			topic := newTopic()
+			pub := newPublisher(t, b)
+			replace := keyed("k", time.Minute, "third")
+			replace.Metadata.Set(redisdelay.OnDuplicateMetadataKey, string(redisdelay.ReplaceExisting))
+			outcomes, err := pub.PublishWithResult(topic, keyed("k", time.Minute, "first"), keyed("k", time.Minute, "second"), replace, keyed("other", time.Minute, ""))
+			require.NoError(t, err)
+			assert.Equal(t, []redisdelay.PublishOutcome{redisdelay.Scheduled, redisdelay.Duplicate, redisdelay.Replaced, redisdelay.Scheduled}, outcomes)
+			in := newInspector(t, b, 1)
+			_, err = in.RunNow(context.Background(), topic, "k")
+			require.NoError(t, err)
+			ch := subscribe(t, newSubscriber(t, b, nil), topic) // takes over the parked messages
+			msg := receive(t, ch, 5*time.Second)
+			assert.Equal(t, "third", string(msg.Payload))
+			msg.Ack()
+			expectNone(t, ch, 200*time.Millisecond)
+		})
+	})
+}
+
+func TestKeyIsFreeOnceDoneOrOnceItsRetentionEnds(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, retention := range []time.Duration{0, 300 * time.Millisecond} {
+			t.Run(retention.String(), func(t *testing.T) {
+				topic := newTopic()
+				pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.KeyRetention = retention })
+				ch := subscribe(t, newSubscriber(t, b, nil), topic)
+				require.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("k", 0, "1")))
+				msg := receive(t, ch, 5*time.Second)
+				require.Equal(t, redisdelay.Duplicate, publishOne(t, pub, topic, keyed("k", 0, "2")), "in flight: the key is taken")
+				msg.Ack()
+				if retention > 0 && b.miniredis != nil {
+					// miniredis lets keys expire only when told that time passed.
+					defer b.miniredis.FastForward(retention)
+				}
+				if retention > 0 {
+					// The ack is confirmed asynchronously; the history then keeps the key.
+					require.Eventually(t, func() bool {
+						st, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client}, nil)
+						require.NoError(t, err)
+						s, err := st.Status(context.Background(), topic, "k")
+						require.NoError(t, err)
+						return s.Groups[redisdelay.DefaultConsumerGroup].State == redisdelay.StateAcked
+					}, 5*time.Second, 5*time.Millisecond)
+					require.Equal(t, redisdelay.Duplicate, publishOne(t, pub, topic, keyed("k", 0, "3")), "retained: the key is taken")
+				}
+				start := time.Now()
+				require.Eventually(t, func() bool {
+					if b.miniredis != nil {
+						b.miniredis.FastForward(10 * time.Millisecond)
+					}
+					return publishOne(t, pub, topic, keyed("k", 0, "4")) == redisdelay.Scheduled
+				}, 5*time.Second, 10*time.Millisecond, "the key must be free again")
+				if retention > 0 && b.miniredis == nil {
+					assert.GreaterOrEqual(t, time.Since(start), retention/2, "the key is taken for about the retention")
+				}
+				msg = receive(t, ch, 5*time.Second)
+				assert.Equal(t, "4", string(msg.Payload))
+				msg.Ack()
+			})
+		}
+	})
+}
+
+func TestStatusThroughEveryState(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.KeyRetention = time.Minute })
+		in := newInspector(t, b, 1)
+		status := func(key string) redisdelay.GroupStatus {
+			t.Helper()
+			s, err := in.Status(context.Background(), topic, key)
+			require.NoError(t, err)
+			return s.Groups[redisdelay.DefaultConsumerGroup]
+		}
+		none, err := in.Status(context.Background(), topic, "k")
+		require.NoError(t, err)
+		assert.False(t, none.Live)
+		assert.Empty(t, none.Groups, "no group yet, nothing published")
+
+		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) {
+			c.NackBackoff = redisdelay.ConstantBackoff(time.Hour)
+			c.MaxAttempts = 3
+		})
+		require.NoError(t, sub.SubscribeInitialize(topic))
+		published := time.Now()
+		require.NoError(t, pub.Publish(topic, keyed("k", 200*time.Millisecond, "")))
+		s := status("k")
+		assert.Equal(t, redisdelay.StateScheduled, s.State)
+		assert.Equal(t, 0, s.Attempt)
+		assert.WithinDuration(t, published.Add(200*time.Millisecond), s.DueAt, 100*time.Millisecond)
+
+		ch := subscribe(t, sub, topic)
+		msg := receive(t, ch, 5*time.Second)
+		s = status("k")
+		assert.Equal(t, redisdelay.StateInFlight, s.State)
+		assert.Equal(t, 1, s.Attempt)
+		assert.True(t, s.LeaseDeadline.After(time.Now()), "lease deadline %s is ahead", s.LeaseDeadline)
+
+		msg.Nack()
+		require.Eventually(t, func() bool { return status("k").State == redisdelay.StateScheduled }, 5*time.Second, 5*time.Millisecond)
+		s = status("k")
+		assert.Equal(t, 1, s.Attempt, "waiting for the retry after one attempt")
+		assert.WithinDuration(t, time.Now().Add(time.Hour), s.DueAt, time.Minute)
+
+		_, err = in.RunNow(context.Background(), topic, "k")
+		require.NoError(t, err)
+		msg = receive(t, ch, 5*time.Second)
+		assert.Equal(t, "2", msg.Metadata.Get(redisdelay.AttemptMetadataKey))
+		msg.Ack()
+		require.Eventually(t, func() bool { return status("k").State == redisdelay.StateAcked }, 5*time.Second, 5*time.Millisecond)
+		s = status("k")
+		assert.Equal(t, 2, s.Attempt)
+		assert.WithinDuration(t, time.Now(), s.FinishedAt, 5*time.Second)
+
+		// Dead-lettered: nacked on its last attempt.
+		require.NoError(t, pub.Publish(topic, keyed("dl", 0, "")))
+		for attempt := 1; attempt <= 3; attempt++ {
+			msg = receive(t, ch, 5*time.Second)
+			assert.Equal(t, strconv.Itoa(attempt), msg.Metadata.Get(redisdelay.AttemptMetadataKey))
+			msg.Nack()
+			if attempt < 3 {
+				require.Eventually(t, func() bool { return status("dl").State == redisdelay.StateScheduled }, 5*time.Second, 5*time.Millisecond)
+				_, err = in.RunNow(context.Background(), topic, "dl")
+				require.NoError(t, err)
+			}
+		}
+		require.Eventually(t, func() bool { return status("dl").State == redisdelay.StateDeadLettered }, 5*time.Second, 5*time.Millisecond)
+		s = status("dl")
+		assert.Equal(t, 3, s.Attempt)
+		assert.Equal(t, redisdelay.DeadLetterReasonNacked, s.Reason)
+
+		// Cancelled while scheduled.
+		require.NoError(t, pub.Publish(topic, keyed("c", time.Hour, "")))
+		_, err = in.Cancel(context.Background(), topic, "c")
+		require.NoError(t, err)
+		s = status("c")
+		assert.Equal(t, redisdelay.StateCancelled, s.State)
+		assert.Equal(t, 0, s.Attempt)
+	})
+}
+
+func TestKeysOnAPartitionedTopic(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const partitions = 4
+		topic := newTopic()
+		pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.Partitions = partitions })
+		in := newInspector(t, b, partitions)
+		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.Partitions = partitions }), topic)
+		var msgs []*message.Message
+		for i := range 20 {
+			msgs = append(msgs, keyed("k"+strconv.Itoa(i), time.Hour, ""))
+		}
+		require.NoError(t, pub.Publish(topic, msgs...))
+		want := map[string]bool{}
+		for i := range 20 {
+			key := "k" + strconv.Itoa(i)
+			var res redisdelay.KeyResult
+			var err error
+			if i%2 == 0 {
+				res, err = in.Cancel(context.Background(), topic, key)
+			} else {
+				res, err = in.RunNow(context.Background(), topic, key)
+				want[key] = true
+			}
+			require.NoError(t, err)
+			assert.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup], key)
+		}
+		got := map[string]bool{}
+		for range want {
+			msg := receive(t, ch, 5*time.Second)
+			got[msg.Metadata.Get(redisdelay.KeyMetadataKey)] = true
+			msg.Ack()
+		}
+		assert.Equal(t, want, got)
+		expectNone(t, ch, 200*time.Millisecond)
+	})
+}
+
+func TestBadKeysAreRefusedAndNothingIsStored(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, nil), topic)
+		for _, tc := range []struct {
+			name, key, value string
+		}{
+			{"empty", redisdelay.KeyMetadataKey, ""},
+			{"too long", redisdelay.KeyMetadataKey, strings.Repeat("k", redisdelay.MaxKeyLength+1)},
+			{"control character", redisdelay.KeyMetadataKey, "order\n42"},
+			{"invalid UTF-8", redisdelay.KeyMetadataKey, "order-\xff"},
+			{"unknown policy", redisdelay.OnDuplicateMetadataKey, "keep-newest"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				bad := redisdelay.WithKey(message.NewMessage("bad-"+tc.name, nil), "fine")
+				bad.Metadata.Set(tc.key, tc.value)
+				good := keyed("good-"+strconv.Itoa(len(tc.name)), 0, "")
+				err := pub.Publish(topic, good, bad)
+				var me *redisdelay.MessageError
+				require.ErrorAs(t, err, &me)
+				assert.ErrorIs(t, err, redisdelay.ErrInvalidMessage)
+				assert.Equal(t, topic, me.Topic)
+				assert.Equal(t, "bad-"+tc.name, me.UUID)
+				assert.Equal(t, tc.key, me.Key)
+				assert.Contains(t, err.Error(), me.UUID)
+				if tc.key == redisdelay.KeyMetadataKey {
+					assert.ErrorIs(t, err, redisdelay.ErrInvalidKey)
+					_, opErr := in.Cancel(context.Background(), topic, tc.value)
+					assert.ErrorIs(t, opErr, redisdelay.ErrInvalidKey)
+				}
+			})
+		}
+		expectNone(t, ch, 200*time.Millisecond)
+		_, err := in.Status(context.Background(), "bad{topic}", "k")
+		assert.True(t, errors.Is(err, redisdelay.ErrInvalidName), "%v", err)
+	})
+}
