@@ -83,8 +83,9 @@ type PublisherConfig struct {
 	// shorter than OperationTimeout.
 	DurableTimeout time.Duration
 	// PartitionKey is a metadata key whose value picks a message's partition (FNV-1a hash modulo
-	// Partitions), so that related messages share a partition and keep their order. Messages
-	// without it go round-robin, one Publish call to one partition.
+	// Partitions), so that related messages share a partition and keep their order. A message
+	// with a key (KeyMetadataKey) goes to its key's partition instead, so that the Inspector
+	// finds it by the key. Other messages go round-robin, one Publish call to one partition.
 	PartitionKey string
 	// AllowEvictingRedis lets the Publisher work on a Redis whose maxmemory-policy evicts keys.
 	// By default the first Publish reads the policy (CONFIG GET maxmemory-policy) and refuses

@@ -150,7 +150,7 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 	defer cancel()
 	switch err := s.store.nack(ctx, s.part, s.group, c, d.delay, changed); {
 	case errors.Is(err, errLeaseLost):
-		s.logger.Info("Nack refused: the lease had expired and the message was claimed again", fields)
+		s.logger.Info("Nack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", fields)
 	case err != nil:
 		// The message keeps its lease and comes back when the lease expires.
 		s.logger.Error("Nack failed; the message is delivered again after its lease", err, fields)

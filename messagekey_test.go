@@ -6,12 +6,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -471,5 +473,39 @@ func TestBadKeysAreRefusedAndNothingIsStored(t *testing.T) {
 		expectNone(t, ch, 200*time.Millisecond)
 		_, err := in.Status(context.Background(), "bad{topic}", "k")
 		assert.True(t, errors.Is(err, redisdelay.ErrInvalidName), "%v", err)
+	})
+}
+
+func TestCallsByKeyThatRunTwiceActOnceAndReturnTheFirstResult(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		var reruns atomic.Int64
+		// What go-redis does when a reply is lost: the same command runs again.
+		client := faultyClient(t, b, scriptFault{match: isPublishCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+			reruns.Add(1)
+			return next(ctx, cmd)
+		}})
+		topic := newTopic()
+		sub := newSubscriber(t, b, nil)
+		require.NoError(t, sub.SubscribeInitialize(topic))
+		pub := publisherWith(t, backend{name: b.name, client: client}, func(*redisdelay.PublisherConfig) {})
+		in := newInspector(t, backend{name: b.name, client: client}, 1)
+
+		assert.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("a", time.Hour, "")), "a second run must not call the message its own duplicate")
+		assert.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("b", time.Hour, "")))
+		res, err := in.Cancel(context.Background(), topic, "a")
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup], "the second run must report the first run's cancel")
+		res, err = in.RescheduleAfter(context.Background(), topic, "b", 200*time.Millisecond)
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup])
+		assert.GreaterOrEqual(t, reruns.Load(), int64(4), "the hook must have run every call twice")
+
+		msg := receive(t, subscribe(t, sub, topic), 5*time.Second)
+		assert.Equal(t, "b", msg.Metadata.Get(redisdelay.KeyMetadataKey))
+		assert.False(t, time.Now().Before(res.DueAt), "due at the first run's time, not later")
+		msg.Ack()
 	})
 }

@@ -241,7 +241,7 @@ func (s *partitionConsumer) confirmAcksWithin(ctx context.Context, st store) err
 // acksConfirmed tells the book that Redis processed the queued acks and logs the refused ones.
 func (s *partitionConsumer) acksConfirmed(refused []string) {
 	for _, c := range s.book.acksConfirmed(refused) {
-		s.logger.Info("Ack refused: the lease had expired and the message was claimed again", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
+		s.logger.Info("Ack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
 	}
 }
 
@@ -262,7 +262,7 @@ func (s *partitionConsumer) extendLeases() {
 		return
 	}
 	if c := s.book.leasesLost(lost); c != nil {
-		s.logger.Info("Lease lost while the handler runs; the message belongs to another consumer now", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
+		s.logger.Info("Lease lost while the handler runs: it expired and another consumer claimed the message, or the message was cancelled", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
 	}
 }
 

@@ -1,17 +1,29 @@
 // Command order-timeout shows the core use case of a delay queue: cancel an order that is
-// still unpaid some time after it was placed.
+// still unpaid some time after it was placed, and call off the pending check of an order that
+// was paid.
 //
 // For every order it places, the example schedules a payment check on the topic
 // order.payment-check through a redisdelay.Publisher, delayed by setting
-// delay.WithContext(ctx, delay.For(d)) on the message context. A Watermill router consumes the
-// topic through a redisdelay.Subscriber of the consumer group "order-service". When a check
-// comes due, its handler cancels the order unless it was paid meanwhile; every third order is
-// paid halfway through its delay, so both outcomes show up.
+// delay.WithContext(ctx, delay.For(d)) on the message context, and keyed by the order with
+// redisdelay.WithKey(msg, "order-"+id). A Watermill router consumes the topic through a
+// redisdelay.Subscriber of the consumer group "order-service". When a check comes due, its
+// handler cancels the order, which is still unpaid.
+//
+// Every third order is paid halfway through its delay. The payment then calls off the order's
+// check by its key with redisdelay.Inspector.Cancel, so that the check is never delivered; the
+// timeline prints "check cancelled" with the outcome in the group "order-service" ("done" when
+// the check was removed). The handler keeps a safety check all the same: should a check of a
+// paid order ever be delivered, it does nothing to the order and counts it as a paid order's
+// check that ran.
 //
 // The output is a timeline, one line per event with the time since the start, followed by a
-// summary: how many checks were delivered, how many started before their due time (a delay
-// queue must never do that) and how late they started (p50, p99, max). The exit code is 0 when
-// every check was delivered and none early, 1 otherwise.
+// summary: how many checks of unpaid orders were delivered, how many checks of paid orders were
+// cancelled, how many paid orders' checks ran anyway (must be 0), how many deliveries started
+// before their due time (a delay queue must never do that), duplicate deliveries, and how late
+// the checks started (p50, p99, max). The exit code is 0 when every unpaid order's check was
+// delivered, none early, every paid order's check was cancelled (Cancel reported "done" for the
+// group) and no paid order's check ran; 1 otherwise. The run waits for these events and gives
+// up after the last due time plus 10s.
 //
 // Run it from the repository root:
 //
@@ -28,7 +40,9 @@
 // Without REDIS_ADDR the example starts an embedded miniredis. With REDIS_ADDR it uses that
 // server, under a key prefix unique to the run so that runs never mix; it deletes nothing
 // there, and each run leaves the two small bookkeeping keys of its topic (the ID counter and
-// the set of consumer groups) under its prefix.
+// the set of consumer groups) under its prefix, besides the records of its publish and cancel
+// calls, which expire by themselves. The checks' keys keep no history (the publisher's
+// KeyRetention is 0), so a key is free again once its check is acked or cancelled.
 package main
 
 import (
@@ -38,6 +52,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
 	"os/signal"
@@ -66,6 +81,9 @@ const (
 	dueMetadataKey = "example_due_unix_us"
 	// payEvery makes every payEvery-th order get paid before its check is due.
 	payEvery = 3
+	// checkKeyPrefix starts the key of each payment check; the order ID follows. The key is
+	// how the payment finds the check again to cancel it.
+	checkKeyPrefix = "order-"
 	// slack is how long, beyond the last due time, the example waits for the checks.
 	slack = 10 * time.Second
 )
@@ -154,6 +172,12 @@ func runExample(ctx context.Context, opts options, tl *timeline) error {
 		return err
 	}
 	defer sub.Close()
+	// The inspector finds a check again by its key; it must use the publisher's key prefix
+	// (and partitions, 1 here). It holds no resources: there is nothing to close.
+	inspector, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix}, watermill.NopLogger{})
+	if err != nil {
+		return err
+	}
 
 	// Register the group before the first publish: a message published to a topic on which no
 	// group is registered yet is kept for the default group, which nobody here consumes.
@@ -161,7 +185,7 @@ func runExample(ctx context.Context, opts options, tl *timeline) error {
 		return err
 	}
 
-	ex := newExample(opts, tl, pub)
+	ex := newExample(opts, tl, pub, inspector)
 	stopRouter, err := startRouter(ctx, sub, ex.handlePaymentCheck)
 	if err != nil {
 		return err
@@ -226,27 +250,46 @@ func startRouter(ctx context.Context, sub message.Subscriber, handle message.NoP
 	}, nil
 }
 
-// example is the order service: it places orders, takes payments and handles payment checks.
+// example is the order service: it places orders, takes payments (calling off the payment
+// checks of the paid orders) and handles payment checks.
 type example struct {
-	opts     options
-	tl       *timeline
-	pub      message.Publisher
-	orders   *orderBook
-	stats    *checkStats
-	payments sync.WaitGroup // the goroutines that pay orders
+	opts      options
+	tl        *timeline
+	pub       *redisdelay.Publisher
+	inspector *redisdelay.Inspector
+	orders    *orderBook
+	stats     *checkStats
+	payments  sync.WaitGroup // the goroutines that pay orders
 }
 
-func newExample(opts options, tl *timeline, pub message.Publisher) *example {
+func newExample(opts options, tl *timeline, pub *redisdelay.Publisher, inspector *redisdelay.Inspector) *example {
 	return &example{
-		opts:   opts,
-		tl:     tl,
-		pub:    pub,
-		orders: newOrderBook(),
-		stats:  newCheckStats(opts.orders),
+		opts:      opts,
+		tl:        tl,
+		pub:       pub,
+		inspector: inspector,
+		orders:    newOrderBook(),
+		stats:     newCheckStats(opts.orders),
 	}
 }
 
-// placeAndWait places the orders, then waits until every check was handled, the deadline
+// orderID is the ID of the i-th order (from 1).
+func orderID(i int) string {
+	return strconv.Itoa(i)
+}
+
+// willPay reports whether the i-th order is paid before its check is due.
+func willPay(i int) bool {
+	return i%payEvery == 0
+}
+
+// checkKey is the key of the payment check of order id.
+func checkKey(id string) string {
+	return checkKeyPrefix + id
+}
+
+// placeAndWait places the orders, then waits until every order was settled (the check of each
+// unpaid order delivered, the cancellation of each paid order's check answered), the deadline
 // passed or ctx was cancelled (Ctrl-C).
 func (e *example) placeAndWait(ctx context.Context) error {
 	deadline := time.Now().Add(e.opts.spread + e.opts.delay + slack)
@@ -257,12 +300,12 @@ func (e *example) placeAndWait(ctx context.Context) error {
 		return err
 	}
 	select {
-	case <-e.stats.allHandled:
-		e.tl.printf("all %d payment checks handled", e.opts.orders)
+	case <-e.stats.allSettled:
+		e.tl.printf("all %d orders settled", e.opts.orders)
 		return nil
 	case <-ctx.Done():
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return fmt.Errorf("gave up waiting for the payment checks after %s", e.opts.spread+e.opts.delay+slack)
+			return fmt.Errorf("gave up waiting for the payment checks and cancellations after %s", e.opts.spread+e.opts.delay+slack)
 		}
 		return errors.New("interrupted")
 	}
@@ -282,18 +325,19 @@ func (e *example) placeOrders(ctx context.Context) error {
 		if err := sleepUntil(ctx, start.Add(time.Duration(i-1)*step)); err != nil {
 			return err
 		}
-		id := strconv.Itoa(i)
+		id := orderID(i)
 		if err := e.placeOrder(ctx, id); err != nil {
 			return err
 		}
-		if i%payEvery == 0 {
+		if willPay(i) {
 			e.payLater(ctx, id, e.opts.delay/2)
 		}
 	}
 	return nil
 }
 
-// placeOrder records a new order and schedules its payment check e.opts.delay from now.
+// placeOrder records a new order and schedules its payment check e.opts.delay from now, keyed by
+// the order.
 func (e *example) placeOrder(ctx context.Context, id string) error {
 	placedAt := time.Now()
 	e.orders.place(id)
@@ -301,35 +345,90 @@ func (e *example) placeOrder(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	msg := message.NewMessage(watermill.NewUUID(), payload)
+	// The key names the order's check on the topic, so that a payment can cancel it.
+	msg := redisdelay.WithKey(message.NewMessage(watermill.NewUUID(), payload), checkKey(id))
 	// Taken before delay.For and before Publish reads the Redis clock, so the queue's own due
 	// time is never earlier than this one: a check that starts before it was delivered early.
 	due := time.Now().Add(e.opts.delay)
 	msg.Metadata.Set(dueMetadataKey, strconv.FormatInt(due.UnixMicro(), 10))
 	msg.SetContext(delay.WithContext(ctx, delay.For(e.opts.delay)))
-	if err := e.pub.Publish(topic, msg); err != nil {
+	outcomes, err := e.pub.PublishWithResult(topic, msg)
+	if err != nil {
 		return fmt.Errorf("schedule the payment check of order %s: %w", id, err)
 	}
-	e.tl.printf("order %s placed, payment check due at %s", id, e.tl.offset(due))
+	// Each run has a prefix of its own, so no other check can hold the key: anything but
+	// Scheduled means this order would have no check of its own.
+	if outcomes[0] != redisdelay.Scheduled {
+		return fmt.Errorf("schedule the payment check of order %s: key %s: %s", id, checkKey(id), outcomes[0])
+	}
+	e.tl.printf("order %s placed, payment check %s due at %s", id, checkKey(id), e.tl.offset(due))
 	return nil
 }
 
-// payLater pays order id after wait, in the background, unless ctx ends first.
+// payLater pays order id after wait, in the background, unless ctx ends first, then cancels
+// the order's payment check by its key.
 func (e *example) payLater(ctx context.Context, id string, wait time.Duration) {
 	e.payments.Go(func() {
 		if sleepUntil(ctx, time.Now().Add(wait)) != nil {
 			return
 		}
-		if e.orders.pay(id) {
-			e.tl.printf("order %s paid", id)
-		} else {
+		if !e.orders.pay(id) {
 			e.tl.printf("order %s payment refused: already cancelled", id)
+			e.stats.cancelFailed(id, "payment refused: the order was already cancelled")
+			return
 		}
+		e.tl.printf("order %s paid", id)
+		e.cancelCheck(ctx, id)
 	})
 }
 
-// handlePaymentCheck is the router handler: it cancels the order unless it was paid. Returning
-// nil acks the message; an error would nack it, and the queue would deliver it again later.
+// cancelCheck calls off the payment check of order id, which was just paid, and records the
+// outcome in the consumer group.
+func (e *example) cancelCheck(ctx context.Context, id string) {
+	res, err := e.inspector.Cancel(ctx, topic, checkKey(id))
+	if err != nil {
+		// The check stays scheduled; the handler's safety check still keeps the paid order.
+		e.tl.printf("order %s check not cancelled: %v", id, err)
+		e.stats.cancelFailed(id, err.Error())
+		return
+	}
+	outcome := res.Groups[consumerGroup]
+	switch {
+	case outcome == redisdelay.KeyDone:
+		e.tl.printf("order %s check cancelled (%s)", id, describeGroups(res))
+		e.stats.checkCancelled(id)
+	case res.Done():
+		// Taken effect elsewhere only, e.g. in the parked messages, never in our group.
+		e.tl.printf("order %s check cancelled, but not in group %q (%s)", id, consumerGroup, describeGroups(res))
+		e.stats.cancelFailed(id, fmt.Sprintf("Cancel: %s", describeGroups(res)))
+	default:
+		// In flight (the check is running now), finished (it ran already) or not found.
+		e.tl.printf("order %s check cancel did not take effect (%s)", id, describeGroups(res))
+		e.stats.cancelFailed(id, fmt.Sprintf("Cancel: %s", describeGroups(res)))
+	}
+}
+
+// describeGroups lists the outcome of an operation by key in each consumer group, such as
+// "group order-service: done".
+func describeGroups(res redisdelay.KeyResult) string {
+	if len(res.Groups) == 0 {
+		return "no consumer group"
+	}
+	parts := make([]string, 0, len(res.Groups))
+	for _, group := range slices.Sorted(maps.Keys(res.Groups)) {
+		name := "group " + group
+		if group == redisdelay.ParkedGroup {
+			name = "parked"
+		}
+		parts = append(parts, name+": "+res.Groups[group].String())
+	}
+	return strings.Join(parts, ", ")
+}
+
+// handlePaymentCheck is the router handler: it cancels the order unless it was paid. The check
+// of a paid order is cancelled at payment, so the paid case is a safety check that the summary
+// counts as a failure. Returning nil acks the message; an error would nack it, and the queue
+// would deliver it again later.
 func (e *example) handlePaymentCheck(msg *message.Message) error {
 	started := time.Now()
 	var check paymentCheck
@@ -345,16 +444,25 @@ func (e *example) handlePaymentCheck(msg *message.Message) error {
 	}
 	late := started.Sub(time.UnixMicro(dueUs))
 
-	outcome := "paid, nothing to do"
-	if e.orders.cancelIfUnpaid(check.OrderID) {
+	var outcome string
+	was := e.orders.cancelIfUnpaid(check.OrderID)
+	switch was {
+	case awaitingPayment:
 		outcome = "unpaid -> cancelled"
+	case paid:
+		// Should never happen: the payment cancelled this check. The order stays paid.
+		outcome = "PAID order's check ran, nothing to do"
+	case cancelled:
+		outcome = "already cancelled, nothing to do"
+	default:
+		outcome = "unknown order, nothing to do"
 	}
 	note := describeLateness(late)
 	if attempt := msg.Metadata.Get(redisdelay.AttemptMetadataKey); attempt != "1" {
 		// Delivery is at least once: a check can come again after a crash or an expired lease.
 		note += ", attempt " + attempt
 	}
-	e.stats.record(check.OrderID, late)
+	e.stats.record(check.OrderID, late, was == paid)
 	e.tl.printf("order %s check: %s (%s)", check.OrderID, outcome, note)
 	return nil
 }
@@ -387,7 +495,8 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 type orderStatus int
 
 const (
-	awaitingPayment orderStatus = iota
+	unknownOrder orderStatus = iota
+	awaitingPayment
 	paid
 	cancelled
 )
@@ -412,80 +521,164 @@ func (b *orderBook) place(id string) {
 
 // pay marks the order paid and reports whether it was still awaiting payment.
 func (b *orderBook) pay(id string) bool {
-	return b.transition(id, paid)
+	return b.transition(id, paid) == awaitingPayment
 }
 
-// cancelIfUnpaid cancels the order and reports whether it was still awaiting payment.
-func (b *orderBook) cancelIfUnpaid(id string) bool {
+// cancelIfUnpaid cancels the order if it is still awaiting payment, and returns the status it
+// had: awaitingPayment when it cancelled it.
+func (b *orderBook) cancelIfUnpaid(id string) orderStatus {
 	return b.transition(id, cancelled)
 }
 
-func (b *orderBook) transition(id string, to orderStatus) bool {
+// transition moves the order to status to if it is awaiting payment, and returns the status it
+// had (unknownOrder for an order never placed).
+func (b *orderBook) transition(id string, to orderStatus) orderStatus {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if s, ok := b.status[id]; !ok || s != awaitingPayment {
-		return false
+	s, ok := b.status[id]
+	if !ok {
+		return unknownOrder
 	}
-	b.status[id] = to
-	return true
+	if s == awaitingPayment {
+		b.status[id] = to
+	}
+	return s
 }
 
-// checkStats collects what the summary reports, safe for concurrent use.
+// checkStats collects what the summary reports, safe for concurrent use. An order is settled
+// when its fate is known: for an order left unpaid, the first delivery of its check; for an
+// order paid before its check was due, the answer of the Cancel of its check (or the refusal
+// of its payment).
 type checkStats struct {
-	want       int
-	allHandled chan struct{} // closed once every order's check was handled
+	orders     int
+	paying     map[string]bool // the orders paid before their check is due
+	allSettled chan struct{}   // closed once every order is settled
 
-	mu         sync.Mutex
-	handled    map[string]bool
-	lateness   []time.Duration // of each order's first delivery
-	early      int             // deliveries that started before their due time
-	duplicates int             // deliveries of a check already handled
+	mu           sync.Mutex
+	settled      map[string]bool
+	delivered    map[string]bool   // orders whose check was delivered at least once
+	lateness     []time.Duration   // of each order's first delivery
+	early        int               // deliveries that started before their due time
+	duplicates   int               // deliveries of a check already delivered
+	paidRan      map[string]bool   // paid orders whose check was delivered anyway
+	cancelled    map[string]bool   // paid orders whose check Cancel removed from the group
+	cancelErrors map[string]string // paid orders whose check was not cancelled, and why
 }
 
-func newCheckStats(want int) *checkStats {
-	return &checkStats{want: want, allHandled: make(chan struct{}), handled: map[string]bool{}}
+func newCheckStats(orders int) *checkStats {
+	s := &checkStats{
+		orders:       orders,
+		paying:       map[string]bool{},
+		allSettled:   make(chan struct{}),
+		settled:      map[string]bool{},
+		delivered:    map[string]bool{},
+		paidRan:      map[string]bool{},
+		cancelled:    map[string]bool{},
+		cancelErrors: map[string]string{},
+	}
+	for i := 1; i <= orders; i++ {
+		if willPay(i) {
+			s.paying[orderID(i)] = true
+		}
+	}
+	return s
 }
 
-func (s *checkStats) record(orderID string, late time.Duration) {
+// record counts a delivery of orderID's check, which started late after its due time (early
+// when negative); paidOrder tells that the order was paid when the check ran.
+func (s *checkStats) record(orderID string, late time.Duration, paidOrder bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if late < 0 {
 		s.early++
 	}
-	if s.handled[orderID] {
+	if paidOrder {
+		s.paidRan[orderID] = true
+	}
+	if s.delivered[orderID] {
 		s.duplicates++
 		return
 	}
-	s.handled[orderID] = true
+	s.delivered[orderID] = true
 	s.lateness = append(s.lateness, late)
-	if len(s.handled) == s.want {
-		close(s.allHandled)
+	if !s.paying[orderID] {
+		// A paid order is settled by the Cancel of its check instead.
+		s.settleLocked(orderID)
 	}
 }
 
-// summarize prints the summary to w and returns an error when the run failed: a check was not
-// delivered or one was delivered early.
+// checkCancelled records that the Cancel of paid order orderID's check took effect in the group.
+func (s *checkStats) checkCancelled(orderID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cancelled[orderID] = true
+	s.settleLocked(orderID)
+}
+
+// cancelFailed records that paid order orderID's check was not cancelled, and why.
+func (s *checkStats) cancelFailed(orderID, why string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cancelErrors[orderID] = why
+	s.settleLocked(orderID)
+}
+
+func (s *checkStats) settleLocked(orderID string) {
+	if s.settled[orderID] {
+		return
+	}
+	s.settled[orderID] = true
+	if len(s.settled) == s.orders {
+		close(s.allSettled)
+	}
+}
+
+// summarize prints the summary to w and returns an error when the run failed: an unpaid
+// order's check was not delivered, a check was delivered early, a paid order's check was not
+// cancelled, or a paid order's check ran.
 func (s *checkStats) summarize(w io.Writer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	unpaid := s.orders - len(s.paying)
+	deliveredUnpaid := 0
+	for id := range s.delivered {
+		if !s.paying[id] {
+			deliveredUnpaid++
+		}
+	}
 	sorted := slices.Sorted(slices.Values(s.lateness))
 	fmt.Fprintln(w, "\nsummary")
-	fmt.Fprintf(w, "  delivered      %d/%d\n", len(s.handled), s.want)
-	fmt.Fprintf(w, "  early          %d\n", s.early)
-	fmt.Fprintf(w, "  duplicates     %d\n", s.duplicates)
-	fmt.Fprintf(w, "  lateness p50   %s\n", millis(percentile(sorted, 50)))
-	fmt.Fprintf(w, "  lateness p99   %s\n", millis(percentile(sorted, 99)))
-	fmt.Fprintf(w, "  lateness max   %s\n", millis(percentile(sorted, 100)))
+	fmt.Fprintf(w, "  orders                        %d (%d left unpaid, %d paid)\n", s.orders, unpaid, len(s.paying))
+	fmt.Fprintf(w, "  checks delivered              %d/%d\n", deliveredUnpaid, unpaid)
+	fmt.Fprintf(w, "  checks cancelled              %d/%d\n", len(s.cancelled), len(s.paying))
+	fmt.Fprintf(w, "  paid orders whose check ran:  %d\n", len(s.paidRan))
+	fmt.Fprintf(w, "  early                         %d\n", s.early)
+	fmt.Fprintf(w, "  duplicates                    %d\n", s.duplicates)
+	fmt.Fprintf(w, "  lateness p50                  %s\n", millis(percentile(sorted, 50)))
+	fmt.Fprintf(w, "  lateness p99                  %s\n", millis(percentile(sorted, 99)))
+	fmt.Fprintf(w, "  lateness max                  %s\n", millis(percentile(sorted, 100)))
 
 	var errs []error
-	if missing := s.want - len(s.handled); missing > 0 {
-		errs = append(errs, fmt.Errorf("%d of %d payment checks were never delivered", missing, s.want))
+	if missing := unpaid - deliveredUnpaid; missing > 0 {
+		errs = append(errs, fmt.Errorf("%d of %d unpaid orders' payment checks were never delivered", missing, unpaid))
 	}
 	if s.early > 0 {
 		errs = append(errs, fmt.Errorf("%d payment checks started before they were due", s.early))
 	}
+	for _, id := range slices.Sorted(maps.Keys(s.paying)) {
+		switch why, failed := s.cancelErrors[id]; {
+		case s.cancelled[id]:
+		case failed:
+			errs = append(errs, fmt.Errorf("order %s: the payment check was not cancelled: %s", id, why))
+		default:
+			errs = append(errs, fmt.Errorf("order %s: the payment check was never cancelled (the run ended first)", id))
+		}
+	}
+	if n := len(s.paidRan); n > 0 {
+		errs = append(errs, fmt.Errorf("the payment checks of %d paid orders ran: %s", n, strings.Join(slices.Sorted(maps.Keys(s.paidRan)), ", ")))
+	}
 	if len(errs) == 0 {
-		fmt.Fprintf(w, "OK: all %d payment checks delivered, none early\n", s.want)
+		fmt.Fprintf(w, "OK: all %d unpaid orders' checks delivered, none early; all %d paid orders' checks cancelled, none ran\n", unpaid, len(s.paying))
 	}
 	return errors.Join(errs...)
 }
