@@ -48,6 +48,9 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 		return true
 	}
 	c.uuid = msg.UUID
+	if key, ok := keyOfID(c.id); ok {
+		msg.Metadata.Set(KeyMetadataKey, key)
+	}
 	if exhausted(c.attempt-1, s.cfg.MaxAttempts) {
 		// Its last attempt was never acknowledged.
 		s.deadLetter(c, msg, DeadLetterReasonLeaseExpired)
@@ -158,7 +161,8 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 }
 
 // setDeliveryMetadata sets the keys a delivery carries: the attempt, the due time, and the
-// delay metadata that due time served (see ServedDelayMetadataKey).
+// delay metadata that due time served (see ServedDelayMetadataKey). (deliver sets the message
+// key, KeyMetadataKey, first: a dead letter carries it too.)
 func setDeliveryMetadata(msg *message.Message, c *claimed) {
 	msg.Metadata.Set(AttemptMetadataKey, strconv.FormatInt(c.attempt, 10))
 	msg.Metadata.Set(DueTimeMetadataKey, time.UnixMicro(c.dueUs).UTC().Format(dueTimeLayout))

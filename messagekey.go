@@ -16,13 +16,15 @@ import (
 // message lives, by which it is deduplicated on publish and found again by the Inspector
 // (Cancel, Reschedule, RunNow, Status), in O(log N) per consumer group.
 
-// KeyMetadataKey is the metadata key that holds a message's key; WithKey sets it. Publish keeps
-// it, so every delivery and dead letter carries it. A dead letter is stored without a key on
-// its dead-letter topic; re-publishing it to its source topic uses the key again.
+// KeyMetadataKey is the metadata key that holds a message's key; WithKey sets it. Publish
+// stores the key apart from the marshaled message (it is part of the message's internal ID,
+// and is not paid for twice), and every delivery and dead letter carries it again. A dead
+// letter is stored without a key on its dead-letter topic; re-publishing it to its source topic
+// uses the key again.
 const KeyMetadataKey = ReservedMetadataPrefix + "key"
 
 // OnDuplicateMetadataKey is the metadata key that overrides PublisherConfig.OnDuplicate for one
-// message; its value is a DuplicatePolicy. Publish keeps it.
+// message; its value is a DuplicatePolicy. Publish acts on it and does not store it.
 const OnDuplicateMetadataKey = ReservedMetadataPrefix + "on_duplicate"
 
 // MaxKeyLength is the longest message key, in bytes.
@@ -150,6 +152,15 @@ func keySpecOf(msg *message.Message, policy DuplicatePolicy, retention time.Dura
 		return "", &metadataError{key: OnDuplicateMetadataKey, value: string(policy), err: errors.New(`want "keep", "replace", "keep-earlier" or "keep-later"`)}
 	}
 	return code + strconv.FormatInt(retention.Milliseconds(), 10) + "=" + key, nil
+}
+
+// keyOfID returns the key of an internal ID (see scripts.go): what follows "=" after its 12 hex
+// digits.
+func keyOfID(id string) (string, bool) {
+	if len(id) > 13 && id[12] == '=' {
+		return id[13:], true
+	}
+	return "", false
 }
 
 // keyPartition is the partition of a key on a topic with the given number of partitions:

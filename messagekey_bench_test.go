@@ -60,18 +60,25 @@ func BenchmarkPublishKeys(b *testing.B) {
 }
 
 // BenchmarkRedisMemoryPerScheduledMessage reports the Redis memory (INFO memory used_memory)
-// per scheduled message with a 100-byte payload, one consumer group, with and without a key
-// of 16 bytes ("order-" and 10 digits).
+// per scheduled message with a 100-byte payload, for one and for two consumer groups, with and
+// without a key of 16 bytes ("order-" and 10 digits).
 func BenchmarkRedisMemoryPerScheduledMessage(b *testing.B) {
-	for _, withKey := range []bool{false, true} {
-		b.Run(map[bool]string{false: "without-key", true: "with-key-16B"}[withKey], func(b *testing.B) {
+	for _, tc := range []struct {
+		groups  int
+		withKey bool
+	}{{1, false}, {1, true}, {2, false}, {2, true}} {
+		name := strconv.Itoa(tc.groups) + "-group/" + map[bool]string{false: "without-key", true: "with-key-16B"}[tc.withKey]
+		withKey := tc.withKey
+		b.Run(name, func(b *testing.B) {
 			be, client := benchBackend(b)
 			pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: be.client}, nil)
 			require.NoError(b, err)
-			sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: be.client}, nil)
-			require.NoError(b, err)
-			b.Cleanup(func() { _ = sub.Close() })
-			require.NoError(b, sub.SubscribeInitialize("bench"))
+			for g := range tc.groups {
+				sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: be.client, ConsumerGroup: "g" + strconv.Itoa(g)}, nil)
+				require.NoError(b, err)
+				b.Cleanup(func() { _ = sub.Close() })
+				require.NoError(b, sub.SubscribeInitialize("bench"))
+			}
 			payload := make([]byte, 100)
 			before := usedMemory(b, client)
 			b.ResetTimer()

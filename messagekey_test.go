@@ -388,6 +388,9 @@ func TestStatusThroughEveryState(t *testing.T) {
 		s = status("dl")
 		assert.Equal(t, 3, s.Attempt)
 		assert.Equal(t, redisdelay.DeadLetterReasonNacked, s.Reason)
+		letter := receive(t, subscribe(t, newSubscriber(t, b, nil), redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)), 5*time.Second)
+		assert.Equal(t, "dl", letter.Metadata.Get(redisdelay.KeyMetadataKey), "a dead letter carries its key")
+		letter.Ack()
 
 		// Cancelled while scheduled.
 		require.NoError(t, pub.Publish(topic, keyed("c", time.Hour, "")))

@@ -33,9 +33,11 @@ const ServedDelayMetadataKey = ReservedMetadataPrefix + "served_delay"
 // servedDelay is the value of ServedDelayMetadataKey for the given delay metadata.
 func servedDelay(until, delayFor string) string { return until + "|" + delayFor }
 
-// deliveryMetadata are the keys a Subscriber sets on each delivery; Publish drops them, so a
-// message re-published from a handler starts afresh.
-var deliveryMetadata = []string{AttemptMetadataKey, DueTimeMetadataKey, ServedDelayMetadataKey}
+// deliveryMetadata are the keys a Subscriber sets on each delivery, which Publish does not store
+// with the message: the delivery keys, so that a message re-published from a handler starts
+// afresh, and the message key and its policy, which Publish reads first and keeps apart (the
+// key is part of the message's internal ID, and each delivery carries it again).
+var deliveryMetadata = []string{AttemptMetadataKey, DueTimeMetadataKey, ServedDelayMetadataKey, KeyMetadataKey, OnDuplicateMetadataKey}
 
 // Metadata a dead letter gains when it is moved to its dead-letter topic. Publish keeps these
 // keys, so a dead letter can be re-published as it is.
