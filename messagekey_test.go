@@ -399,6 +399,12 @@ func TestStatusThroughEveryState(t *testing.T) {
 		s = status("c")
 		assert.Equal(t, redisdelay.StateCancelled, s.State)
 		assert.Equal(t, 0, s.Attempt)
+		// Done everywhere, history kept: the key reports finished, not unknown.
+		for _, op := range []func(context.Context, string, string) (redisdelay.KeyResult, error){in.Cancel, in.RunNow} {
+			res, err := op(context.Background(), topic, "c")
+			require.NoError(t, err)
+			assert.Equal(t, redisdelay.KeyFinished, res.Groups[redisdelay.DefaultConsumerGroup])
+		}
 	})
 }
 

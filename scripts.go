@@ -64,7 +64,7 @@ var (
 	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 7, variadic: true, allowOOM: true})
 	// cancelScript may run on a full Redis, since it frees memory; rescheduleScript may not.
 	cancelScript     = mustScript(scriptSpec{file: "cancel", fragments: []string{"now_us", "locate", "ended", "drop"}, keys: 6, variadic: true, allowOOM: true})
-	rescheduleScript = mustScript(scriptSpec{file: "reschedule", fragments: []string{"now_us", "locate", "schedule"}, keys: 4, variadic: true})
+	rescheduleScript = mustScript(scriptSpec{file: "reschedule", fragments: []string{"now_us", "locate", "schedule"}, keys: 5, variadic: true})
 	statusScript     = mustScript(scriptSpec{file: "status", fragments: []string{"locate"}, keys: 3, variadic: true, allowOOM: true})
 )
 

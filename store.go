@@ -584,7 +584,7 @@ func (s store) cancel(ctx context.Context, part, key string, call publishCall, g
 // in Unix µs, or *errStaleGroups.
 func (s store) reschedule(ctx context.Context, part, key string, call publishCall, m outgoing, groups []string) (string, int64, error) {
 	tk := s.keys.topic(part)
-	keys, args := s.byKeyTarget(part, key, call, []string{tk.messages, tk.groups, tk.parked}, []any{m.scheduleArg()}, groups, true)
+	keys, args := s.byKeyTarget(part, key, call, []string{tk.messages, tk.groups, tk.parked, tk.history}, []any{m.scheduleArg()}, groups, true)
 	res, err := s.run(ctx, s.client, rescheduleScript, keys, args...)
 	if err != nil {
 		return "", 0, err

@@ -7,9 +7,10 @@
 -- KEYS[2]              messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[3]              groups    set     registered consumer groups
 -- KEYS[4]              parked    zset    messages waiting for a first group
--- KEYS[5..4+G]         due       zset    one per group in ARGV[5..4+G]
--- KEYS[5+G..4+2G]      lease     zset    same groups
--- KEYS[5+2G..4+3G]     keyed     hash    same groups
+-- KEYS[5]              history   prefix  of the history keys of keyed messages
+-- KEYS[6..5+G]         due       zset    one per group in ARGV[5..4+G]
+-- KEYS[6+G..5+2G]      lease     zset    same groups
+-- KEYS[6+2G..5+3G]     keyed     hash    same groups
 -- ARGV[1]              how long the call key is kept, ms
 -- ARGV[2]              the key
 -- ARGV[3]              the new due time: a delay in µs after the Redis clock now, or "@" and a
@@ -43,7 +44,9 @@ end
 local states = {}
 local existing = redis.call('HGET', KEYS[2], '=' .. key)
 if not existing then
-  states = {'-', string.rep('n', ngroups)}
+  local gone = 'n'
+  if redis.call('EXISTS', KEYS[5] .. key) == 1 then gone = 'f' end
+  states = {'-', string.rep(gone, ngroups)}
 else
   local id = string.sub(existing, 1, 12) .. '=' .. key
   if redis.call('ZADD', KEYS[4], 'XX', 'CH', score, id .. ':0') == 1 or redis.call('ZSCORE', KEYS[4], id .. ':0') then
@@ -52,8 +55,8 @@ else
     states[1] = '-'
   end
   for g = 1, ngroups do
-    local due = KEYS[4 + g]
-    local where, m = locate(due, KEYS[4 + ngroups + g], KEYS[4 + 2 * ngroups + g], id)
+    local due = KEYS[5 + g]
+    local where, m = locate(due, KEYS[5 + ngroups + g], KEYS[5 + 2 * ngroups + g], id)
     if where == 'due' then
       schedule(due, ARGV[4 + ngroups + g], {score, m}, score)
       states[#states + 1] = 'r'
