@@ -97,15 +97,18 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ClaimBatchSize = 1 }), topic)
 
 		const n = 200
+		const spacing = 3 * time.Millisecond
 		var msgs []*message.Message
 		for i := range n {
-			// Due over the next 200 ms, so cancels and claims meet.
-			msgs = append(msgs, keyed("k"+strconv.Itoa(i), time.Duration(i)*time.Millisecond, ""))
+			// Due one every 3 ms over the next 600 ms, so cancels and claims meet.
+			msgs = append(msgs, keyed("k"+strconv.Itoa(i), time.Duration(i)*spacing, ""))
 		}
+		published := time.Now()
 		require.NoError(t, pub.Publish(topic, msgs...))
 
 		var mu sync.Mutex
 		received := map[string]int{}
+		total := 0
 		stop := make(chan struct{})
 		consumed := make(chan struct{})
 		go func() {
@@ -115,6 +118,7 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 				case msg := <-ch:
 					mu.Lock()
 					received[msg.Metadata.Get(redisdelay.KeyMetadataKey)]++
+					total++
 					mu.Unlock()
 					msg.Ack()
 				case <-stop:
@@ -123,23 +127,46 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 			}
 		}()
 
-		outcomes := map[string]redisdelay.KeyOutcome{}
-		for i := range n {
-			key := "k" + strconv.Itoa(i)
-			res, err := in.Cancel(context.Background(), topic, key)
-			require.NoError(t, err)
-			outcomes[key] = res.Groups[redisdelay.DefaultConsumerGroup]
+		// Four cancellers take the keys in due order, racing the subscriber's claims.
+		outcomes := make([]redisdelay.KeyOutcome, n)
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+					res, err := in.Cancel(context.Background(), topic, "k"+strconv.Itoa(i))
+					if !assert.NoError(t, err) {
+						return
+					}
+					outcomes[i] = res.Groups[redisdelay.DefaultConsumerGroup]
+				}
+			}()
 		}
-		// Every message is due by now: whatever was not cancelled arrives within the wait.
-		expectIdle := time.After(time.Second)
-		<-expectIdle
+		wg.Wait()
+		expected := 0
+		for _, o := range outcomes {
+			if o != redisdelay.KeyDone {
+				expected++
+			}
+		}
+		// Every message that was not removed arrives; then, once the last due time is well
+		// past, nothing more does.
+		require.Eventually(t, func() bool {
+			mu.Lock()
+			defer mu.Unlock()
+			return total >= expected
+		}, 10*time.Second, 5*time.Millisecond)
+		<-time.After(time.Until(published.Add(n*spacing + 300*time.Millisecond)))
 		close(stop)
 		<-consumed
 
 		mu.Lock()
 		defer mu.Unlock()
 		counts := map[redisdelay.KeyOutcome]int{}
-		for key, o := range outcomes {
+		for i, o := range outcomes {
+			key := "k" + strconv.Itoa(i)
 			counts[o]++
 			assert.LessOrEqual(t, received[key], 1, "key %s delivered more than once", key)
 			switch o {
@@ -153,6 +180,7 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 			}
 		}
 		t.Logf("cancel outcomes: %v", counts)
+		assert.Equal(t, total, n-counts[redisdelay.KeyDone], "exactly the messages not removed were delivered")
 		assert.Positive(t, counts[redisdelay.KeyDone], "some cancels must have come before the claim")
 	})
 }
