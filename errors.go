@@ -17,6 +17,9 @@ var (
 	// ErrInvalidName is returned for a topic or consumer group name that cannot be stored; see
 	// ValidateName.
 	ErrInvalidName = errors.New("invalid name")
+	// ErrNotFound is wrapped by the Inspector's errors for a topic, consumer group or message
+	// that does not exist; the error names it.
+	ErrNotFound = errors.New("not found")
 	// ErrInvalidKey is wrapped by the error for a message key that cannot be used; see
 	// ValidateKey. Publish returns it inside a *MessageError.
 	ErrInvalidKey = errors.New("invalid message key")

@@ -49,3 +49,12 @@ func (c *groupCache) withGroups(ctx context.Context, topic string, try func(ctx 
 		return err
 	}
 }
+
+// forget drops the cached view of the groups of topic's partitions, after a group was removed.
+func (c *groupCache) forget(topic string, partitions int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for n := 0; n < partitions; n++ {
+		delete(c.groups, partitionName(topic, n))
+	}
+}

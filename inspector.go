@@ -27,6 +27,9 @@ type InspectorConfig struct {
 	// OperationTimeout bounds each call, its Redis round trips included;
 	// DefaultOperationTimeout when zero.
 	OperationTimeout time.Duration
+	// Unmarshaler decodes stored messages for List and Message; DefaultMarshalerUnmarshaler
+	// when nil. It must match the publishers' Marshaler.
+	Unmarshaler Unmarshaler
 }
 
 func (c *InspectorConfig) setDefaults() {
@@ -38,6 +41,9 @@ func (c *InspectorConfig) setDefaults() {
 	}
 	if c.OperationTimeout == 0 {
 		c.OperationTimeout = DefaultOperationTimeout
+	}
+	if c.Unmarshaler == nil {
+		c.Unmarshaler = DefaultMarshalerUnmarshaler{}
 	}
 }
 

@@ -54,10 +54,13 @@ func ValidateName(kind, name string) error {
 //	P{T}:g:G:due       zset    ID, ID|message (single group), or ID:N after N attempts,
 //	                           scored by due time (Unix µs); see scripts.go
 //	P{T}:g:G:keyed     hash    key -> ID:N, for the keyed messages the group has claimed
+//	P{T}:g:G:paused    string  exists while the group is paused: claims hand out nothing
 //	P{T}:g:G:lease     zset    ID:N, leased for attempt N, scored by lease deadline (Unix µs)
 //	P{T}:g:G:wake      channel Pub/Sub channel that carries the new earliest due time
 //	P{T}:g:G:claim:S   string  subscription S's last claim, to answer it again when its reply
 //	                           was lost (expires after the lease timeout; see claim.lua)
+//
+//	Ptopics            hash    topic -> partitions, every topic published to or subscribed
 //
 // Times are on the Redis clock. ID:N in the lease set is the lease's fencing token.
 //
@@ -76,8 +79,8 @@ type topicKeys struct {
 
 // groupKeys are the keys of one consumer group on one topic.
 type groupKeys struct {
-	due, lease, keyed string
-	wakeChannel       string
+	due, lease, keyed, paused string
+	wakeChannel               string
 }
 
 // partitionName names partition n of a topic for the key space: the topic itself for partition
@@ -140,6 +143,10 @@ func (k keySpace) topic(topic string) topicKeys {
 	}
 }
 
+// topicRegistry is the hash of every topic published to or subscribed, topic -> partitions. It
+// has no hash tag: it is one key in one slot, written with HSET outside the topic scripts.
+func (k keySpace) topicRegistry() string { return k.prefix + "topics" }
+
 // call is the key that records that publish call token ran on topic (a partition name).
 func (k keySpace) call(topic, token string) string {
 	return k.tag(topic) + ":call:" + token
@@ -157,6 +164,7 @@ func (k keySpace) group(topic, group string) groupKeys {
 		due:         g + ":due",
 		lease:       g + ":lease",
 		keyed:       g + ":keyed",
+		paused:      g + ":paused",
 		wakeChannel: g + ":wake",
 	}
 }

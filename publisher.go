@@ -32,6 +32,7 @@ type Publisher struct {
 	closed  bool
 
 	groups     groupCache
+	topics     registeredTopics
 	eviction   evictionGuard
 	queues     sync.Map      // partition name -> *groupCommit, bounded by maxQueues
 	queueCount atomic.Int64  // entries in queues
@@ -202,6 +203,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 			outcomes[i] = publishOutcome(letters[j])
 		}
 	}
+	p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger)
 	p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
 	return outcomes, nil
 }

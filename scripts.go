@@ -52,7 +52,7 @@ var (
 	// Every script that drains the queue may run on a full Redis, so that consumers can always
 	// empty it.
 	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 7, variadic: true})
-	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack"}, keys: 7, allowOOM: true})
+	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack"}, keys: 8, allowOOM: true})
 	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 5, allowOOM: true})
 	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "schedule", "held"}, keys: 4, allowOOM: true})
 	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "schedule", "drop"}, keys: 6, allowOOM: true})
@@ -66,6 +66,14 @@ var (
 	cancelScript     = mustScript(scriptSpec{file: "cancel", fragments: []string{"now_us", "locate", "ended", "drop"}, keys: 6, variadic: true, allowOOM: true})
 	rescheduleScript = mustScript(scriptSpec{file: "reschedule", fragments: []string{"now_us", "locate", "schedule"}, keys: 5, variadic: true})
 	statusScript     = mustScript(scriptSpec{file: "status", fragments: []string{"locate"}, keys: 3, variadic: true, allowOOM: true})
+	// The Inspector's scripts. Those that only read or free memory may run on a full Redis.
+	pauseScript       = mustScript(scriptSpec{file: "pause", fragments: []string{"now_us", "wake"}, keys: 2, allowOOM: true})
+	removeGroupScript = mustScript(scriptSpec{file: "removegroup", fragments: []string{"split", "each_chunk", "drop"}, keys: 8, allowOOM: true})
+	statsScript       = mustScript(scriptSpec{file: "stats", fragments: []string{"now_us", "head"}, keys: 3, variadic: true, allowOOM: true})
+	listScript        = mustScript(scriptSpec{file: "list", fragments: []string{"now_us", "split", "stored"}, keys: 2, allowOOM: true})
+	showScript        = mustScript(scriptSpec{file: "show", fragments: []string{"now_us", "split", "stored"}, keys: 3, allowOOM: true})
+	purgeScript       = mustScript(scriptSpec{file: "purge", fragments: []string{"now_us", "split", "each_chunk", "drop"}, keys: 5, allowOOM: true})
+	requeueScript     = mustScript(scriptSpec{file: "requeue", fragments: []string{"now_us", "split", "each_chunk", "stored", "drop", "schedule"}, keys: 6})
 )
 
 // script is one Lua script in two forms. Redis 7 reads flags from a shebang line: allow-oom lets

@@ -390,7 +390,7 @@ func (s store) claim(ctx context.Context, part, group string, call claimCall, li
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
-	reply, err := s.run(ctx, s.client, claimScript, []string{gk.due, gk.lease, tk.messages, tk.refs, call.record, gk.keyed, tk.history}, args...)
+	reply, err := s.run(ctx, s.client, claimScript, []string{gk.due, gk.lease, tk.messages, tk.refs, call.record, gk.keyed, tk.history, gk.paused}, args...)
 	if err != nil {
 		return claimResult{}, err
 	}
@@ -648,4 +648,187 @@ func (s store) status(ctx context.Context, part, key string, groups []string) (b
 		out[i] = keyStatus{state: state[0], timeUs: asInt(r[1]), attempt: asInt(r[2]), record: record}
 	}
 	return asInt(res[0]) == 1, asInt(res[1]), out, nil
+}
+
+// registerTopic records topic and its partition count in the topic registry (HSET), for the
+// Inspector.
+func (s store) registerTopic(ctx context.Context, topic string, partitions int) error {
+	_, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (int64, error) {
+		return s.client.HSet(ctx, s.keys.topicRegistry(), topic, partitions).Result()
+	})
+	if err != nil {
+		return classify(err)
+	}
+	return nil
+}
+
+// setPaused runs pause.lua. It returns whether the flag changed, or an error wrapping
+// ErrNotFound when the group is not registered.
+func (s store) setPaused(ctx context.Context, part, group string, paused bool) (bool, error) {
+	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+	flag := 0
+	if paused {
+		flag = 1
+	}
+	res, err := s.run(ctx, s.client, pauseScript, []string{tk.groups, gk.paused}, group, flag, gk.wakeChannel)
+	if err != nil {
+		return false, err
+	}
+	switch n, _ := res.(int64); n {
+	case -1:
+		return false, fmt.Errorf("consumer group %s: %w", quote(group), ErrNotFound)
+	case 0, 1:
+		return n == 1, nil
+	}
+	return false, fmt.Errorf("script %s: unexpected reply %v", pauseScript.name, res)
+}
+
+// removeGroup runs removegroup.lua once: it unregisters the group and drops up to limit of the
+// messages it holds. It returns whether this call unregistered it, and how many are left.
+func (s store) removeGroup(ctx context.Context, part, group string, limit int) (bool, int64, error) {
+	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+	res, err := s.run(ctx, s.client, removeGroupScript, []string{tk.groups, tk.messages, tk.refs, gk.due, gk.lease, gk.keyed, gk.paused, tk.history}, group, limit)
+	if err != nil {
+		return false, 0, err
+	}
+	r, _ := res.([]any)
+	if len(r) != 3 {
+		return false, 0, fmt.Errorf("script %s: unexpected reply %v", removeGroupScript.name, res)
+	}
+	return asInt(r[0]) == 1, asInt(r[2]), nil
+}
+
+// groupCounts is what stats.lua returns for one group of one partition.
+type groupCounts struct {
+	nowUs, due, scheduled, inFlight, dead, headUs, nextDueUs int64
+	paused                                                   bool
+}
+
+// stats runs stats.lua for a group of a topic partition; dead are the sets that hold its dead
+// letters.
+func (s store) stats(ctx context.Context, part, group string, dead []string) (groupCounts, error) {
+	gk := s.keys.group(part, group)
+	res, err := s.run(ctx, s.client, statsScript, append([]string{gk.due, gk.lease, gk.paused}, dead...))
+	if err != nil {
+		return groupCounts{}, err
+	}
+	r, _ := res.([]any)
+	if len(r) != 8 {
+		return groupCounts{}, fmt.Errorf("script %s: unexpected reply %v", statsScript.name, res)
+	}
+	return groupCounts{nowUs: asInt(r[0]), due: asInt(r[1]), scheduled: asInt(r[2]), inFlight: asInt(r[3]), dead: asInt(r[4]), headUs: asInt(r[5]), nextDueUs: asInt(r[6]), paused: asInt(r[7]) == 1}, nil
+}
+
+// listed is one message of a list.lua or show.lua reply.
+type listed struct {
+	member  string
+	scoreUs int64
+	data    []byte // nil when the stored message has vanished
+	leased  bool   // show.lua: found in the lease set
+}
+
+// list runs list.lua on set (part "due", "scheduled" or "all") after the cursor (its score,
+// ok false for the first page, and member) and returns the page and the Redis time.
+func (s store) list(ctx context.Context, set, messages, part string, cursorUs int64, cursorMember string, first bool, limit int) ([]listed, int64, error) {
+	cursor := ""
+	if !first {
+		cursor = strconv.FormatInt(cursorUs, 10)
+	}
+	res, err := s.run(ctx, s.client, listScript, []string{set, messages}, part, cursor, cursorMember, limit)
+	if err != nil {
+		return nil, 0, err
+	}
+	r, _ := res.([]any)
+	if len(r) < 1 || (len(r)-1)%3 != 0 {
+		return nil, 0, fmt.Errorf("script %s: unexpected reply of %d values", listScript.name, len(r))
+	}
+	out := make([]listed, 0, (len(r)-1)/3)
+	for i := 1; i < len(r); i += 3 {
+		m, _ := r[i].(string)
+		l := listed{member: m, scoreUs: asInt(r[i+1])}
+		if d, ok := r[i+2].(string); ok {
+			l.data = []byte(d)
+		}
+		out = append(out, l)
+	}
+	return out, asInt(r[0]), nil
+}
+
+// show runs show.lua: the message named member in due or lease. ok is false when neither
+// holds it.
+func (s store) show(ctx context.Context, due, lease, messages, member string) (listed, int64, bool, error) {
+	res, err := s.run(ctx, s.client, showScript, []string{due, lease, messages}, member)
+	if err != nil {
+		return listed{}, 0, false, err
+	}
+	r, _ := res.([]any)
+	if len(r) == 1 {
+		return listed{}, asInt(r[0]), false, nil
+	}
+	if len(r) != 4 {
+		return listed{}, 0, false, fmt.Errorf("script %s: unexpected reply %v", showScript.name, res)
+	}
+	where, _ := r[1].(string)
+	l := listed{member: member, scoreUs: asInt(r[2]), leased: where == "lease"}
+	if d, ok := r[3].(string); ok {
+		l.data = []byte(d)
+	}
+	return l, asInt(r[0]), true, nil
+}
+
+// purge runs purge.lua once on set: it drops up to limit messages of the part ("due",
+// "scheduled" or "all") for the group and returns how many it dropped and how many are left.
+func (s store) purge(ctx context.Context, part, group, set, which string, limit int) (int64, int64, error) {
+	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+	res, err := s.run(ctx, s.client, purgeScript, []string{set, tk.messages, tk.refs, gk.keyed, tk.history}, which, limit)
+	if err != nil {
+		return 0, 0, err
+	}
+	r, _ := res.([]any)
+	if len(r) != 2 {
+		return 0, 0, fmt.Errorf("script %s: unexpected reply %v", purgeScript.name, res)
+	}
+	return asInt(r[0]), asInt(r[1]), nil
+}
+
+// requeue runs requeue.lua: members of the dead-letter set dead (of the dead-letter topic
+// partition deadPart) go back to group on the topic partition part, due at once.
+func (s store) requeue(ctx context.Context, part, group, deadPart, dead string, members []string) (int64, error) {
+	tk, gk, dk := s.keys.topic(part), s.keys.group(part, group), s.keys.topic(deadPart)
+	args := make([]any, 0, 1+len(members))
+	args = append(args, gk.wakeChannel)
+	for _, m := range members {
+		args = append(args, m)
+	}
+	res, err := s.run(ctx, s.client, requeueScript, []string{dead, dk.messages, dk.refs, tk.seq, tk.messages, gk.due}, args...)
+	if err != nil {
+		return 0, err
+	}
+	n, ok := res.(int64)
+	if !ok {
+		return 0, fmt.Errorf("script %s: unexpected reply %v", requeueScript.name, res)
+	}
+	return n, nil
+}
+
+// keyedID returns the member under which group holds the keyed message with key on a topic
+// partition: the one its keyed hash names once it claimed it, else the never-claimed ID:0 of the
+// message the key's field holds. It returns an error wrapping ErrNotFound when no message has
+// the key. (Two reads, not atomic: the member may have moved on by the time it is used.)
+func (s store) keyedID(ctx context.Context, part, group, key string) (string, error) {
+	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+	return bounded(ctx, s.contextTimeouts, func(ctx context.Context) (string, error) {
+		if m, err := s.client.HGet(ctx, gk.keyed, key).Result(); err == nil {
+			return m, nil
+		} else if !errors.Is(err, redis.Nil) {
+			return "", classify(err)
+		}
+		v, err := s.client.HGet(ctx, tk.messages, "="+key).Result()
+		if errors.Is(err, redis.Nil) || err == nil && len(v) < 12 {
+			return "", fmt.Errorf("key %s: %w", quote(key), ErrNotFound)
+		} else if err != nil {
+			return "", classify(err)
+		}
+		return v[:12] + "=" + key + ":0", nil
+	})
 }

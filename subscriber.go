@@ -22,6 +22,8 @@ type Subscriber struct {
 	deadLetterGroups groupCache
 
 	eviction evictionGuard
+	// topics remembers the topics written to the topic registry.
+	topics registeredTopics
 
 	mu     sync.Mutex // guards closed and wg.Add
 	closed bool
@@ -96,6 +98,10 @@ func (s *Subscriber) register(ctx context.Context, topic string) error {
 		if err := s.store.registerGroup(ctx, partitionName(topic, n), s.config.ConsumerGroup); err != nil {
 			return fmt.Errorf("redisdelay: register consumer group %s on topic %s partition %d: %w", quote(s.config.ConsumerGroup), quote(topic), n, err)
 		}
+	}
+	s.topics.ensure(ctx, s.store, topic, s.config.Partitions, s.logger)
+	if dlt, err := s.deadLetterTopic(topic); err == nil {
+		s.topics.ensure(ctx, s.store, dlt, s.config.Partitions, s.logger)
 	}
 	return nil
 }

@@ -19,6 +19,8 @@
 -- KEYS[5] record    string  the subscription's last claim: "token deadline"
 -- KEYS[6] keyed     hash    the group's keyed messages once claimed: key -> ID:attempt
 -- KEYS[7] history   prefix  of the history keys of keyed messages (see ended in lib)
+-- KEYS[8] paused    string  exists while the group is paused: acks are confirmed, nothing is
+--                           claimed, and no next due time is given (Resume wakes the group)
 -- ARGV[1] N, the most messages to claim
 -- ARGV[2] lease timeout in µs
 -- ARGV[3] the claim's token
@@ -66,6 +68,7 @@ end
 local acked = {}
 for i = 5, #ARGV do acked[#acked + 1] = ARGV[i] end
 local refused = ack(KEYS[2], KEYS[3], KEYS[4], group, acked, 'acked')
+if redis.call('EXISTS', KEYS[8]) == 1 then return {now, -1, -1, refused, 0} end
 
 -- An expired lease puts the message back at its lease deadline, which is in the past, so it is
 -- claimed before messages that came due later; its member keeps the attempt count.

@@ -39,7 +39,16 @@ local function publish_to(k, a)
     local space = string.find(done, ' ', 1, true)
     return {1, string.sub(done, 1, space - 1), string.sub(done, space + 1)}
   end
-  if redis.call('SCARD', groups) ~= ngroups then
+  -- A view that names a removed group is stale too, so a publish never resurrects it.
+  local stale = redis.call('SCARD', groups) ~= ngroups
+  if not stale and ngroups > 0 then
+    local names = {}
+    for g = 1, ngroups do names[g] = ARGV[a + 1 + g] end
+    for _, present in ipairs(redis.call('SMISMEMBER', groups, unpack(names))) do
+      if present == 0 then stale = true end
+    end
+  end
+  if stale then
     local current = redis.call('SMEMBERS', groups)
     table.insert(current, 1, 0)
     return current

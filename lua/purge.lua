@@ -1,0 +1,27 @@
+-- purge.lua: drops up to N messages of one part of a consumer group's set, for the group only:
+-- each stored message goes once no other group holds it.
+--
+-- KEYS[1] set       zset    the group's due or lease set
+-- KEYS[2] messages  hash    field (see scripts.go) -> marshaled message
+-- KEYS[3] refs      hash    field -> groups still holding it
+-- KEYS[4] keyed     hash    the group's claimed keyed messages
+-- KEYS[5] history   prefix  of the history keys of keyed messages
+-- ARGV[1] which part: due (score <= now), scheduled (score > now) or all
+-- ARGV[2] N, the most messages to drop in this call
+--
+-- Returns {messages dropped, messages of that part left}.
+
+local now = now_us()
+local min, max = '-inf', '+inf'
+if ARGV[1] == 'due' then max = now elseif ARGV[1] == 'scheduled' then min = '(' .. now end
+local members = redis.call('ZRANGEBYSCORE', KEYS[1], min, max, 'LIMIT', 0, tonumber(ARGV[2]))
+local ids = {}
+for i, m in ipairs(members) do
+  local id = split(m)
+  ids[i] = id
+  local key = key_of(id)
+  if key then redis.call('HDEL', KEYS[4], key) end
+end
+if #members > 0 then each_chunk('ZREM', KEYS[1], members) end
+drop(KEYS[2], KEYS[3], ids, KEYS[5])
+return {#members, redis.call('ZCOUNT', KEYS[1], min, max)}

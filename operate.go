@@ -1,0 +1,765 @@
+package redisdelay
+
+import (
+	"context"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+)
+
+// Operating a queue: the Inspector's topic registry, statistics, lists, pause and resume,
+// removing a consumer group, requeueing dead letters and purging. Everything here uses O(1) or
+// O(log N) commands per topic and group (plus O(M) for M listed or moved messages); nothing
+// uses KEYS or SCAN.
+
+// registeredTopics remembers which topics a Publisher or Subscriber has written to the topic
+// registry, so that each is written once per process (HSET). It holds at most maxCachedTopics
+// topics; past that it starts again from empty.
+type registeredTopics struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// ensure writes topic to the registry unless it did already. A failure is logged and tried
+// again next time: the registry serves the Inspector only, never delivery.
+func (r *registeredTopics) ensure(ctx context.Context, st store, topic string, partitions int, logger watermill.LoggerAdapter) {
+	r.mu.Lock()
+	done := r.seen[topic]
+	r.mu.Unlock()
+	if done {
+		return
+	}
+	if err := st.registerTopic(ctx, topic, partitions); err != nil {
+		logger.Error("Cannot add the topic to the topic registry; the Inspector will not list it yet", err, watermill.LogFields{"topic": topic})
+		return
+	}
+	r.mu.Lock()
+	if r.seen == nil || len(r.seen) >= maxCachedTopics {
+		r.seen = map[string]bool{}
+	}
+	r.seen[topic] = true
+	r.mu.Unlock()
+}
+
+// TopicInfo describes one topic of the registry.
+type TopicInfo struct {
+	Topic string
+	// Partitions is the partition count its publishers or subscribers were configured with.
+	Partitions int
+	// Groups are the consumer groups registered on any of its partitions, sorted.
+	Groups []string
+}
+
+// Topics lists every topic that has been published to or subscribed under the key prefix
+// (dead-letter topics included once a subscriber of their source topic started), sorted, with
+// its partitions and consumer groups. It reads the topic registry (HGETALL) and each
+// partition's group set (SMEMBERS). Errors: the Redis error, within OperationTimeout.
+func (i *Inspector) Topics(ctx context.Context) ([]TopicInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	registry, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) (map[string]string, error) {
+		return i.config.Client.HGetAll(ctx, i.store.keys.topicRegistry()).Result()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisdelay: read the topic registry: %w", classify(err))
+	}
+	out := make([]TopicInfo, 0, len(registry))
+	for topic, p := range registry {
+		partitions, _ := strconv.Atoi(p)
+		out = append(out, TopicInfo{Topic: topic, Partitions: max(partitions, 1)})
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].Topic < out[b].Topic })
+	err = forEachConcurrently(ctx, len(out), func(ctx context.Context, n int) error {
+		groups, err := i.groupsOf(ctx, out[n].Topic, out[n].Partitions)
+		out[n].Groups = groups
+		return err
+	})
+	return out, err
+}
+
+// topic returns the registry entry of topic, or an error wrapping ErrNotFound.
+func (i *Inspector) topic(ctx context.Context, topic string) (TopicInfo, error) {
+	if err := ValidateName("topic", topic); err != nil {
+		return TopicInfo{}, err
+	}
+	p, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) (string, error) {
+		return i.config.Client.HGet(ctx, i.store.keys.topicRegistry(), topic).Result()
+	})
+	if err != nil {
+		if errors.Is(err, redis.Nil) {
+			return TopicInfo{}, fmt.Errorf("redisdelay: topic %s: %w", quote(topic), ErrNotFound)
+		}
+		return TopicInfo{}, fmt.Errorf("redisdelay: topic %s: %w", quote(topic), classify(err))
+	}
+	partitions, _ := strconv.Atoi(p)
+	info := TopicInfo{Topic: topic, Partitions: max(partitions, 1)}
+	info.Groups, err = i.groupsOf(ctx, topic, info.Partitions)
+	return info, err
+}
+
+// group returns the registry entry of topic after checking that group is registered on it,
+// or an error wrapping ErrNotFound.
+func (i *Inspector) group(ctx context.Context, topic, group string) (TopicInfo, error) {
+	info, err := i.topic(ctx, topic)
+	if err != nil {
+		return info, err
+	}
+	for _, g := range info.Groups {
+		if g == group {
+			return info, nil
+		}
+	}
+	return info, fmt.Errorf("redisdelay: consumer group %s on topic %s: %w", quote(group), quote(topic), ErrNotFound)
+}
+
+// groupsOf returns the union of the groups registered on the partitions of topic, sorted.
+func (i *Inspector) groupsOf(ctx context.Context, topic string, partitions int) ([]string, error) {
+	set := map[string]bool{}
+	for n := 0; n < partitions; n++ {
+		groups, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) ([]string, error) {
+			return i.config.Client.SMembers(ctx, i.store.keys.topic(partitionName(topic, n)).groups).Result()
+		})
+		if err != nil {
+			return nil, fmt.Errorf("redisdelay: groups of topic %s: %w", quote(topic), classify(err))
+		}
+		for _, g := range groups {
+			set[g] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for g := range set {
+		out = append(out, g)
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// GroupStats counts one consumer group's messages on a topic, summed over its partitions. Times
+// are on the Redis clock.
+type GroupStats struct {
+	Topic, Group string
+	// Scheduled are due later; Due are due now and not claimed; InFlight are leased to a
+	// consumer.
+	Scheduled, Due, InFlight int64
+	// DeadLetters are the group's dead letters not yet done on its dead-letter topic
+	// (DefaultDeadLetterTopic): parked for a first consumer group there, or due or in flight
+	// in its groups (counted once per such group). A custom SubscriberConfig.DeadLetterTopic
+	// is not seen here.
+	DeadLetters int64
+	// OldestDueAge is how long the oldest message that is due now has been due; 0 when none is.
+	OldestDueAge time.Duration
+	// NextDue is the earliest due time after now; zero when nothing is scheduled.
+	NextDue time.Time
+	// Paused is set while the group is paused (see Inspector.Pause).
+	Paused bool
+}
+
+// Stats returns the statistics of every consumer group of the given topics, or of every topic
+// in the registry when none is given, sorted by topic and group. Each group costs one script
+// of O(log N) commands per partition (ZCOUNT, ZCARD, ZRANGE of one element), run 16 at a time.
+// Errors: an error wrapping ErrNotFound for a topic not in the registry, or the Redis error,
+// within OperationTimeout.
+func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, error) {
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	var infos []TopicInfo
+	if len(topics) == 0 {
+		all, err := i.Topics(ctx)
+		if err != nil {
+			return nil, err
+		}
+		infos = all
+	}
+	for _, t := range topics {
+		info, err := i.topic(ctx, t)
+		if err != nil {
+			return nil, err
+		}
+		infos = append(infos, info)
+	}
+	type job struct {
+		stat      *GroupStats
+		partition int
+		counts    groupCounts
+	}
+	var stats []*GroupStats
+	var jobs []*job
+	for _, info := range infos {
+		for _, g := range info.Groups {
+			st := &GroupStats{Topic: info.Topic, Group: g}
+			stats = append(stats, st)
+			for n := 0; n < info.Partitions; n++ {
+				jobs = append(jobs, &job{stat: st, partition: n})
+			}
+		}
+	}
+	err := forEachConcurrently(ctx, len(jobs), func(ctx context.Context, n int) error {
+		j := jobs[n]
+		part := partitionName(j.stat.Topic, j.partition)
+		dead, err := i.deadLetterSets(ctx, partitionName(DefaultDeadLetterTopic(j.stat.Topic, j.stat.Group), j.partition))
+		if err != nil {
+			return err
+		}
+		j.counts, err = i.store.stats(ctx, part, j.stat.Group, dead)
+		if err != nil {
+			return fmt.Errorf("redisdelay: stats of group %s on topic %s: %w", quote(j.stat.Group), quote(j.stat.Topic), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		c, st := j.counts, j.stat
+		st.Scheduled += c.scheduled
+		st.Due += c.due
+		st.InFlight += c.inFlight
+		st.DeadLetters += c.dead
+		st.Paused = st.Paused || c.paused
+		if c.due > 0 && c.headUs >= 0 {
+			st.OldestDueAge = max(st.OldestDueAge, time.Duration(c.nowUs-c.headUs)*time.Microsecond)
+		}
+		if c.nextDueUs >= 0 {
+			if next := time.UnixMicro(c.nextDueUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
+				st.NextDue = next
+			}
+		}
+	}
+	out := make([]GroupStats, len(stats))
+	for n, st := range stats {
+		out[n] = *st
+	}
+	return out, nil
+}
+
+// deadLetterSets returns the sets that hold the messages of a dead-letter topic partition: its
+// parked set, and the due and lease sets of its groups.
+func (i *Inspector) deadLetterSets(ctx context.Context, deadPart string) ([]string, error) {
+	tk := i.store.keys.topic(deadPart)
+	groups, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) ([]string, error) {
+		return i.config.Client.SMembers(ctx, tk.groups).Result()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("redisdelay: groups of dead-letter topic %s: %w", quote(deadPart), classify(err))
+	}
+	sets := []string{tk.parked}
+	for _, g := range groups {
+		gk := i.store.keys.group(deadPart, g)
+		sets = append(sets, gk.due, gk.lease)
+	}
+	return sets, nil
+}
+
+// Pause pauses consumer group on topic: its claims hand out nothing (acks of messages in
+// flight are still confirmed), while messages keep being scheduled for it. Its subscriptions
+// keep their channels open and sleep. Pausing a paused group is fine. Errors: an error wrapping
+// ErrNotFound for an unknown topic or group, or the Redis error, within OperationTimeout.
+func (i *Inspector) Pause(ctx context.Context, topic, group string) error {
+	return i.setPaused(ctx, topic, group, true)
+}
+
+// Resume resumes a paused consumer group: its subscribers are woken and claim at once (within
+// a round trip of the wake-up). Resuming a group that is not paused is fine. Errors as for
+// Pause.
+func (i *Inspector) Resume(ctx context.Context, topic, group string) error {
+	return i.setPaused(ctx, topic, group, false)
+}
+
+func (i *Inspector) setPaused(ctx context.Context, topic, group string, paused bool) error {
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	info, err := i.group(ctx, topic, group)
+	if err != nil {
+		return err
+	}
+	for n := 0; n < info.Partitions; n++ {
+		if _, err := i.store.setPaused(ctx, partitionName(topic, n), group, paused); err != nil && !errors.Is(err, ErrNotFound) {
+			return fmt.Errorf("redisdelay: pause or resume group %s on topic %s: %w", quote(group), quote(topic), err)
+		}
+	}
+	return nil
+}
+
+// removeGroupChunk is how many messages one removegroup.lua or purge.lua call drops, so that
+// no call blocks Redis for long.
+const removeGroupChunk = 1000
+
+// RemoveGroup removes consumer group from topic with all its keys: at once it is no longer
+// registered, so publishes stop going to it (a publish that races the removal is refused by
+// the publish script and retried without it, so it never brings the group back); then the
+// messages it held are dropped, removeGroupChunk per script call, each stored message once no
+// other group holds it. Subscribers of the group that still run receive nothing more and their
+// acks are refused; a new Subscribe registers the group again, empty. Its dead-letter topic is
+// a topic of its own and stays. It returns how many messages were dropped. Errors: an error
+// wrapping ErrNotFound for an unknown topic or group, or the Redis error; a call cut short by
+// OperationTimeout can be repeated.
+func (i *Inspector) RemoveGroup(ctx context.Context, topic, group string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	info, err := i.group(ctx, topic, group)
+	if err != nil {
+		return 0, err
+	}
+	var dropped int64
+	for n := 0; n < info.Partitions; n++ {
+		part := partitionName(topic, n)
+		for {
+			before, err := i.holding(ctx, part, group)
+			if err != nil {
+				return dropped, err
+			}
+			_, left, err := i.store.removeGroup(ctx, part, group, removeGroupChunk)
+			if err != nil {
+				return dropped, fmt.Errorf("redisdelay: remove group %s from topic %s: %w", quote(group), quote(topic), err)
+			}
+			dropped += max(before-left, 0)
+			if left == 0 {
+				break
+			}
+		}
+	}
+	i.groups.forget(topic, info.Partitions)
+	return dropped, nil
+}
+
+// holding returns how many messages group holds on a topic partition, due or leased.
+func (i *Inspector) holding(ctx context.Context, part, group string) (int64, error) {
+	gk := i.store.keys.group(part, group)
+	return bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) (int64, error) {
+		due, err := i.config.Client.ZCard(ctx, gk.due).Result()
+		if err != nil {
+			return 0, classify(err)
+		}
+		lease, err := i.config.Client.ZCard(ctx, gk.lease).Result()
+		if err != nil {
+			return 0, classify(err)
+		}
+		return due + lease, nil
+	})
+}
+
+// ListState selects which messages of a consumer group List returns.
+type ListState string
+
+const (
+	// ListScheduled are due later.
+	ListScheduled ListState = "scheduled"
+	// ListDue are due now and not claimed.
+	ListDue ListState = "due"
+	// ListInFlight are leased to a consumer.
+	ListInFlight ListState = "in-flight"
+	// ListDead are the group's dead letters waiting on its dead-letter topic
+	// (DefaultDeadLetterTopic) for a first consumer group there.
+	ListDead ListState = "dead"
+)
+
+// MessageInfo describes one message of a consumer group. Times are on the Redis clock.
+type MessageInfo struct {
+	Topic, Group string
+	// Ref names the message in its group, partition included: give it to Message, Requeue.
+	Ref string
+	// ID is the internal ID: 12 hex digits, then "=" and the key for a keyed message.
+	ID   string
+	UUID string
+	Key  string
+	// State is StateScheduled (DueAt may be past: due now) or StateInFlight.
+	State KeyState
+	DueAt time.Time // StateScheduled
+	// Attempt is the attempts so far (scheduled) or the attempt under way (in flight).
+	Attempt       int
+	LeaseDeadline time.Time // StateInFlight
+	Metadata      map[string]string
+	PayloadSize   int
+	// Preview is the payload's first PreviewLength bytes as text, with invalid UTF-8 and
+	// control characters replaced by '.'.
+	Preview string
+	// Payload is the whole payload; only Message and MessageByKey fill it.
+	Payload []byte
+	// Vanished is set when the stored message is missing (evicted): only the member is known.
+	Vanished bool
+}
+
+// PreviewLength is how many bytes of the payload MessageInfo.Preview shows.
+const PreviewLength = 64
+
+// ListOptions selects a page of List.
+type ListOptions struct {
+	State ListState
+	// Cursor is ListPage.NextCursor of the previous page, "" for the first.
+	Cursor string
+	// Limit is the most messages on the page; 100 when zero, at most 1000.
+	Limit int
+}
+
+// ListPage is one page of List.
+type ListPage struct {
+	Messages []MessageInfo
+	// NextCursor continues after this page; "" when there is nothing more.
+	NextCursor string
+}
+
+// List returns one page of the messages of consumer group on topic in the given state, in
+// due-time (or lease-deadline) order, partition by partition. Each page is one script call of
+// O(log N + limit) (ZRANGEBYSCORE with LIMIT from the cursor, HMGET), so a page costs the same
+// with 1M messages scheduled. Messages that change state between pages may be missed or seen
+// twice. Errors: an error wrapping ErrNotFound for an unknown topic or group, a bad cursor or
+// state, or the Redis error, within OperationTimeout.
+func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOptions) (ListPage, error) {
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	info, err := i.group(ctx, topic, group)
+	if err != nil {
+		return ListPage{}, err
+	}
+	limit := opts.Limit
+	if limit <= 0 {
+		limit = 100
+	}
+	limit = min(limit, 1000)
+	c, err := decodeCursor(opts.Cursor)
+	if err != nil {
+		return ListPage{}, fmt.Errorf("redisdelay: list topic %s: %w", quote(topic), err)
+	}
+	var page ListPage
+	for p := c.partition; p < info.Partitions && len(page.Messages) < limit; p++ {
+		part := partitionName(topic, p)
+		set, messages, which, err := i.listTarget(part, topic, group, opts.State)
+		if err != nil {
+			return ListPage{}, err
+		}
+		first := p != c.partition || opts.Cursor == ""
+		rows, nowUs, err := i.store.list(ctx, set, messages, which, c.scoreUs, c.member, first, limit-len(page.Messages))
+		if err != nil {
+			return ListPage{}, fmt.Errorf("redisdelay: list group %s on topic %s: %w", quote(group), quote(topic), err)
+		}
+		for _, r := range rows {
+			page.Messages = append(page.Messages, i.describe(topic, group, p, r, opts.State == ListInFlight, nowUs, false))
+		}
+		if len(page.Messages) == limit && len(rows) > 0 {
+			last := rows[len(rows)-1]
+			page.NextCursor = encodeCursor(cursor{partition: p, scoreUs: last.scoreUs, member: last.member})
+		}
+	}
+	return page, nil
+}
+
+// listTarget returns the set, the messages hash and the part of the set (for list.lua) that
+// hold the messages of a group in state on a topic partition.
+func (i *Inspector) listTarget(part, topic, group string, state ListState) (set, messages, which string, err error) {
+	tk, gk := i.store.keys.topic(part), i.store.keys.group(part, group)
+	switch state {
+	case ListScheduled:
+		return gk.due, tk.messages, "scheduled", nil
+	case ListDue:
+		return gk.due, tk.messages, "due", nil
+	case ListInFlight:
+		return gk.lease, tk.messages, "all", nil
+	case ListDead:
+		n := 0
+		if j := strings.LastIndexByte(part, '#'); j >= 0 && partitionSuffix(part) > 0 {
+			n, _ = strconv.Atoi(part[j+1:])
+		}
+		dk := i.store.keys.topic(partitionName(DefaultDeadLetterTopic(topic, group), n))
+		return dk.parked, dk.messages, "all", nil
+	}
+	return "", "", "", fmt.Errorf("redisdelay: unknown list state %q, want scheduled, due, in-flight or dead", state)
+}
+
+// describe turns a listed member into a MessageInfo, decoding the stored message.
+func (i *Inspector) describe(topic, group string, partition int, r listed, leased bool, nowUs int64, full bool) MessageInfo {
+	id, attempt, _ := parseMember(r.member)
+	m := MessageInfo{Topic: topic, Group: group, Ref: strconv.Itoa(partition) + "/" + r.member, ID: id, Attempt: attempt, State: StateScheduled}
+	if key, ok := keyOfID(id); ok {
+		m.Key = key
+	}
+	if leased {
+		m.State, m.LeaseDeadline = StateInFlight, time.UnixMicro(r.scoreUs)
+	} else {
+		m.DueAt = time.UnixMicro(r.scoreUs)
+	}
+	if r.data == nil {
+		m.Vanished = true
+		return m
+	}
+	msg, err := i.config.Unmarshaler.Unmarshal(topic, r.data)
+	if err != nil {
+		m.Vanished = true
+		return m
+	}
+	m.UUID, m.Metadata, m.PayloadSize = msg.UUID, msg.Metadata, len(msg.Payload)
+	if m.Key != "" {
+		m.Metadata[KeyMetadataKey] = m.Key
+	}
+	m.Preview = preview(msg.Payload)
+	if full {
+		m.Payload = msg.Payload
+	}
+	return m
+}
+
+// Message returns the message that ref (MessageInfo.Ref) names in its consumer group, with its
+// whole payload. Errors: an error wrapping ErrNotFound when the group no longer holds it (or
+// the topic or group is unknown), or the Redis error, within OperationTimeout.
+func (i *Inspector) Message(ctx context.Context, topic, group, ref string) (MessageInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	info, err := i.group(ctx, topic, group)
+	if err != nil {
+		return MessageInfo{}, err
+	}
+	partition, member, ok := strings.Cut(ref, "/")
+	p, perr := strconv.Atoi(partition)
+	if !ok || perr != nil || p < 0 || p >= info.Partitions {
+		return MessageInfo{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
+	}
+	return i.show(ctx, topic, group, p, member, ref)
+}
+
+// MessageByKey returns the message with key in consumer group on topic, with its whole payload.
+// Errors as for Message.
+func (i *Inspector) MessageByKey(ctx context.Context, topic, group, key string) (MessageInfo, error) {
+	st, err := i.Status(ctx, topic, key)
+	if err != nil {
+		return MessageInfo{}, err
+	}
+	if _, err := i.group(ctx, topic, group); err != nil {
+		return MessageInfo{}, err
+	}
+	gs := st.Groups[group]
+	if gs.State != StateScheduled && gs.State != StateInFlight {
+		return MessageInfo{}, fmt.Errorf("redisdelay: key %s in group %s on topic %s is %s: %w", quote(key), quote(group), quote(topic), gs.State, ErrNotFound)
+	}
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	p := keyPartition(key, i.config.Partitions)
+	id, err := i.store.keyedID(ctx, partitionName(topic, p), group, key)
+	if err != nil {
+		return MessageInfo{}, err
+	}
+	return i.show(ctx, topic, group, p, id, strconv.Itoa(p)+"/"+id)
+}
+
+func (i *Inspector) show(ctx context.Context, topic, group string, p int, member, ref string) (MessageInfo, error) {
+	part := partitionName(topic, p)
+	tk, gk := i.store.keys.topic(part), i.store.keys.group(part, group)
+	r, nowUs, found, err := i.store.show(ctx, gk.due, gk.lease, tk.messages, member)
+	if err != nil {
+		return MessageInfo{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), err)
+	}
+	if !found {
+		return MessageInfo{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
+	}
+	return i.describe(topic, group, p, r, r.leased, nowUs, true), nil
+}
+
+// Requeue moves dead letters of consumer group on topic back to it, due at once: those refs
+// name (MessageInfo.Ref from List with ListDead), or, with no refs, every dead letter waiting
+// on its dead-letter topic (DefaultDeadLetterTopic) for a first consumer group, in chunks of
+// 500 per script call. Each is stored anew for that group only, with its dead-letter metadata,
+// without a key. It returns how many were requeued; refs that no longer name a dead letter are
+// skipped. Errors: an error wrapping ErrNotFound for an unknown topic or group, or the Redis
+// error; requeued messages stay requeued when a later chunk fails.
+func (i *Inspector) Requeue(ctx context.Context, topic, group string, refs ...string) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	info, err := i.group(ctx, topic, group)
+	if err != nil {
+		return 0, err
+	}
+	byPartition := map[int][]string{}
+	for _, ref := range refs {
+		partition, member, ok := strings.Cut(ref, "/")
+		p, perr := strconv.Atoi(partition)
+		if !ok || perr != nil || p < 0 || p >= info.Partitions {
+			return 0, fmt.Errorf("redisdelay: dead letter %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
+		}
+		byPartition[p] = append(byPartition[p], member)
+	}
+	var moved int64
+	for p := 0; p < info.Partitions; p++ {
+		part := partitionName(topic, p)
+		deadPart := partitionName(DefaultDeadLetterTopic(topic, group), p)
+		dead := i.store.keys.topic(deadPart).parked
+		requeue := func(members []string) error {
+			n, err := i.store.requeue(ctx, part, group, deadPart, dead, members)
+			moved += n
+			if err != nil {
+				return fmt.Errorf("redisdelay: requeue dead letters of group %s on topic %s: %w", quote(group), quote(topic), err)
+			}
+			return nil
+		}
+		if len(refs) > 0 {
+			for chunk := range slicesChunk(byPartition[p], requeueChunk) {
+				if err := requeue(chunk); err != nil {
+					return moved, err
+				}
+			}
+			continue
+		}
+		for {
+			rows, _, err := i.store.list(ctx, dead, i.store.keys.topic(deadPart).messages, "all", 0, "", true, requeueChunk)
+			if err != nil {
+				return moved, err
+			}
+			if len(rows) == 0 {
+				break
+			}
+			members := make([]string, len(rows))
+			for n, r := range rows {
+				members[n] = r.member
+			}
+			if err := requeue(members); err != nil {
+				return moved, err
+			}
+		}
+	}
+	return moved, nil
+}
+
+// requeueChunk is how many dead letters one requeue.lua call moves.
+const requeueChunk = 500
+
+// Purge drops the messages of consumer group on topic in one state (ListScheduled, ListDue or
+// ListInFlight), for that group only, removeGroupChunk per script call; each stored message
+// goes once no other group holds it. It returns how many were dropped. Errors: an error
+// wrapping ErrNotFound for an unknown topic or group, a bad state, or the Redis error; a purge
+// cut short by OperationTimeout can be repeated.
+func (i *Inspector) Purge(ctx context.Context, topic, group string, state ListState) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	info, err := i.group(ctx, topic, group)
+	if err != nil {
+		return 0, err
+	}
+	if state == ListDead {
+		return 0, fmt.Errorf("redisdelay: purge: dead letters are a topic of their own (%s): %w", quote(DefaultDeadLetterTopic(topic, group)), ErrInvalidName)
+	}
+	var dropped int64
+	for p := 0; p < info.Partitions; p++ {
+		part := partitionName(topic, p)
+		set, _, which, err := i.listTarget(part, topic, group, state)
+		if err != nil {
+			return dropped, err
+		}
+		for {
+			n, left, err := i.store.purge(ctx, part, group, set, which, removeGroupChunk)
+			dropped += n
+			if err != nil {
+				return dropped, fmt.Errorf("redisdelay: purge group %s on topic %s: %w", quote(group), quote(topic), err)
+			}
+			if left == 0 || n == 0 {
+				break
+			}
+		}
+	}
+	return dropped, nil
+}
+
+// cursor is the position after the last message of a List page.
+type cursor struct {
+	partition int
+	scoreUs   int64
+	member    string
+}
+
+func encodeCursor(c cursor) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(c.partition) + " " + strconv.FormatInt(c.scoreUs, 10) + " " + c.member))
+}
+
+func decodeCursor(s string) (cursor, error) {
+	if s == "" {
+		return cursor{}, nil
+	}
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	f := strings.SplitN(string(b), " ", 3)
+	if err != nil || len(f) != 3 {
+		return cursor{}, fmt.Errorf("malformed cursor %s", quote(s))
+	}
+	p, err1 := strconv.Atoi(f[0])
+	us, err2 := strconv.ParseInt(f[1], 10, 64)
+	if err1 != nil || err2 != nil || p < 0 {
+		return cursor{}, fmt.Errorf("malformed cursor %s", quote(s))
+	}
+	return cursor{partition: p, scoreUs: us, member: f[2]}, nil
+}
+
+// parseMember splits a member name (see scripts.go) into its ID and attempt count.
+func parseMember(m string) (string, int, bool) {
+	if len(m) < 12 {
+		return m, 0, false
+	}
+	switch {
+	case len(m) == 12:
+		return m, 0, true
+	case m[12] == '|':
+		return m[:12], 0, true
+	}
+	j := strings.LastIndexByte(m, ':')
+	if j < 12 {
+		return m, 0, false
+	}
+	n, err := strconv.Atoi(m[j+1:])
+	return m[:j], n, err == nil
+}
+
+// preview returns the first PreviewLength bytes of payload as text.
+func preview(payload []byte) string {
+	b := payload[:min(len(payload), PreviewLength)]
+	var sb strings.Builder
+	for len(b) > 0 {
+		r, size := utf8.DecodeRune(b)
+		if r == utf8.RuneError && size <= 1 || r < 0x20 || r == 0x7f {
+			sb.WriteByte('.')
+		} else {
+			sb.WriteRune(r)
+		}
+		b = b[size:]
+	}
+	return sb.String()
+}
+
+// forEachConcurrently calls f for 0..n-1, 16 at a time, and returns the first error.
+func forEachConcurrently(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	sem := make(chan struct{}, 16)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs <- f(ctx, k)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// slicesChunk yields s in chunks of at most n.
+func slicesChunk(s []string, n int) func(func([]string) bool) {
+	return func(yield func([]string) bool) {
+		for len(s) > 0 {
+			k := min(n, len(s))
+			if !yield(s[:k]) {
+				return
+			}
+			s = s[k:]
+		}
+	}
+}

@@ -1,0 +1,340 @@
+package redisdelay_test
+
+import (
+	"context"
+	"runtime"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+// publishDelayed publishes n messages due after d, with UUIDs prefix0..prefix(n-1).
+func publishDelayed(t *testing.T, pub *redisdelay.Publisher, topic, prefix string, n int, d time.Duration) {
+	t.Helper()
+	var msgs []*message.Message
+	for i := range n {
+		msg := message.NewMessage(prefix+strconv.Itoa(i), []byte("payload of "+prefix+strconv.Itoa(i)))
+		if d > 0 {
+			delay.Message(msg, delay.For(d))
+		}
+		msgs = append(msgs, msg)
+	}
+	require.NoError(t, pub.Publish(topic, msgs...))
+}
+
+func statsOf(t *testing.T, in *redisdelay.Inspector, topic, group string) redisdelay.GroupStats {
+	t.Helper()
+	all, err := in.Stats(context.Background(), topic)
+	require.NoError(t, err)
+	for _, s := range all {
+		if s.Group == group {
+			return s
+		}
+	}
+	t.Fatalf("no stats for group %s on topic %s in %+v", group, topic, all)
+	return redisdelay.GroupStats{}
+}
+
+func TestTopicsListsEveryTopicWithItsGroups(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		prefix := "t" + watermill.NewShortUUID() + ":"
+		pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: b.client, KeyPrefix: prefix}, errorLogger{})
+		require.NoError(t, err)
+		in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client, KeyPrefix: prefix}, nil)
+		require.NoError(t, err)
+		require.NoError(t, pub.Publish("orders", message.NewMessage("1", nil)))
+		for _, g := range []string{"billing", "shipping"} {
+			sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: b.client, KeyPrefix: prefix, ConsumerGroup: g, Partitions: 2}, errorLogger{})
+			require.NoError(t, err)
+			t.Cleanup(func() { _ = sub.Close() })
+			require.NoError(t, sub.SubscribeInitialize("payments"))
+		}
+		topics, err := in.Topics(context.Background())
+		require.NoError(t, err)
+		assert.Equal(t, []redisdelay.TopicInfo{
+			{Topic: "orders", Partitions: 1, Groups: []string{}},
+			{Topic: "payments", Partitions: 2, Groups: []string{"billing", "shipping"}},
+			{Topic: "payments.dead-letter.billing", Partitions: 2, Groups: []string{}},
+			{Topic: "payments.dead-letter.shipping", Partitions: 2, Groups: []string{}},
+		}, topics)
+
+		_, err = in.Stats(context.Background(), "unknown")
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+		assert.ErrorContains(t, err, "unknown")
+		assert.ErrorIs(t, in.Pause(context.Background(), "payments", "nobody"), redisdelay.ErrNotFound)
+	})
+}
+
+func TestStatsCountEveryState(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 1 })
+		require.NoError(t, sub.SubscribeInitialize(topic))
+
+		// Two dead letters, then one message held in flight.
+		publishDelayed(t, pub, topic, "dead", 2, 0)
+		ch := subscribe(t, sub, topic)
+		for range 2 {
+			receive(t, ch, 5*time.Second).Nack()
+		}
+		publishDelayed(t, pub, topic, "held", 1, 0)
+		held := receive(t, ch, 5*time.Second)
+		require.Equal(t, "held0", held.UUID)
+		require.NoError(t, in.Pause(context.Background(), topic, redisdelay.DefaultConsumerGroup))
+		publishDelayed(t, pub, topic, "due", 3, 0)
+		start := time.Now()
+		publishDelayed(t, pub, topic, "later", 4, time.Hour)
+
+		require.Eventually(t, func() bool { return statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).DeadLetters == 2 }, 5*time.Second, 5*time.Millisecond)
+		s := statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
+		assert.Equal(t, int64(4), s.Scheduled)
+		assert.Equal(t, int64(3), s.Due)
+		assert.Equal(t, int64(1), s.InFlight)
+		assert.True(t, s.Paused)
+		assert.Positive(t, s.OldestDueAge)
+		assert.WithinDuration(t, start.Add(time.Hour), s.NextDue, time.Second)
+		held.Ack()
+	})
+}
+
+func TestPausedGroupClaimsNothingAndResumeWakesIt(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, nil), topic)
+		publishDelayed(t, pub, topic, "before", 1, 0)
+		receive(t, ch, 5*time.Second).Ack()
+
+		require.NoError(t, in.Pause(context.Background(), topic, redisdelay.DefaultConsumerGroup))
+		require.NoError(t, in.Pause(context.Background(), topic, redisdelay.DefaultConsumerGroup), "pausing twice is fine")
+		// Publishers keep publishing while the group is paused: nothing is delivered, nothing lost.
+		const n = 50
+		var wg sync.WaitGroup
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range n {
+				assert.NoError(t, pub.Publish(topic, message.NewMessage("m"+strconv.Itoa(i), nil)))
+			}
+		}()
+		wg.Wait()
+		expectNone(t, ch, 300*time.Millisecond)
+		assert.Equal(t, int64(n), statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).Due)
+
+		resumed := time.Now()
+		require.NoError(t, in.Resume(context.Background(), topic, redisdelay.DefaultConsumerGroup))
+		first := receive(t, ch, 5*time.Second)
+		t.Logf("first delivery %s after Resume", time.Since(resumed))
+		assert.Less(t, time.Since(resumed), time.Second, "Resume wakes the subscription instead of waiting for its recheck")
+		seen := map[string]bool{first.UUID: true}
+		first.Ack()
+		for len(seen) < n {
+			msg := receive(t, ch, 5*time.Second)
+			seen[msg.UUID] = true
+			msg.Ack()
+		}
+		expectNone(t, ch, 100*time.Millisecond)
+	})
+}
+
+func TestRemovedGroupGetsNothingMoreAndPublishesNeverResurrectIt(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		for _, g := range []string{"stays", "goes"} {
+			require.NoError(t, newSubscriber(t, b, inGroup(g)).SubscribeInitialize(topic))
+		}
+		publishDelayed(t, pub, topic, "before", 100, 0)
+
+		// A publisher whose cached view still names the removed group keeps publishing.
+		var published atomic.Int64
+		stop := make(chan struct{})
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if assert.NoError(t, pub.Publish(topic, message.NewMessage("during"+strconv.Itoa(i), nil))) {
+					published.Add(1)
+				}
+			}
+		}()
+		stopPublishing := sync.OnceFunc(func() { close(stop); <-done })
+		t.Cleanup(stopPublishing)
+		dropped, err := in.RemoveGroup(context.Background(), topic, "goes")
+		require.NoError(t, err)
+		assert.GreaterOrEqual(t, dropped, int64(100))
+		for published.Load() < 20 {
+			runtime.Gosched()
+		}
+		stopPublishing()
+
+		due, lease := redisdelay.GroupKeysForTest("", topic, "goes")
+		n, err := b.client.Exists(context.Background(), due, lease).Result()
+		require.NoError(t, err)
+		assert.Zero(t, n, "the removed group's keys are gone and no publish brought them back")
+		topics, err := in.Topics(context.Background())
+		require.NoError(t, err)
+		for _, ti := range topics {
+			if ti.Topic == topic {
+				assert.Equal(t, []string{"stays"}, ti.Groups)
+			}
+		}
+
+		// The group that stays receives everything, and once it has acked all, nothing is left.
+		ch := subscribe(t, newSubscriber(t, b, inGroup("stays")), topic)
+		total := 100 + int(published.Load())
+		for range total {
+			receive(t, ch, 5*time.Second).Ack()
+		}
+		require.Eventually(t, func() bool {
+			return b.client.HLen(context.Background(), redisdelay.MessagesKeyForTest("", topic)).Val() == 0
+		}, 5*time.Second, 10*time.Millisecond, "no stored message waits for the removed group")
+
+		_, err = in.RemoveGroup(context.Background(), topic, "goes")
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+	})
+}
+
+func TestListPagesAndShowsMessages(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
+		publishDelayed(t, pub, topic, "m", 250, time.Hour)
+		require.NoError(t, pub.Publish(topic, keyed("order-7", 2*time.Hour, "keyed payload")))
+
+		seen := map[string]bool{}
+		var last time.Time
+		opts := redisdelay.ListOptions{State: redisdelay.ListScheduled, Limit: 100}
+		pages := 0
+		for {
+			page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, opts)
+			require.NoError(t, err)
+			pages++
+			for _, m := range page.Messages {
+				assert.False(t, seen[m.UUID], "%s listed twice", m.UUID)
+				seen[m.UUID] = true
+				assert.False(t, m.DueAt.Before(last), "due-time order")
+				last = m.DueAt
+				if m.Key == "" {
+					assert.Equal(t, len("payload of ")+len(m.UUID), m.PayloadSize)
+				}
+			}
+			if page.NextCursor == "" {
+				break
+			}
+			opts.Cursor = page.NextCursor
+		}
+		assert.Len(t, seen, 251)
+		assert.Equal(t, 3, pages)
+
+		due, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListDue})
+		require.NoError(t, err)
+		assert.Empty(t, due.Messages)
+
+		first, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled, Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, first.Messages, 1)
+		m, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, first.Messages[0].Ref)
+		require.NoError(t, err)
+		assert.Equal(t, first.Messages[0].UUID, m.UUID)
+		assert.Equal(t, "payload of "+m.UUID, string(m.Payload))
+
+		k, err := in.MessageByKey(context.Background(), topic, redisdelay.DefaultConsumerGroup, "order-7")
+		require.NoError(t, err)
+		assert.Equal(t, "keyed payload", string(k.Payload))
+		assert.Equal(t, "order-7", k.Key)
+		assert.Equal(t, "keyed payload", k.Preview)
+
+		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, "0/000000ffffff")
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+		_, err = in.List(context.Background(), topic, "nobody", opts)
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+	})
+}
+
+func TestRequeueBringsDeadLettersBack(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 1 })
+		ch := subscribe(t, sub, topic)
+		publishDelayed(t, pub, topic, "m", 10, 0)
+		for range 10 {
+			receive(t, ch, 5*time.Second).Nack()
+		}
+		var dead redisdelay.ListPage
+		require.Eventually(t, func() bool {
+			var err error
+			dead, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListDead})
+			require.NoError(t, err)
+			return len(dead.Messages) == 10
+		}, 5*time.Second, 10*time.Millisecond)
+		assert.Equal(t, redisdelay.DeadLetterReasonNacked, dead.Messages[0].Metadata[redisdelay.DeadLetterReasonKey])
+
+		n, err := in.Requeue(context.Background(), topic, redisdelay.DefaultConsumerGroup, dead.Messages[0].Ref)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n)
+		msg := receive(t, ch, 5*time.Second)
+		assert.Equal(t, dead.Messages[0].UUID, msg.UUID)
+		assert.Equal(t, "1", msg.Metadata.Get(redisdelay.AttemptMetadataKey))
+		msg.Ack()
+
+		n, err = in.Requeue(context.Background(), topic, redisdelay.DefaultConsumerGroup)
+		require.NoError(t, err)
+		assert.Equal(t, int64(9), n)
+		seen := map[string]bool{}
+		for range 9 {
+			msg := receive(t, ch, 5*time.Second)
+			seen[msg.UUID] = true
+			msg.Ack()
+		}
+		assert.Len(t, seen, 9)
+		assert.NotContains(t, seen, dead.Messages[0].UUID)
+		assert.Zero(t, statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).DeadLetters)
+	})
+}
+
+func TestPurgeDropsOneStateOfOneGroup(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		for _, g := range []string{"a", "b"} {
+			require.NoError(t, newSubscriber(t, b, inGroup(g)).SubscribeInitialize(topic))
+		}
+		publishDelayed(t, pub, topic, "due", 3, 0)
+		publishDelayed(t, pub, topic, "later", 5, time.Hour)
+		n, err := in.Purge(context.Background(), topic, "a", redisdelay.ListDue)
+		require.NoError(t, err)
+		assert.Equal(t, int64(3), n)
+		a, bb := statsOf(t, in, topic, "a"), statsOf(t, in, topic, "b")
+		assert.Equal(t, [2]int64{0, 5}, [2]int64{a.Due, a.Scheduled})
+		assert.Equal(t, [2]int64{3, 5}, [2]int64{bb.Due, bb.Scheduled}, "the other group keeps its messages")
+		ch := subscribe(t, newSubscriber(t, b, inGroup("b")), topic)
+		for range 3 {
+			receive(t, ch, 5*time.Second).Ack()
+		}
+	})
+}
