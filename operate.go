@@ -763,3 +763,57 @@ func slicesChunk(s []string, n int) func(func([]string) bool) {
 		}
 	}
 }
+
+// CancelRef cancels the message that ref (MessageInfo.Ref) names, in its consumer group only,
+// with or without a key: KeyDone when it was due, KeyInFlight when a consumer held it (its
+// lease is removed, as Cancel does), KeyNotFound when the group no longer holds it. A second
+// run of the script after a lost reply returns the first run's outcome. Errors: an error
+// wrapping ErrNotFound for an unknown topic, group or malformed ref, or the Redis error, within
+// OperationTimeout.
+func (i *Inspector) CancelRef(ctx context.Context, topic, group, ref string) (KeyOutcome, error) {
+	o, _, err := i.refOp(ctx, topic, group, ref, "cancel", outgoing{})
+	return o, err
+}
+
+// RescheduleRef makes the message that ref names due at dueAt (Redis clock; past means at once)
+// in its consumer group only, keeping its attempt count; it returns the outcome and the new due
+// time. A message in flight is left alone (KeyInFlight). Errors as for CancelRef.
+func (i *Inspector) RescheduleRef(ctx context.Context, topic, group, ref string, dueAt time.Time) (KeyOutcome, time.Time, error) {
+	return i.refOp(ctx, topic, group, ref, "reschedule", outgoing{at: dueAt})
+}
+
+// RunNowRef makes the message that ref names due at once in its consumer group. Errors as for
+// CancelRef.
+func (i *Inspector) RunNowRef(ctx context.Context, topic, group, ref string) (KeyOutcome, time.Time, error) {
+	return i.refOp(ctx, topic, group, ref, "reschedule", outgoing{})
+}
+
+func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, when outgoing) (KeyOutcome, time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	info, err := i.group(ctx, topic, group)
+	if err != nil {
+		return 0, time.Time{}, err
+	}
+	partition, member, ok := strings.Cut(ref, "/")
+	p, perr := strconv.Atoi(partition)
+	if !ok || perr != nil || p < 0 || p >= info.Partitions {
+		return 0, time.Time{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
+	}
+	call := publishCall{token: newToken(), ttl: i.callTTL}
+	state, dueUs, err := i.store.refOp(ctx, partitionName(topic, p), group, op, member, call, when)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("redisdelay: %s message %s of group %s on topic %s: %w", op, quote(ref), quote(group), quote(topic), err)
+	}
+	var due time.Time
+	if dueUs >= 0 {
+		due = time.UnixMicro(dueUs)
+	}
+	switch state {
+	case "d":
+		return KeyDone, due, nil
+	case "i":
+		return KeyInFlight, due, nil
+	}
+	return KeyNotFound, due, nil
+}

@@ -338,3 +338,47 @@ func TestPurgeDropsOneStateOfOneGroup(t *testing.T) {
 		}
 	})
 }
+
+func TestOperationsByRefActOnOneMessageOfOneGroup(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		sub := newSubscriber(t, b, nil)
+		require.NoError(t, sub.SubscribeInitialize(topic))
+		publishDelayed(t, pub, topic, "m", 3, time.Hour)
+		page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled})
+		require.NoError(t, err)
+		require.Len(t, page.Messages, 3)
+		refs := map[string]string{}
+		for _, m := range page.Messages {
+			refs[m.UUID] = m.Ref
+		}
+
+		o, err := in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m0"])
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyDone, o)
+		o, err = in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m0"])
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyNotFound, o, "cancelled already")
+
+		o, due, err := in.RescheduleRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m2"], time.Now().Add(300*time.Millisecond))
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyDone, o)
+		o, _, err = in.RunNowRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m1"])
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyDone, o)
+
+		ch := subscribe(t, sub, topic)
+		msg := receive(t, ch, 5*time.Second)
+		assert.Equal(t, "m1", msg.UUID)
+		msg.Ack()
+		msg = receive(t, ch, 5*time.Second)
+		assert.Equal(t, "m2", msg.UUID)
+		assert.False(t, time.Now().Before(due), "never early against the new due time")
+		msg.Ack()
+		expectNone(t, ch, 200*time.Millisecond)
+		_, err = in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, "not-a-ref")
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+	})
+}

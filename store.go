@@ -832,3 +832,20 @@ func (s store) keyedID(ctx context.Context, part, group, key string) (string, er
 		return v[:12] + "=" + key + ":0", nil
 	})
 }
+
+// refOp runs refop.lua: op is "cancel" or "reschedule" (to m's schedule) for the message named
+// member in group. It returns the state letter and the new due time (µs, -1 if unchanged).
+func (s store) refOp(ctx context.Context, part, group, op, member string, call publishCall, m outgoing) (string, int64, error) {
+	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+	keys := []string{s.keys.call(part, call.token), gk.due, gk.lease, tk.messages, tk.refs, gk.keyed, tk.history}
+	res, err := s.run(ctx, s.client, refOpScript, keys, call.ttl.Milliseconds(), op, member, group, m.scheduleArg(), gk.wakeChannel)
+	if err != nil {
+		return "", 0, err
+	}
+	r, _ := res.([]any)
+	if len(r) != 2 {
+		return "", 0, fmt.Errorf("script %s: unexpected reply %v", refOpScript.name, res)
+	}
+	state, _ := r[0].(string)
+	return state, asInt(r[1]), nil
+}
