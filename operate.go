@@ -86,7 +86,8 @@ func (i *Inspector) Topics(ctx context.Context) ([]TopicInfo, error) {
 	return out, err
 }
 
-// topic returns the registry entry of topic, or an error wrapping ErrNotFound.
+// topic returns the registry entry of topic, or an error wrapping ErrNotFound when it is
+// neither in the registry nor has a consumer group.
 func (i *Inspector) topic(ctx context.Context, topic string) (TopicInfo, error) {
 	if err := ValidateName("topic", topic); err != nil {
 		return TopicInfo{}, err
@@ -94,15 +95,21 @@ func (i *Inspector) topic(ctx context.Context, topic string) (TopicInfo, error) 
 	p, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) (string, error) {
 		return i.config.Client.HGet(ctx, i.store.keys.topicRegistry(), topic).Result()
 	})
-	if err != nil {
-		if errors.Is(err, redis.Nil) {
-			return TopicInfo{}, fmt.Errorf("redisdelay: topic %s: %w", quote(topic), ErrNotFound)
-		}
+	if err != nil && !errors.Is(err, redis.Nil) {
 		return TopicInfo{}, fmt.Errorf("redisdelay: topic %s: %w", quote(topic), classify(err))
 	}
+	// A topic missing from the registry (its entry was deleted, or its publishers predate it)
+	// is still found through its groups, with the configured partitions.
+	registered := err == nil
 	partitions, _ := strconv.Atoi(p)
+	if !registered {
+		partitions = i.config.Partitions
+	}
 	info := TopicInfo{Topic: topic, Partitions: max(partitions, 1)}
 	info.Groups, err = i.groupsOf(ctx, topic, info.Partitions)
+	if err == nil && !registered && len(info.Groups) == 0 {
+		return TopicInfo{}, fmt.Errorf("redisdelay: topic %s: %w", quote(topic), ErrNotFound)
+	}
 	return info, err
 }
 
@@ -150,9 +157,10 @@ type GroupStats struct {
 	// Scheduled are due later; Due are due now and not claimed; InFlight are leased to a
 	// consumer.
 	Scheduled, Due, InFlight int64
-	// DeadLetters are the group's dead letters not yet done on its dead-letter topic
-	// (DefaultDeadLetterTopic): parked for a first consumer group there, or due or in flight
-	// in its groups (counted once per such group). A custom SubscriberConfig.DeadLetterTopic
+	// DeadLetters are the group's dead letters that wait on its dead-letter topic
+	// (DefaultDeadLetterTopic) for a first consumer group there: those List shows with
+	// ListDead and Requeue moves back. Dead letters that a consumer group of the dead-letter
+	// topic has taken are that group's messages, and a custom SubscriberConfig.DeadLetterTopic
 	// is not seen here.
 	DeadLetters int64
 	// OldestDueAge is how long the oldest message that is due now has been due; 0 when none is.
@@ -164,8 +172,9 @@ type GroupStats struct {
 }
 
 // Stats returns the statistics of every consumer group of the given topics, or of every topic
-// in the registry when none is given, sorted by topic and group. Each group costs one script
-// of O(log N) commands per partition (ZCOUNT, ZCARD, ZRANGE of one element), run 16 at a time.
+// in the registry when none is given, sorted by topic and group. Each topic partition costs one
+// script of O(log N) commands per group (ZCOUNT, ZCARD, ZRANGE of one element), run 16 at a
+// time.
 // Errors: an error wrapping ErrNotFound for a topic not in the registry, or the Redis error,
 // within OperationTimeout.
 func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, error) {
@@ -186,32 +195,39 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 		}
 		infos = append(infos, info)
 	}
+	// One script call per topic partition, for all its groups.
 	type job struct {
-		stat      *GroupStats
+		stats     []*GroupStats
 		partition int
-		counts    groupCounts
+		counts    []groupCounts
 	}
 	var stats []*GroupStats
 	var jobs []*job
 	for _, info := range infos {
+		var group []*GroupStats
 		for _, g := range info.Groups {
-			st := &GroupStats{Topic: info.Topic, Group: g}
-			stats = append(stats, st)
-			for n := 0; n < info.Partitions; n++ {
-				jobs = append(jobs, &job{stat: st, partition: n})
-			}
+			group = append(group, &GroupStats{Topic: info.Topic, Group: g})
+		}
+		stats = append(stats, group...)
+		if len(group) == 0 {
+			continue
+		}
+		for n := 0; n < info.Partitions; n++ {
+			jobs = append(jobs, &job{stats: group, partition: n})
 		}
 	}
 	err := forEachConcurrently(ctx, len(jobs), func(ctx context.Context, n int) error {
 		j := jobs[n]
-		part := partitionName(j.stat.Topic, j.partition)
-		dead, err := i.deadLetterSets(ctx, partitionName(DefaultDeadLetterTopic(j.stat.Topic, j.stat.Group), j.partition))
-		if err != nil {
-			return err
+		topic := j.stats[0].Topic
+		groups, deadParts := make([]string, len(j.stats)), make([]string, len(j.stats))
+		for k, st := range j.stats {
+			groups[k] = st.Group
+			deadParts[k] = partitionName(DefaultDeadLetterTopic(topic, st.Group), j.partition)
 		}
-		j.counts, err = i.store.stats(ctx, part, j.stat.Group, dead)
+		var err error
+		j.counts, err = i.store.stats(ctx, partitionName(topic, j.partition), groups, deadParts)
 		if err != nil {
-			return fmt.Errorf("redisdelay: stats of group %s on topic %s: %w", quote(j.stat.Group), quote(j.stat.Topic), err)
+			return fmt.Errorf("redisdelay: stats of topic %s: %w", quote(topic), err)
 		}
 		return nil
 	})
@@ -219,18 +235,20 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 		return nil, err
 	}
 	for _, j := range jobs {
-		c, st := j.counts, j.stat
-		st.Scheduled += c.scheduled
-		st.Due += c.due
-		st.InFlight += c.inFlight
-		st.DeadLetters += c.dead
-		st.Paused = st.Paused || c.paused
-		if c.due > 0 && c.headUs >= 0 {
-			st.OldestDueAge = max(st.OldestDueAge, time.Duration(c.nowUs-c.headUs)*time.Microsecond)
-		}
-		if c.nextDueUs >= 0 {
-			if next := time.UnixMicro(c.nextDueUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
-				st.NextDue = next
+		for k, c := range j.counts {
+			st := j.stats[k]
+			st.Scheduled += c.scheduled
+			st.Due += c.due
+			st.InFlight += c.inFlight
+			st.DeadLetters += c.dead
+			st.Paused = st.Paused || c.paused
+			if c.due > 0 && c.headUs >= 0 {
+				st.OldestDueAge = max(st.OldestDueAge, time.Duration(c.nowUs-c.headUs)*time.Microsecond)
+			}
+			if c.nextDueUs >= 0 {
+				if next := time.UnixMicro(c.nextDueUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
+					st.NextDue = next
+				}
 			}
 		}
 	}
@@ -239,24 +257,6 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 		out[n] = *st
 	}
 	return out, nil
-}
-
-// deadLetterSets returns the sets that hold the messages of a dead-letter topic partition: its
-// parked set, and the due and lease sets of its groups.
-func (i *Inspector) deadLetterSets(ctx context.Context, deadPart string) ([]string, error) {
-	tk := i.store.keys.topic(deadPart)
-	groups, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) ([]string, error) {
-		return i.config.Client.SMembers(ctx, tk.groups).Result()
-	})
-	if err != nil {
-		return nil, fmt.Errorf("redisdelay: groups of dead-letter topic %s: %w", quote(deadPart), classify(err))
-	}
-	sets := []string{tk.parked}
-	for _, g := range groups {
-		gk := i.store.keys.group(deadPart, g)
-		sets = append(sets, gk.due, gk.lease)
-	}
-	return sets, nil
 }
 
 // Pause pauses consumer group on topic: its claims hand out nothing (acks of messages in

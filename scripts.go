@@ -69,7 +69,7 @@ var (
 	// The Inspector's scripts. Those that only read or free memory may run on a full Redis.
 	pauseScript       = mustScript(scriptSpec{file: "pause", fragments: []string{"now_us", "wake"}, keys: 2, allowOOM: true})
 	removeGroupScript = mustScript(scriptSpec{file: "removegroup", fragments: []string{"split", "each_chunk", "drop"}, keys: 8, allowOOM: true})
-	statsScript       = mustScript(scriptSpec{file: "stats", fragments: []string{"now_us", "head"}, keys: 3, variadic: true, allowOOM: true})
+	statsScript       = mustScript(scriptSpec{file: "stats", fragments: []string{"now_us", "head"}, keys: 4, variadic: true, allowOOM: true})
 	listScript        = mustScript(scriptSpec{file: "list", fragments: []string{"now_us", "split", "stored"}, keys: 2, allowOOM: true})
 	showScript        = mustScript(scriptSpec{file: "show", fragments: []string{"now_us", "split", "stored"}, keys: 3, allowOOM: true})
 	purgeScript       = mustScript(scriptSpec{file: "purge", fragments: []string{"now_us", "split", "each_chunk", "drop"}, keys: 5, allowOOM: true})

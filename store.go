@@ -704,19 +704,28 @@ type groupCounts struct {
 	paused                                                   bool
 }
 
-// stats runs stats.lua for a group of a topic partition; dead are the sets that hold its dead
-// letters.
-func (s store) stats(ctx context.Context, part, group string, dead []string) (groupCounts, error) {
-	gk := s.keys.group(part, group)
-	res, err := s.run(ctx, s.client, statsScript, append([]string{gk.due, gk.lease, gk.paused}, dead...))
+// stats runs stats.lua for the groups of a topic partition; deadParts are the partitions of
+// their dead-letter topics, in the same order.
+func (s store) stats(ctx context.Context, part string, groups, deadParts []string) ([]groupCounts, error) {
+	keys := make([]string, 0, 4*len(groups))
+	for n, g := range groups {
+		gk := s.keys.group(part, g)
+		keys = append(keys, gk.due, gk.lease, gk.paused, s.keys.topic(deadParts[n]).parked)
+	}
+	res, err := s.run(ctx, s.client, statsScript, keys)
 	if err != nil {
-		return groupCounts{}, err
+		return nil, err
 	}
 	r, _ := res.([]any)
-	if len(r) != 8 {
-		return groupCounts{}, fmt.Errorf("script %s: unexpected reply %v", statsScript.name, res)
+	if len(r) != 1+7*len(groups) {
+		return nil, fmt.Errorf("script %s: unexpected reply of %d values for %d groups", statsScript.name, len(r), len(groups))
 	}
-	return groupCounts{nowUs: asInt(r[0]), due: asInt(r[1]), scheduled: asInt(r[2]), inFlight: asInt(r[3]), dead: asInt(r[4]), headUs: asInt(r[5]), nextDueUs: asInt(r[6]), paused: asInt(r[7]) == 1}, nil
+	out := make([]groupCounts, len(groups))
+	for n := range out {
+		v := r[1+7*n:]
+		out[n] = groupCounts{nowUs: asInt(r[0]), due: asInt(v[0]), scheduled: asInt(v[1]), inFlight: asInt(v[2]), dead: asInt(v[3]), headUs: asInt(v[4]), nextDueUs: asInt(v[5]), paused: asInt(v[6]) == 1}
+	}
+	return out, nil
 }
 
 // listed is one message of a list.lua or show.lua reply.

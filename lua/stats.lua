@@ -1,22 +1,28 @@
--- stats.lua: counts one consumer group's messages, in O(log N) per set.
+-- stats.lua: counts the messages of consumer groups of one topic partition, in O(log N) per
+-- set.
 --
--- KEYS[1]    due      zset    the group's due set
--- KEYS[2]    lease    zset    the group's lease set
--- KEYS[3]    paused   string  the group's paused flag
--- KEYS[4..]  dead     zset    sets that hold the group's dead letters: the parked set of its
---                             dead-letter topic, and the due and lease sets of that topic's
---                             groups
+-- KEYS[4g-3..4g]  for each group g: its due set, lease set, paused flag, and the parked set
+--                 of its dead-letter topic (dead letters no consumer group has taken yet)
 --
--- Returns {now µs, due now, scheduled later, in flight, dead letters, earliest due time µs or
--- -1, next due time after now µs or -1, 1 if paused else 0}.
+-- Returns, per group, {due now, scheduled later, in flight, dead letters, earliest due time µs
+-- or -1, next due time after now µs or -1, 1 if paused else 0}, after the Redis time {now µs}.
 
 local now = now_us()
-local due = redis.call('ZCOUNT', KEYS[1], '-inf', now)
-local scheduled = redis.call('ZCOUNT', KEYS[1], '(' .. now, '+inf')
-local dead = 0
-for i = 4, #KEYS do dead = dead + redis.call('ZCARD', KEYS[i]) end
-local next_due = -1
-local later = redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
-if later[2] then next_due = tonumber(later[2]) end
-return {now, due, scheduled, redis.call('ZCARD', KEYS[2]), dead, head(KEYS[1]) or -1, next_due,
-  redis.call('EXISTS', KEYS[3])}
+local result = {now}
+for g = 1, #KEYS, 4 do
+  local due_set = KEYS[g]
+  local later = redis.call('ZRANGEBYSCORE', due_set, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local next_due = -1
+  if later[2] then next_due = tonumber(later[2]) end
+  local values = {
+    redis.call('ZCOUNT', due_set, '-inf', now),
+    redis.call('ZCOUNT', due_set, '(' .. now, '+inf'),
+    redis.call('ZCARD', KEYS[g + 1]),
+    redis.call('ZCARD', KEYS[g + 3]),
+    head(due_set) or -1,
+    next_due,
+    redis.call('EXISTS', KEYS[g + 2]),
+  }
+  for _, v in ipairs(values) do result[#result + 1] = v end
+end
+return result
