@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -155,10 +156,20 @@ func TestRemovedGroupGetsNothingMoreAndPublishesNeverResurrectIt(t *testing.T) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		in := newInspector(t, b, 1)
-		for _, g := range []string{"stays", "goes"} {
-			require.NoError(t, newSubscriber(t, b, inGroup(g)).SubscribeInitialize(topic))
-		}
-		publishDelayed(t, pub, topic, "before", 100, 0)
+		require.NoError(t, newSubscriber(t, b, inGroup("stays")).SubscribeInitialize(topic))
+		// The removed group has a live subscriber, which acks whatever it gets.
+		goes := subscribe(t, newSubscriber(t, b, inGroup("goes")), topic)
+		var afterRemoval atomic.Int64
+		var removed atomic.Bool
+		go func() {
+			for msg := range goes {
+				if removed.Load() && strings.HasPrefix(msg.UUID, "after") {
+					afterRemoval.Add(1)
+				}
+				msg.Ack()
+			}
+		}()
+		publishDelayed(t, pub, topic, "before", 100, time.Hour)
 
 		// A publisher whose cached view still names the removed group keeps publishing.
 		var published atomic.Int64
@@ -186,6 +197,8 @@ func TestRemovedGroupGetsNothingMoreAndPublishesNeverResurrectIt(t *testing.T) {
 			runtime.Gosched()
 		}
 		stopPublishing()
+		removed.Store(true)
+		publishDelayed(t, pub, topic, "after", 20, 0)
 
 		due, lease := redisdelay.GroupKeysForTest("", topic, "goes")
 		n, err := b.client.Exists(context.Background(), due, lease).Result()
@@ -201,10 +214,23 @@ func TestRemovedGroupGetsNothingMoreAndPublishesNeverResurrectIt(t *testing.T) {
 
 		// The group that stays receives everything, and once it has acked all, nothing is left.
 		ch := subscribe(t, newSubscriber(t, b, inGroup("stays")), topic)
-		total := 100 + int(published.Load())
+		total := 100 + int(published.Load()) + 20
+		// The "before" messages are due in an hour: run them now.
+		for {
+			page, err := in.List(context.Background(), topic, "stays", redisdelay.ListOptions{State: redisdelay.ListScheduled, Limit: 1000})
+			require.NoError(t, err)
+			if len(page.Messages) == 0 {
+				break
+			}
+			for _, m := range page.Messages {
+				_, _, err := in.RunNowRef(context.Background(), topic, "stays", m.Ref)
+				require.NoError(t, err)
+			}
+		}
 		for range total {
 			receive(t, ch, 5*time.Second).Ack()
 		}
+		assert.Zero(t, afterRemoval.Load(), "nothing published after the removal reaches the removed group")
 		require.Eventually(t, func() bool {
 			return b.client.HLen(context.Background(), redisdelay.MessagesKeyForTest("", topic)).Val() == 0
 		}, 5*time.Second, 10*time.Millisecond, "no stored message waits for the removed group")
