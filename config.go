@@ -94,6 +94,9 @@ type PublisherConfig struct {
 	// (Watermill's LoggerAdapter has no warn level). Where CONFIG is not allowed (managed
 	// Redis), the check is logged at info level and skipped.
 	AllowEvictingRedis bool
+	// Metrics records this Publisher's publishes and script durations; none when nil. See
+	// NewMetrics.
+	Metrics *Metrics
 	// OnDuplicate decides what Publish does with a message whose key (see WithKey) is taken;
 	// KeepExisting when empty. OnDuplicateMetadataKey overrides it per message.
 	OnDuplicate DuplicatePolicy
@@ -219,6 +222,9 @@ type SubscriberConfig struct {
 	// AllowEvictingRedis lets the Subscriber work on a Redis whose maxmemory-policy evicts
 	// keys; see PublisherConfig.AllowEvictingRedis.
 	AllowEvictingRedis bool
+	// Metrics records this Subscriber's claims, lateness, acks, nacks, expired leases, dead
+	// letters and script durations; none when nil. See NewMetrics.
+	Metrics *Metrics
 }
 
 func (c *SubscriberConfig) setDefaults() {

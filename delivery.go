@@ -94,9 +94,11 @@ func (s *partitionConsumer) finished(c *claimed, msg *message.Message) bool {
 	select {
 	case <-msg.Acked():
 		s.book.acked(c)
+		s.cfg.Metrics.handled(s.topic, s.group, true)
 		return true
 	case <-msg.Nacked():
 		s.book.finished(c)
+		s.cfg.Metrics.handled(s.topic, s.group, false)
 		s.nack(c, msg)
 		return true
 	default:

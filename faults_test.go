@@ -132,7 +132,7 @@ func TestLostClaimReplyCostsNoAttempt(t *testing.T) {
 		client := faultyClient(t, b, scriptFault{match: isClaimCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 			err := next(ctx, cmd)
 			reply, _ := cmd.(*redis.Cmd).Val().([]any)
-			if err == nil && len(reply) > 5 && dropped.Add(1) <= 3 {
+			if err == nil && len(reply) > 6 && dropped.Add(1) <= 3 {
 				// The claim ran and leased messages, but its reply never arrives.
 				cmd.SetErr(io.EOF)
 				return io.EOF

@@ -27,6 +27,9 @@ type InspectorConfig struct {
 	// OperationTimeout bounds each call, its Redis round trips included;
 	// DefaultOperationTimeout when zero.
 	OperationTimeout time.Duration
+	// Metrics records cancels, reschedules and script durations; none when nil. See
+	// NewMetrics and Metrics.RunSampler for the queue-size gauges.
+	Metrics *Metrics
 	// Unmarshaler decodes stored messages for List and Message; DefaultMarshalerUnmarshaler
 	// when nil. It must match the publishers' Marshaler.
 	Unmarshaler Unmarshaler
@@ -91,10 +94,12 @@ func NewInspector(config InspectorConfig, logger watermill.LoggerAdapter) (*Insp
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
+	st := newStore(config.Client, config.KeyPrefix)
+	st.metrics = config.Metrics
 	return &Inspector{
 		config:  config,
 		logger:  logger.With(watermill.LogFields{"provider": "redisdelay"}),
-		store:   newStore(config.Client, config.KeyPrefix),
+		store:   st,
 		callTTL: max(publishCallTTLFactor*config.OperationTimeout, minPublishCallTTL),
 	}, nil
 }
@@ -187,6 +192,7 @@ func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, e
 		}
 		return err
 	})
+	i.config.Metrics.acted(true, topic, r.Groups)
 	return r, err
 }
 
@@ -220,6 +226,7 @@ func (i *Inspector) reschedule(ctx context.Context, topic, key string, when outg
 		}
 		return err
 	})
+	i.config.Metrics.acted(false, topic, r.Groups)
 	return r, err
 }
 

@@ -809,11 +809,13 @@ func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, whe
 	if dueUs >= 0 {
 		due = time.UnixMicro(dueUs)
 	}
+	outcome := KeyNotFound
 	switch state {
 	case "d":
-		return KeyDone, due, nil
+		outcome = KeyDone
 	case "i":
-		return KeyInFlight, due, nil
+		outcome = KeyInFlight
 	}
-	return KeyNotFound, due, nil
+	i.config.Metrics.acted(op == "cancel", topic, map[string]KeyOutcome{group: outcome})
+	return outcome, due, nil
 }

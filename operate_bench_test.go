@@ -10,6 +10,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
@@ -25,8 +26,37 @@ import (
 
 // BenchmarkStats1000Topics reads the stats of 1000 topics with 2 consumer groups each.
 func BenchmarkStats1000Topics(b *testing.B) {
+	in, client := seed1000Topics(b)
+	before := redisCPU(b, client)
+	b.ResetTimer()
+	for range b.N {
+		stats, err := in.Stats(context.Background())
+		require.NoError(b, err)
+		require.Len(b, stats, 2000) // dead-letter topics have no groups
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(redisCPU(b, client)-before)/1000/float64(b.N), "redis-cpu-ms/op")
+}
+
+// BenchmarkSampler1000Topics runs sampling passes of the metrics' gauges over 1000 topics with
+// 2 consumer groups each.
+func BenchmarkSampler1000Topics(b *testing.B) {
+	in, client := seed1000Topics(b)
+	m, err := redisdelay.NewMetrics(redisdelay.MetricsConfig{Registerer: prometheus.NewRegistry()})
+	require.NoError(b, err)
+	before := redisCPU(b, client)
+	b.ResetTimer()
+	for range b.N {
+		require.NoError(b, m.Sample(context.Background(), in))
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(redisCPU(b, client)-before)/1000/float64(b.N), "redis-cpu-ms/op")
+}
+
+// seed1000Topics registers 2 consumer groups on each of 1000 topics, publishes a message to
+// each, and returns an Inspector.
+func seed1000Topics(b *testing.B) (*redisdelay.Inspector, *redis.Client) {
 	be, client := benchBackend(b)
-	ctx := context.Background()
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: be.client}, nil)
 	require.NoError(b, err)
 	for _, g := range []string{"billing", "shipping"} {
@@ -44,15 +74,7 @@ func BenchmarkStats1000Topics(b *testing.B) {
 	}
 	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: be.client, OperationTimeout: time.Minute}, nil)
 	require.NoError(b, err)
-	before := redisCPU(b, client)
-	b.ResetTimer()
-	for range b.N {
-		stats, err := in.Stats(ctx)
-		require.NoError(b, err)
-		require.Len(b, stats, 2000+0) // dead-letter topics have no groups
-	}
-	b.StopTimer()
-	b.ReportMetric(float64(redisCPU(b, client)-before)/1000/float64(b.N), "redis-cpu-ms/op")
+	return in, client
 }
 
 // BenchmarkListPageWith1MScheduled lists pages of 100 messages from a group with a million

@@ -55,6 +55,7 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 	logger = logger.With(watermill.LogFields{"provider": "redisdelay"})
 	st := newStore(config.Client, config.KeyPrefix)
 	st.durableReplicas, st.durableTimeout = config.DurableReplicas, config.DurableTimeout
+	st.metrics = config.Metrics
 	p := &Publisher{
 		config:   config,
 		logger:   logger,
@@ -127,6 +128,7 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 	if err := delayed.Publish(topic, msgs...); err != nil {
 		return nil, err
 	}
+	p.config.Metrics.publishedOutcomes(topic, outcomes)
 	for i, o := range outcomes {
 		if o == Duplicate {
 			p.logger.Debug("Duplicate not stored: its key is taken", watermill.LogFields{"topic": topic, "message_uuid": msgs[i].UUID, "key": msgs[i].Metadata.Get(KeyMetadataKey)})

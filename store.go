@@ -29,6 +29,8 @@ type store struct {
 	// most.
 	durableReplicas int
 	durableTimeout  time.Duration
+	// metrics records each script call's duration; nil records nothing.
+	metrics *Metrics
 }
 
 // run is the one path of every script call: bounded by ctx (see bounded), on the script form the
@@ -37,6 +39,8 @@ func (s store) run(ctx context.Context, c redis.Scripter, sc *script, keys []str
 	if err := sc.checkKeys(keys); err != nil {
 		return nil, err
 	}
+	start := time.Now()
+	defer func() { s.metrics.script(sc.name, time.Since(start)) }()
 	res, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (any, error) {
 		if s.shebang.unsupported.Load() {
 			return sc.plain.Run(ctx, c, keys, args...).Result()
@@ -373,6 +377,7 @@ type claimResult struct {
 	nextLeaseUs int64    // earliest lease deadline in the group, -1 if none
 	refusedAcks []string // IDs whose ack was refused: the lease had been lost
 	dropped     int64    // due entries dropped: malformed, or their stored message vanished
+	expired     int64    // leases that had expired and were made due again
 	messages    []*claimed
 }
 
@@ -395,7 +400,7 @@ func (s store) claim(ctx context.Context, part, group string, call claimCall, li
 		return claimResult{}, err
 	}
 	res, _ := reply.([]any)
-	if len(res) < 5 || (len(res)-5)%4 != 0 {
+	if len(res) < 6 || (len(res)-6)%4 != 0 {
 		return claimResult{}, fmt.Errorf("script %s: unexpected reply of %d values", claimScript.name, len(res))
 	}
 	r := claimResult{
@@ -404,8 +409,9 @@ func (s store) claim(ctx context.Context, part, group string, call claimCall, li
 		nextLeaseUs: asInt(res[2]),
 		refusedAcks: asStrings(res[3]),
 		dropped:     asInt(res[4]),
+		expired:     asInt(res[5]),
 	}
-	for i := 5; i < len(res); i += 4 {
+	for i := 6; i < len(res); i += 4 {
 		id, _ := res[i].(string)
 		data, _ := res[i+3].(string)
 		r.messages = append(r.messages, &claimed{

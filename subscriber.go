@@ -54,10 +54,12 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		"consumer":       config.Consumer,
 	})
 	closing, stopClosing := context.WithCancel(context.Background())
+	st := newStore(config.Client, config.KeyPrefix)
+	st.metrics = config.Metrics
 	return &Subscriber{
 		config:      config,
 		logger:      logger,
-		store:       newStore(config.Client, config.KeyPrefix),
+		store:       st,
 		wakeHub:     newWakeHub(config.Client, logger),
 		eviction:    evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
 		closing:     closing,

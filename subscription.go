@@ -147,6 +147,7 @@ func (s *partitionConsumer) claimNext() (claimResult, time.Time, error) {
 		return res, time.Time{}, err
 	}
 	s.claim.token = newToken()
+	s.cfg.Metrics.claim(s.topic, s.group, res)
 	s.acksConfirmed(res.refusedAcks)
 	if res.dropped > 0 {
 		s.logger.Error("Dropped due entries that were malformed or whose stored message had vanished", nil, watermill.LogFields{"dropped": res.dropped})

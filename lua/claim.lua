@@ -28,7 +28,8 @@
 -- ARGV[5..] lease members (ID:attempt) the caller acked
 --
 -- Returns {now µs, next due µs or -1, next lease deadline µs or -1, {IDs whose ack was refused},
---          vanished count, then per claimed message: ID, attempt, due µs, marshaled message}.
+--          vanished count, expired lease count, then per claimed message: ID, attempt, due µs,
+--          marshaled message}.
 -- An ack is refused when its lease was lost (fencing). A claimed ID whose stored message has
 -- vanished is dropped from the group and counted as vanished; a malformed member is dropped
 -- and counted likewise.
@@ -51,7 +52,7 @@ if record and string.sub(record, 1, #token + 1) == token .. ' ' then
   local leased = redis.call('ZRANGEBYSCORE', KEYS[2], deadline, deadline)
   local ids = {}
   for i, m in ipairs(leased) do ids[i] = (split(m)) end
-  local result = {now, -1, -1, {}, 0}
+  local result = {now, -1, -1, {}, 0, 0}
   local data = stored(KEYS[3], ids)
   for i, m in ipairs(leased) do
     if data[i] then
@@ -68,7 +69,7 @@ end
 local acked = {}
 for i = 5, #ARGV do acked[#acked + 1] = ARGV[i] end
 local refused = ack(KEYS[2], KEYS[3], KEYS[4], group, acked, 'acked')
-if redis.call('EXISTS', KEYS[8]) == 1 then return {now, -1, -1, refused, 0} end
+if redis.call('EXISTS', KEYS[8]) == 1 then return {now, -1, -1, refused, 0, 0} end
 
 -- An expired lease puts the message back at its lease deadline, which is in the past, so it is
 -- claimed before messages that came due later; its member keeps the attempt count.
@@ -84,7 +85,7 @@ if #expired > 0 then
   each_chunk('ZADD', KEYS[1], back)
 end
 
-local result = {now, -1, -1, refused, 0}
+local result = {now, -1, -1, refused, 0, #expired / 2}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 if #due == 0 then return finish(result) end
 

@@ -1,0 +1,226 @@
+package redisdelay
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultMetricsNamespace is the namespace of the metrics when MetricsConfig.Namespace is empty.
+const DefaultMetricsNamespace = "redisdelay"
+
+// MetricsConfig configures Metrics.
+type MetricsConfig struct {
+	// Namespace is put before every metric name; DefaultMetricsNamespace when empty.
+	Namespace string
+	// Registerer receives the metrics; prometheus.DefaultRegisterer when nil. Watermill's
+	// metrics.NewPrometheusMetricsBuilder can use the same one.
+	Registerer prometheus.Registerer
+}
+
+// Metrics are the Prometheus metrics of the Publishers, Subscribers and Inspectors that are
+// given it (PublisherConfig.Metrics, SubscriberConfig.Metrics, InspectorConfig.Metrics), and
+// the queue-size gauges that RunSampler keeps up to date. One Metrics serves any number of
+// them. Labels are topic and consumer_group only (plus reason and script where named); never a
+// message ID or key. A nil *Metrics records nothing.
+type Metrics struct {
+	published, deduplicated                       *prometheus.CounterVec // topic
+	claimed, acked, nacked, leaseExpired          *prometheus.CounterVec // topic, consumer_group
+	deadLettered                                  *prometheus.CounterVec // topic, consumer_group, reason
+	cancelled, rescheduled                        *prometheus.CounterVec // topic, consumer_group
+	lateness                                      *prometheus.HistogramVec
+	scriptDuration                                *prometheus.HistogramVec // script
+	scheduled, due, inFlight, deadLetters, dueAge *prometheus.GaugeVec
+	samplerErrors                                 prometheus.Counter
+	sampled                                       map[[2]string]bool // label pairs the gauges hold
+}
+
+// LatenessBuckets are the buckets of delivery_lateness_seconds: 100 µs to 1 h, each about
+// 2.4 times the one before.
+var LatenessBuckets = prometheus.ExponentialBucketsRange(0.0001, 3600, 20)
+
+// NewMetrics creates the metrics and registers them. The error is the Registerer's, for example
+// when metrics with the same names are registered already (use another Namespace).
+func NewMetrics(config MetricsConfig) (*Metrics, error) {
+	if config.Namespace == "" {
+		config.Namespace = DefaultMetricsNamespace
+	}
+	if config.Registerer == nil {
+		config.Registerer = prometheus.DefaultRegisterer
+	}
+	ns := config.Namespace
+	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
+	}
+	gauge := func(name, help string) *prometheus.GaugeVec {
+		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, []string{"topic", "consumer_group"})
+	}
+	m := &Metrics{
+		published:    counter("published_total", "Messages stored by Publish (scheduled or replacing a message with the same key).", "topic"),
+		deduplicated: counter("deduplicated_total", "Messages Publish did not store because their key was taken.", "topic"),
+		claimed:      counter("claimed_total", "Messages claimed for a delivery attempt.", "topic", "consumer_group"),
+		acked:        counter("acked_total", "Messages acked by a handler.", "topic", "consumer_group"),
+		nacked:       counter("nacked_total", "Messages nacked by a handler.", "topic", "consumer_group"),
+		leaseExpired: counter("lease_expired_total", "Leases that expired before Ack or Nack, making the message due again.", "topic", "consumer_group"),
+		deadLettered: counter("dead_lettered_total", "Messages moved to their dead-letter topic, by reason.", "topic", "consumer_group", "reason"),
+		cancelled:    counter("cancelled_total", "Messages cancelled through the Inspector.", "topic", "consumer_group"),
+		rescheduled:  counter("rescheduled_total", "Messages given a new due time through the Inspector.", "topic", "consumer_group"),
+		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "delivery_lateness_seconds",
+			Help:    "Claim time minus due time, both on the Redis clock: how late a message was handed out.",
+			Buckets: LatenessBuckets,
+		}, []string{"topic", "consumer_group"}),
+		scriptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: ns, Name: "script_duration_seconds",
+			Help:    "Duration of each Lua script call, round trip included, as the client sees it.",
+			Buckets: prometheus.ExponentialBucketsRange(0.00005, 5, 16),
+		}, []string{"script"}),
+		scheduled:     gauge("scheduled", "Messages due later, as the sampler last saw them."),
+		due:           gauge("due", "Messages due now and not claimed, as the sampler last saw them."),
+		inFlight:      gauge("in_flight", "Messages leased to a consumer, as the sampler last saw them."),
+		deadLetters:   gauge("dead_letters", "Dead letters waiting on the group's dead-letter topic, as the sampler last saw them."),
+		dueAge:        gauge("oldest_due_age_seconds", "How long the oldest due message has been due, as the sampler last saw it."),
+		samplerErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sampler_errors_total", Help: "Sampling passes that failed."}),
+		sampled:       map[[2]string]bool{},
+	}
+	for _, c := range []prometheus.Collector{m.published, m.deduplicated, m.claimed, m.acked, m.nacked, m.leaseExpired, m.deadLettered,
+		m.cancelled, m.rescheduled, m.lateness, m.scriptDuration, m.scheduled, m.due, m.inFlight, m.deadLetters, m.dueAge, m.samplerErrors} {
+		if err := config.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("redisdelay: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// publishedOutcomes counts the outcomes of one Publish call.
+func (m *Metrics) publishedOutcomes(topic string, outcomes []PublishOutcome) {
+	if m == nil {
+		return
+	}
+	var stored, dup float64
+	for _, o := range outcomes {
+		if o == Duplicate {
+			dup++
+		} else {
+			stored++
+		}
+	}
+	m.published.WithLabelValues(topic).Add(stored)
+	if dup > 0 {
+		m.deduplicated.WithLabelValues(topic).Add(dup)
+	}
+}
+
+// claim records one claim: its messages, their lateness (claim time minus due time, Redis
+// clock), and the expired leases it made due again.
+func (m *Metrics) claim(topic, group string, res claimResult) {
+	if m == nil {
+		return
+	}
+	if len(res.messages) > 0 {
+		m.claimed.WithLabelValues(topic, group).Add(float64(len(res.messages)))
+		h := m.lateness.WithLabelValues(topic, group)
+		for _, c := range res.messages {
+			h.Observe(max(float64(res.nowUs-c.dueUs), 0) / 1e6)
+		}
+	}
+	if res.expired > 0 {
+		m.leaseExpired.WithLabelValues(topic, group).Add(float64(res.expired))
+	}
+}
+
+// handled counts a handler's Ack or Nack.
+func (m *Metrics) handled(topic, group string, acked bool) {
+	if m == nil {
+		return
+	}
+	if acked {
+		m.acked.WithLabelValues(topic, group).Inc()
+	} else {
+		m.nacked.WithLabelValues(topic, group).Inc()
+	}
+}
+
+// deadLetter counts a message moved to its dead-letter topic.
+func (m *Metrics) deadLetter(topic, group, reason string) {
+	if m != nil {
+		m.deadLettered.WithLabelValues(topic, group, reason).Inc()
+	}
+}
+
+// script records the duration of one script call.
+func (m *Metrics) script(name string, d time.Duration) {
+	if m != nil {
+		m.scriptDuration.WithLabelValues(name).Observe(d.Seconds())
+	}
+}
+
+// acted counts the groups an Inspector operation took effect in: cancelled (a message in
+// flight counts, since it is cancelled too) or rescheduled.
+func (m *Metrics) acted(cancel bool, topic string, groups map[string]KeyOutcome) {
+	if m == nil {
+		return
+	}
+	for g, o := range groups {
+		switch {
+		case cancel && (o == KeyDone || o == KeyInFlight):
+			m.cancelled.WithLabelValues(topic, g).Inc()
+		case !cancel && o == KeyDone:
+			m.rescheduled.WithLabelValues(topic, g).Inc()
+		}
+	}
+}
+
+// Sample sets the gauges (scheduled, due, in flight, dead letters, oldest due age) of every
+// topic and group in the registry from one Inspector.Stats pass: one script of O(log N)
+// commands per topic partition. Series of groups that are gone are deleted. A scrape reads
+// the gauges as last set and never touches Redis. Errors: Inspector.Stats's; the gauges keep
+// their values then.
+func (m *Metrics) Sample(ctx context.Context, in *Inspector) error {
+	stats, err := in.Stats(ctx)
+	if err != nil {
+		m.samplerErrors.Inc()
+		return err
+	}
+	seen := map[[2]string]bool{}
+	for _, s := range stats {
+		labels := []string{s.Topic, s.Group}
+		seen[[2]string{s.Topic, s.Group}] = true
+		m.scheduled.WithLabelValues(labels...).Set(float64(s.Scheduled))
+		m.due.WithLabelValues(labels...).Set(float64(s.Due))
+		m.inFlight.WithLabelValues(labels...).Set(float64(s.InFlight))
+		m.deadLetters.WithLabelValues(labels...).Set(float64(s.DeadLetters))
+		m.dueAge.WithLabelValues(labels...).Set(s.OldestDueAge.Seconds())
+	}
+	for pair := range m.sampled {
+		if !seen[pair] {
+			for _, g := range []*prometheus.GaugeVec{m.scheduled, m.due, m.inFlight, m.deadLetters, m.dueAge} {
+				g.DeleteLabelValues(pair[0], pair[1])
+			}
+		}
+	}
+	m.sampled = seen
+	return nil
+}
+
+// RunSampler calls Sample every interval until ctx ends. Failed passes are counted in
+// sampler_errors_total and tried again at the next interval. Run it on one goroutine per
+// Metrics. It returns ctx's error.
+func (m *Metrics) RunSampler(ctx context.Context, in *Inspector, interval time.Duration) error {
+	if interval <= 0 {
+		return errors.New("redisdelay: RunSampler: interval must be > 0")
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		_ = m.Sample(ctx, in)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ticker.C:
+		}
+	}
+}
