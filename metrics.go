@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // DefaultMetricsNamespace is the namespace of the metrics when MetricsConfig.Namespace is empty.
@@ -224,3 +225,40 @@ func (m *Metrics) RunSampler(ctx context.Context, in *Inspector, interval time.D
 		}
 	}
 }
+
+// Lateness estimates the median and the 99th percentile of delivery_lateness_seconds for a
+// topic and consumer group since the process started, by linear interpolation within the
+// histogram's buckets (as PromQL's histogram_quantile does). ok is false when nothing was
+// claimed yet. It fits dashboard.Options.Lateness.
+func (m *Metrics) Lateness(topic, group string) (p50, p99 time.Duration, ok bool) {
+	if m == nil {
+		return 0, 0, false
+	}
+	h, err := m.lateness.GetMetricWithLabelValues(topic, group)
+	if err != nil {
+		return 0, 0, false
+	}
+	var out dto.Metric
+	if err := h.(prometheus.Metric).Write(&out); err != nil || out.GetHistogram().GetSampleCount() == 0 {
+		return 0, 0, false
+	}
+	hist := out.GetHistogram()
+	quantile := func(q float64) time.Duration {
+		rank := q * float64(hist.GetSampleCount())
+		lower, below := 0.0, 0.0
+		for _, b := range hist.GetBucket() {
+			upper, count := b.GetUpperBound(), float64(b.GetCumulativeCount())
+			if count >= rank {
+				if count == below {
+					return seconds(upper)
+				}
+				return seconds(lower + (upper-lower)*(rank-below)/(count-below))
+			}
+			lower, below = upper, count
+		}
+		return seconds(lower) // above the last bucket: its bound is the best estimate
+	}
+	return quantile(0.5), quantile(0.99), true
+}
+
+func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }

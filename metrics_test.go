@@ -138,6 +138,11 @@ func TestMetricsCountAKnownWorkload(t *testing.T) {
 			assert.Equal(t, want, counterValue(t, registry, name, group), name)
 		}
 		assert.Positive(t, counterValue(t, registry, "test_script_duration_seconds", map[string]string{"script": "claim"}))
+		p50, p99, ok := m.Lateness(topic, redisdelay.DefaultConsumerGroup)
+		require.True(t, ok)
+		assert.True(t, p50 <= p99 && p99 < time.Second, "lateness p50 %s, p99 %s", p50, p99)
+		_, _, ok = m.Lateness(topic, "no-such-group")
+		assert.False(t, ok)
 		assert.Positive(t, testutil.CollectAndCount(registry, "test_watermill_publish_time_seconds"), "Watermill's publisher metrics sit next to ours")
 		held.Ack() // refused: its lease was lost
 
