@@ -368,7 +368,9 @@ func (e *example) placeOrder(ctx context.Context, id string) error {
 // payLater pays order id after wait, in the background, unless ctx ends first, then cancels
 // the order's payment check by its key.
 func (e *example) payLater(ctx context.Context, id string, wait time.Duration) {
-	e.payments.Go(func() {
+	e.payments.Add(1)
+	go func() {
+		defer e.payments.Done()
 		if sleepUntil(ctx, time.Now().Add(wait)) != nil {
 			return
 		}
@@ -379,7 +381,7 @@ func (e *example) payLater(ctx context.Context, id string, wait time.Duration) {
 		}
 		e.tl.printf("order %s paid", id)
 		e.cancelCheck(ctx, id)
-	})
+	}()
 }
 
 // cancelCheck calls off the payment check of order id, which was just paid, and records the
