@@ -36,7 +36,7 @@ var (
 	// again is safe but may deliver them twice. Within one Publish call the adapter never stores
 	// a message twice: a script that the Redis client runs again (go-redis retries a command
 	// whose connection failed) recognises the call's token and stores nothing more.
-	ErrOutcomeUnknown = errors.New("outcome unknown: the messages may or may not have been stored")
+	ErrOutcomeUnknown = errors.New("outcome unknown: the call may or may not have taken effect")
 	// ErrRedisFull is wrapped, together with Redis's own OOM reply, by a Publish error when
 	// Redis refused the publish because used memory reached maxmemory (policy noeviction).
 	// Nothing of the batch is stored. Consumers keep draining a full Redis: claims, acks, nacks,

@@ -365,13 +365,15 @@ const (
 // MessageInfo describes one message of a consumer group. Times are on the Redis clock.
 type MessageInfo struct {
 	Topic, Group string
-	// Ref names the message in its group, partition included: give it to Message, Requeue.
+	// Ref names the message in its group, partition included, as text safe for URLs, JSON and
+	// command lines: give it to Message, CancelRef, RescheduleRef, RunNowRef and Requeue.
 	Ref string
 	// ID is the internal ID: 12 hex digits, then "=" and the key for a keyed message.
 	ID   string
 	UUID string
 	Key  string
-	// State is StateScheduled (DueAt may be past: due now) or StateInFlight.
+	// State is StateScheduled (DueAt may be past: due now), StateInFlight, or, for ListDead,
+	// StateDeadLettered (DueAt is then when it was dead-lettered).
 	State KeyState
 	DueAt time.Time // StateScheduled
 	// Attempt is the attempts so far (scheduled) or the attempt under way (in flight).
@@ -391,12 +393,19 @@ type MessageInfo struct {
 // PreviewLength is how many bytes of the payload MessageInfo.Preview shows.
 const PreviewLength = 64
 
+// DefaultListLimit and MaxListLimit bound ListOptions.Limit.
+const (
+	DefaultListLimit = 100
+	MaxListLimit     = 1000
+)
+
 // ListOptions selects a page of List.
 type ListOptions struct {
 	State ListState
 	// Cursor is ListPage.NextCursor of the previous page, "" for the first.
 	Cursor string
-	// Limit is the most messages on the page; 100 when zero, at most 1000.
+	// Limit is the most messages on the page; DefaultListLimit when zero, at most
+	// MaxListLimit.
 	Limit int
 }
 
@@ -422,9 +431,9 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 	}
 	limit := opts.Limit
 	if limit <= 0 {
-		limit = 100
+		limit = DefaultListLimit
 	}
-	limit = min(limit, 1000)
+	limit = min(limit, MaxListLimit)
 	c, err := decodeCursor(opts.Cursor)
 	if err != nil {
 		return ListPage{}, fmt.Errorf("redisdelay: list topic %s: %w", quote(topic), err)
@@ -442,7 +451,11 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 			return ListPage{}, fmt.Errorf("redisdelay: list group %s on topic %s: %w", quote(group), quote(topic), err)
 		}
 		for _, r := range rows {
-			page.Messages = append(page.Messages, i.describe(topic, group, p, r, opts.State == ListInFlight, nowUs, false))
+			m := i.describe(topic, group, p, r, opts.State == ListInFlight, nowUs, false)
+			if opts.State == ListDead {
+				m.State = StateDeadLettered
+			}
+			page.Messages = append(page.Messages, m)
 		}
 		if len(page.Messages) == limit && len(rows) > 0 {
 			last := rows[len(rows)-1]
@@ -477,7 +490,7 @@ func (i *Inspector) listTarget(part, topic, group string, state ListState) (set,
 // describe turns a listed member into a MessageInfo, decoding the stored message.
 func (i *Inspector) describe(topic, group string, partition int, r listed, leased bool, nowUs int64, full bool) MessageInfo {
 	id, attempt, _ := parseMember(r.member)
-	m := MessageInfo{Topic: topic, Group: group, Ref: strconv.Itoa(partition) + "/" + r.member, ID: id, Attempt: attempt, State: StateScheduled}
+	m := MessageInfo{Topic: topic, Group: group, Ref: makeRef(partition, r.member), ID: id, Attempt: attempt, State: StateScheduled}
 	if key, ok := keyOfID(id); ok {
 		m.Key = key
 	}
@@ -516,9 +529,8 @@ func (i *Inspector) Message(ctx context.Context, topic, group, ref string) (Mess
 	if err != nil {
 		return MessageInfo{}, err
 	}
-	partition, member, ok := strings.Cut(ref, "/")
-	p, perr := strconv.Atoi(partition)
-	if !ok || perr != nil || p < 0 || p >= info.Partitions {
+	p, member, ok := parseRef(ref, info.Partitions)
+	if !ok {
 		return MessageInfo{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
 	}
 	return i.show(ctx, topic, group, p, member, ref)
@@ -536,7 +548,7 @@ func (i *Inspector) MessageByKey(ctx context.Context, topic, group, key string) 
 	}
 	gs := st.Groups[group]
 	if gs.State != StateScheduled && gs.State != StateInFlight {
-		return MessageInfo{}, fmt.Errorf("redisdelay: key %s in group %s on topic %s is %s: %w", quote(key), quote(group), quote(topic), gs.State, ErrNotFound)
+		return MessageInfo{}, fmt.Errorf("redisdelay: key %s in group %s on topic %s (%s): %w", quote(key), quote(group), quote(topic), gs.State, ErrNotFound)
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
@@ -545,7 +557,7 @@ func (i *Inspector) MessageByKey(ctx context.Context, topic, group, key string) 
 	if err != nil {
 		return MessageInfo{}, err
 	}
-	return i.show(ctx, topic, group, p, id, strconv.Itoa(p)+"/"+id)
+	return i.show(ctx, topic, group, p, id, makeRef(p, id))
 }
 
 func (i *Inspector) show(ctx context.Context, topic, group string, p int, member, ref string) (MessageInfo, error) {
@@ -577,9 +589,8 @@ func (i *Inspector) Requeue(ctx context.Context, topic, group string, refs ...st
 	}
 	byPartition := map[int][]string{}
 	for _, ref := range refs {
-		partition, member, ok := strings.Cut(ref, "/")
-		p, perr := strconv.Atoi(partition)
-		if !ok || perr != nil || p < 0 || p >= info.Partitions {
+		p, member, ok := parseRef(ref, info.Partitions)
+		if !ok {
 			return 0, fmt.Errorf("redisdelay: dead letter %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
 		}
 		byPartition[p] = append(byPartition[p], member)
@@ -692,6 +703,23 @@ func decodeCursor(s string) (cursor, error) {
 	return cursor{partition: p, scoreUs: us, member: f[2]}, nil
 }
 
+// makeRef names a member of partition p as text: the partition, "/", and the member in
+// unpadded base64url (a member may hold a marshaled message, which is binary).
+func makeRef(p int, member string) string {
+	return strconv.Itoa(p) + "/" + base64.RawURLEncoding.EncodeToString([]byte(member))
+}
+
+// parseRef reads a ref of makeRef, checking its partition against partitions.
+func parseRef(ref string, partitions int) (int, string, bool) {
+	partition, encoded, ok := strings.Cut(ref, "/")
+	p, err := strconv.Atoi(partition)
+	if !ok || err != nil || p < 0 || p >= partitions {
+		return 0, "", false
+	}
+	member, err := base64.RawURLEncoding.DecodeString(encoded)
+	return p, string(member), err == nil
+}
+
 // parseMember splits a member name (see scripts.go) into its ID and attempt count.
 func parseMember(m string) (string, int, bool) {
 	if len(m) < 12 {
@@ -795,9 +823,8 @@ func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, whe
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	partition, member, ok := strings.Cut(ref, "/")
-	p, perr := strconv.Atoi(partition)
-	if !ok || perr != nil || p < 0 || p >= info.Partitions {
+	p, member, ok := parseRef(ref, info.Partitions)
+	if !ok {
 		return 0, time.Time{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
 	}
 	call := publishCall{token: newToken(), ttl: i.callTTL}

@@ -2,6 +2,7 @@ package redisdelay_test
 
 import (
 	"context"
+	"encoding/base64"
 	"runtime"
 	"strconv"
 	"strings"
@@ -292,7 +293,7 @@ func TestListPagesAndShowsMessages(t *testing.T) {
 		assert.Equal(t, "order-7", k.Key)
 		assert.Equal(t, "keyed payload", k.Preview)
 
-		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, "0/000000ffffff")
+		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, "0/"+base64.RawURLEncoding.EncodeToString([]byte("000000ffffff")))
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 		_, err = in.List(context.Background(), topic, "nobody", opts)
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)

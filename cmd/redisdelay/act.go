@@ -1,0 +1,299 @@
+package main
+
+// The commands that change a queue. The destructive ones (cancel, requeue, purge, delete-group)
+// ask for confirmation unless --yes.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+// target is the message that cancel, reschedule and run act on: a key on a topic, which names
+// the message in every consumer group, or a ref (as list prints it) in one group.
+type target struct{ topic, group, key, ref string }
+
+func (t *target) addFlags(cmd *cobra.Command) {
+	addGroupFlags(cmd, &t.topic, &t.group)
+	cmd.Flags().StringVar(&t.key, "key", "", "the message's key; acts in every consumer group")
+	cmd.Flags().StringVar(&t.ref, "ref", "", "the message's ref in --group, as list prints it")
+	cmd.MarkFlagsOneRequired("key", "ref")
+	cmd.MarkFlagsMutuallyExclusive("key", "ref")
+	// A key acts in every group; a --group beside it would suggest otherwise.
+	cmd.MarkFlagsMutuallyExclusive("key", "group")
+}
+
+func (t target) String() string {
+	if t.key != "" {
+		return fmt.Sprintf("key %q on topic %q", t.key, t.topic)
+	}
+	return fmt.Sprintf("message %q of group %q on topic %q", t.ref, t.group, t.topic)
+}
+
+// keyOp and refOp are an Inspector operation by key and the same operation by ref.
+type (
+	keyOp func(ctx context.Context, topic, key string) (redisdelay.KeyResult, error)
+	refOp func(ctx context.Context, topic, group, ref string) (redisdelay.KeyOutcome, time.Time, error)
+)
+
+// outcomeView is what cancel, reschedule or run did in each consumer group; ParkedGroup ("")
+// is a message parked while the topic had no group.
+type outcomeView struct {
+	Topic  string            `json:"topic"`
+	Key    string            `json:"key,omitempty"`
+	Ref    string            `json:"ref,omitempty"`
+	Groups map[string]string `json:"groups"`
+	DueAt  time.Time         `json:"due_at,omitzero"`
+}
+
+// act runs byKey or byRef on t and prints the outcome in each group. The Inspector reports a
+// message that is not there as an outcome; act makes it an error wrapping ErrNotFound.
+func (a *app) act(ctx context.Context, t target, byKey keyOp, byRef refOp) error {
+	r := redisdelay.KeyResult{Topic: t.topic, Key: t.key}
+	if t.key != "" {
+		var err error
+		if r, err = byKey(ctx, t.topic, t.key); err != nil {
+			return err
+		}
+	} else {
+		o, due, err := byRef(ctx, t.topic, t.group, t.ref)
+		if err != nil {
+			return err
+		}
+		r.Groups, r.DueAt = map[string]redisdelay.KeyOutcome{t.group: o}, due
+	}
+	if !r.Found() {
+		return fmt.Errorf("%s: %w", t, redisdelay.ErrNotFound)
+	}
+	v := outcomeView{Topic: t.topic, Key: t.key, Ref: t.ref, Groups: map[string]string{}, DueAt: r.DueAt}
+	for g, o := range r.Groups {
+		v.Groups[g] = o.String()
+	}
+	return a.print(v, func(w *tabwriter.Writer) {
+		row(w, "GROUP", "OUTCOME")
+		for _, g := range slices.Sorted(maps.Keys(v.Groups)) {
+			name := g
+			if g == redisdelay.ParkedGroup {
+				name = "(parked)"
+			}
+			row(w, name, v.Groups[g])
+		}
+		if !v.DueAt.IsZero() {
+			fmt.Fprintf(w, "due at %s\n", formatTime(v.DueAt))
+		}
+	})
+}
+
+func (a *app) cancelCommand() *cobra.Command {
+	var (
+		t   target
+		yes bool
+	)
+	cmd := &cobra.Command{
+		Use:   "cancel",
+		Short: "Cancel a message: by --key in every consumer group, or by --ref in one",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.confirm(yes, fmt.Sprintf("Cancel %s?", t)); err != nil {
+				return err
+			}
+			return a.act(cmd.Context(), t, a.in.Cancel, func(ctx context.Context, topic, group, ref string) (redisdelay.KeyOutcome, time.Time, error) {
+				o, err := a.in.CancelRef(ctx, topic, group, ref)
+				return o, time.Time{}, err
+			})
+		},
+	}
+	t.addFlags(cmd)
+	addYesFlag(cmd, &yes)
+	return cmd
+}
+
+func (a *app) rescheduleCommand() *cobra.Command {
+	var (
+		t  target
+		at string
+		in time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "reschedule",
+		Short: "Make a message due at another time, keeping its attempt count",
+		Long: "Make a message due at --at or --in from now, keeping its attempt count. By --key, --in\n" +
+			"counts on the Redis clock; by --ref, on this machine's clock.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			due := time.Now().Add(in)
+			if at != "" {
+				var err error
+				if due, err = time.Parse(time.RFC3339, at); err != nil {
+					return fmt.Errorf("--at: %w", err)
+				}
+			}
+			return a.act(cmd.Context(), t, func(ctx context.Context, topic, key string) (redisdelay.KeyResult, error) {
+				if at != "" {
+					return a.in.Reschedule(ctx, topic, key, due)
+				}
+				return a.in.RescheduleAfter(ctx, topic, key, in)
+			}, func(ctx context.Context, topic, group, ref string) (redisdelay.KeyOutcome, time.Time, error) {
+				return a.in.RescheduleRef(ctx, topic, group, ref, due)
+			})
+		},
+	}
+	t.addFlags(cmd)
+	cmd.Flags().StringVar(&at, "at", "", "new due time, RFC 3339 (2006-01-02T15:04:05Z07:00)")
+	cmd.Flags().DurationVar(&in, "in", 0, "new due time as a delay from now, such as 10m")
+	cmd.MarkFlagsOneRequired("at", "in")
+	cmd.MarkFlagsMutuallyExclusive("at", "in")
+	return cmd
+}
+
+func (a *app) runCommand() *cobra.Command {
+	var t target
+	cmd := &cobra.Command{
+		Use:   "run",
+		Short: "Make a message due at once",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return a.act(cmd.Context(), t, a.in.RunNow, a.in.RunNowRef)
+		},
+	}
+	t.addFlags(cmd)
+	return cmd
+}
+
+func (a *app) requeueCommand() *cobra.Command {
+	var (
+		topic, group string
+		refs         []string
+		all, yes     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "requeue",
+		Short: "Move dead letters back to their consumer group, due at once",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Requeue with no refs moves every dead letter: only --all may ask for that.
+			if len(refs) == 0 && !all {
+				return errors.New("give the dead letters to requeue with --ref, or --all")
+			}
+			which := fmt.Sprintf("%d dead letters", len(refs))
+			if all {
+				which = "all dead letters"
+			}
+			if err := a.confirm(yes, fmt.Sprintf("Requeue %s of group %s on topic %s?", which, group, topic)); err != nil {
+				return err
+			}
+			n, err := a.in.Requeue(cmd.Context(), topic, group, refs...)
+			if err != nil {
+				return err
+			}
+			return a.printChange(topic, group, "requeued", n,
+				fmt.Sprintf("Requeued %d dead letters of group %s on topic %s.", n, group, topic))
+		},
+	}
+	addGroupFlags(cmd, &topic, &group)
+	cmd.Flags().StringArrayVar(&refs, "ref", nil, "a dead letter's ref, as list --state dead prints it (repeatable)")
+	cmd.Flags().BoolVar(&all, "all", false, "requeue every dead letter of the group")
+	cmd.MarkFlagsMutuallyExclusive("ref", "all")
+	addYesFlag(cmd, &yes)
+	return cmd
+}
+
+func (a *app) purgeCommand() *cobra.Command {
+	var (
+		topic, group, state string
+		yes                 bool
+	)
+	cmd := &cobra.Command{
+		Use:   "purge",
+		Short: "Drop a consumer group's messages in one state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.confirm(yes, fmt.Sprintf("Purge the %s messages of group %s on topic %s?", state, group, topic)); err != nil {
+				return err
+			}
+			n, err := a.in.Purge(cmd.Context(), topic, group, redisdelay.ListState(state))
+			if err != nil {
+				return err
+			}
+			return a.printChange(topic, group, "purged", n,
+				fmt.Sprintf("Purged %d %s messages of group %s on topic %s.", n, state, group, topic))
+		},
+	}
+	addGroupFlags(cmd, &topic, &group)
+	cmd.Flags().StringVar(&state, "state", "", "scheduled, due or in-flight (required)")
+	_ = cmd.MarkFlagRequired("state")
+	addYesFlag(cmd, &yes)
+	return cmd
+}
+
+// pauseCommand is pause, or resume when pause is false.
+func (a *app) pauseCommand(pause bool) *cobra.Command {
+	var topic, group string
+	cmd := &cobra.Command{
+		Use:   "resume",
+		Short: "Resume a paused consumer group",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			op, state := a.in.Resume, "resumed"
+			if pause {
+				op, state = a.in.Pause, "paused"
+			}
+			if err := op(cmd.Context(), topic, group); err != nil {
+				return err
+			}
+			return a.printChange(topic, group, "paused", pause,
+				fmt.Sprintf("Group %s on topic %s is %s.", group, topic, state))
+		},
+	}
+	if pause {
+		cmd.Use, cmd.Short = "pause", "Pause a consumer group: its subscribers receive nothing until resume"
+	}
+	addGroupFlags(cmd, &topic, &group)
+	return cmd
+}
+
+func (a *app) deleteGroupCommand() *cobra.Command {
+	var (
+		topic, group string
+		yes          bool
+	)
+	cmd := &cobra.Command{
+		Use:   "delete-group",
+		Short: "Remove a consumer group from a topic with all its messages",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.confirm(yes, fmt.Sprintf("Delete group %s from topic %s?", group, topic)); err != nil {
+				return err
+			}
+			n, err := a.in.RemoveGroup(cmd.Context(), topic, group)
+			if err != nil {
+				return err
+			}
+			return a.printChange(topic, group, "dropped", n,
+				fmt.Sprintf("Deleted group %s from topic %s and dropped %d messages.", group, topic, n))
+		},
+	}
+	addGroupFlags(cmd, &topic, &group)
+	addYesFlag(cmd, &yes)
+	return cmd
+}
+
+func addYesFlag(cmd *cobra.Command, yes *bool) {
+	cmd.Flags().BoolVarP(yes, "yes", "y", false, "do not ask for confirmation")
+}
+
+// printChange prints what a command changed in a consumer group: one field besides topic and
+// group in JSON, sentence in a table.
+func (a *app) printChange(topic, group, field string, value any, sentence string) error {
+	return a.print(map[string]any{"topic": topic, "group": group, field: value}, func(w *tabwriter.Writer) {
+		fmt.Fprintln(w, sentence)
+	})
+}

@@ -1,0 +1,375 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+const (
+	topic = "orders"
+	group = redisdelay.DefaultConsumerGroup
+)
+
+func TestTopicsListsEveryTopicWithItsGroups(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, "billing", "shipping")
+	q.schedule(topic, newMessage("", "hello"))
+
+	var topics []map[string]any
+	q.json(&topics, "topics")
+	require.Contains(t, topics, map[string]any{
+		"topic": topic, "partitions": float64(1), "groups": []any{"billing", "shipping"},
+	})
+
+	out := q.ok("topics")
+	assert.Regexp(t, `(?m)^TOPIC\s+PARTITIONS\s+GROUPS$`, out)
+	assert.Regexp(t, `(?m)^orders\s+1\s+billing,shipping$`, out)
+}
+
+func TestStatsCountsScheduledMessages(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	q.schedule(topic, newMessage("", "a"), newMessage("", "b"), newMessage("", "c"))
+
+	var stats []map[string]any
+	q.json(&stats, "stats", "--topic", topic)
+	require.Len(t, stats, 1)
+	assert.Equal(t, topic, stats[0]["topic"])
+	assert.Equal(t, group, stats[0]["group"])
+	assert.Equal(t, float64(3), stats[0]["scheduled"])
+	assert.Equal(t, float64(0), stats[0]["due"])
+	assert.Equal(t, false, stats[0]["paused"])
+	nextDue, err := time.Parse(time.RFC3339Nano, stats[0]["next_due"].(string))
+	require.NoError(t, err)
+	assert.WithinDuration(t, time.Now().Add(time.Hour), nextDue, time.Minute)
+
+	out := q.ok("stats")
+	assert.Regexp(t, `(?m)^TOPIC\s+GROUP\s+SCHEDULED\s+DUE\s+IN FLIGHT\s+DEAD LETTERS\s+OLDEST DUE AGE\s+NEXT DUE\s+PAUSED$`, out)
+	assert.Regexp(t, `(?m)^orders\s+default\s+3\s+0\s+0\s+0\s+-\s+\S+\s+false$`, out)
+}
+
+func TestStatsWatchReprintsUntilInterrupted(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	q.schedule(topic, newMessage("", "a"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "--addr", q.addr, "--output", "json", "stats", "--watch", "--interval", "50ms")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	dec := json.NewDecoder(stdout)
+	for range 3 {
+		var stats []statsView
+		require.NoError(t, dec.Decode(&stats))
+		require.Len(t, stats, 1)
+		assert.Equal(t, int64(1), stats[0].Scheduled)
+	}
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, cmd.Wait(), "stats --watch must end cleanly on SIGINT")
+}
+
+func TestListPagesThroughEveryMessageWithTheCursor(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	msgs := make([]*message.Message, 150)
+	for n := range msgs {
+		msgs[n] = newMessage(fmt.Sprintf("order-%03d", n), fmt.Sprintf("payload %d", n))
+	}
+	published := q.schedule(topic, msgs...)
+
+	var first, second pageView
+	q.json(&first, "list", "--topic", topic, "--state", "scheduled", "--limit", "100")
+	require.Len(t, first.Messages, 100)
+	require.NotEmpty(t, first.NextCursor)
+	q.json(&second, "list", "--topic", topic, "--state", "scheduled", "--limit", "100", "--cursor", first.NextCursor)
+	require.Len(t, second.Messages, 50)
+	assert.Empty(t, second.NextCursor, "the last page has no next cursor")
+
+	var listed []string
+	for _, m := range append(first.Messages, second.Messages...) {
+		listed = append(listed, m.UUID)
+		assert.Equal(t, "scheduled", m.State)
+		assert.Regexp(t, `^order-\d{3}$`, m.Key)
+		assert.WithinDuration(t, time.Now().Add(time.Hour), m.DueAt, time.Minute)
+	}
+	assert.ElementsMatch(t, published, listed)
+
+	out := q.ok("list", "--topic", topic, "--state", "scheduled", "--limit", "100")
+	assert.Regexp(t, `(?m)^REF\s+ID\s+UUID\s+KEY\s+DUE AT\s+ATTEMPT\s+SIZE\s+PREVIEW$`, out)
+	m := first.Messages[0]
+	assert.Regexp(t, fmt.Sprintf(`(?m)^%s\s+%s\s+%s\s+%s\s+\S+\s+0\s+%d\s+%s$`, m.Ref, m.ID, m.UUID, m.Key, m.PayloadSize, m.Preview), out)
+	assert.Contains(t, out, "next page: --cursor "+first.NextCursor)
+}
+
+func TestShowPrintsTheWholePayloadAndMetadata(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	payload := strings.Repeat("x", redisdelay.PreviewLength) + " and the end"
+	msg := newMessage("order-1", payload)
+	msg.Metadata.Set("customer", "ada")
+	q.schedule(topic, msg)
+
+	var byKey messageView
+	q.json(&byKey, "show", "--topic", topic, "--key", "order-1")
+	assert.Equal(t, payload, byKey.Payload)
+	assert.Equal(t, msg.UUID, byKey.UUID)
+	assert.Equal(t, "ada", byKey.Metadata["customer"])
+	assert.Equal(t, len(payload), byKey.PayloadSize)
+
+	var byRef messageView
+	q.json(&byRef, "show", "--topic", topic, "--ref", byKey.Ref)
+	assert.Equal(t, byKey, byRef)
+
+	out := q.ok("show", "--topic", topic, "--key", "order-1")
+	assert.Regexp(t, `(?m)^key:\s+order-1$`, out)
+	assert.Regexp(t, `(?m)^\s+customer=ada$`, out)
+	assert.True(t, strings.HasSuffix(out, "payload:\n"+payload+"\n"), out)
+}
+
+func TestCancelByKeyRemovesTheMessage(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	q.schedule(topic, newMessage("order-1", "a"), newMessage("order-2", "b"))
+
+	var outcome outcomeView
+	q.json(&outcome, "cancel", "--topic", topic, "--key", "order-1", "--yes")
+	assert.Equal(t, map[string]string{group: "done"}, outcome.Groups)
+
+	assert.Equal(t, redisdelay.StateNotFound, q.status(topic, "order-1", group).State)
+	assert.Equal(t, redisdelay.StateScheduled, q.status(topic, "order-2", group).State, "another message is untouched")
+	assert.Equal(t, int64(1), q.stats(topic, group).Scheduled)
+}
+
+func TestCancelByRefRemovesTheMessageFromItsGroup(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, "billing", "shipping")
+	q.schedule(topic, newMessage("order-1", "a"))
+	var page pageView
+	q.json(&page, "list", "--topic", topic, "--group", "billing", "--state", "scheduled")
+	require.Len(t, page.Messages, 1)
+
+	out := q.ok("cancel", "--topic", topic, "--group", "billing", "--ref", page.Messages[0].Ref, "--yes")
+	assert.Regexp(t, `(?m)^billing\s+done$`, out)
+
+	assert.Equal(t, redisdelay.StateFinished, q.status(topic, "order-1", "billing").State)
+	assert.Equal(t, redisdelay.StateScheduled, q.status(topic, "order-1", "shipping").State)
+}
+
+func TestDestructiveCommandsChangeNothingUnlessConfirmed(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	q.schedule(topic, newMessage("order-1", "a"))
+	before := q.stats(topic, group)
+
+	for _, tc := range []struct {
+		args     []string
+		question string
+	}{
+		{[]string{"cancel", "--topic", topic, "--key", "order-1"}, `Cancel key "order-1" on topic "orders"? [y/N] `},
+		{[]string{"purge", "--topic", topic, "--state", "scheduled"}, "Purge the scheduled messages of group default on topic orders? [y/N] "},
+		{[]string{"delete-group", "--topic", topic}, "Delete group default from topic orders? [y/N] "},
+		{[]string{"requeue", "--topic", topic, "--all"}, "Requeue all dead letters of group default on topic orders? [y/N] "},
+	} {
+		for _, answer := range []string{"n\n", "maybe\n", ""} {
+			r := q.run(answer, tc.args...)
+			assert.Equal(t, 1, r.code, "%s answered %q", tc.args[0], answer)
+			assert.Equal(t, tc.question+"redisdelay: not confirmed; nothing was changed\n", r.stderr)
+			assert.Empty(t, r.stdout)
+		}
+	}
+
+	assert.Equal(t, before, q.stats(topic, group))
+	assert.Equal(t, redisdelay.StateScheduled, q.status(topic, "order-1", group).State)
+
+	r := q.run("y\n", "cancel", "--topic", topic, "--key", "order-1")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, redisdelay.StateNotFound, q.status(topic, "order-1", group).State, "answering y cancels")
+}
+
+func TestMissingMessagesAreNamedInTheError(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+
+	for _, tc := range []struct {
+		args   []string
+		stderr string
+	}{
+		{[]string{"cancel", "--topic", topic, "--key", "nope", "--yes"}, `redisdelay: key "nope" on topic "orders": not found`},
+		{[]string{"run", "--topic", topic, "--ref", "0/000000000000"}, `redisdelay: message "0/000000000000" of group "default" on topic "orders": not found`},
+		{[]string{"show", "--topic", topic, "--key", "nope"}, `redisdelay: key "nope" in group "default" on topic "orders"`},
+		{[]string{"pause", "--topic", topic, "--group", "nobody"}, `redisdelay: consumer group "nobody" on topic "orders": not found`},
+		{[]string{"stats", "--topic", "nowhere"}, `redisdelay: topic "nowhere": not found`},
+	} {
+		r := q.run("", tc.args...)
+		assert.Equal(t, 1, r.code, tc.args)
+		assert.True(t, strings.HasPrefix(r.stderr, tc.stderr), "stderr %q, want prefix %q", r.stderr, tc.stderr)
+		assert.Equal(t, 1, strings.Count(r.stderr, "redisdelay:"), r.stderr)
+	}
+}
+
+func TestRunMakesAScheduledMessageDueAtOnce(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	q.schedule(topic, newMessage("order-1", "a"))
+
+	var outcome outcomeView
+	q.json(&outcome, "run", "--topic", topic, "--key", "order-1")
+	assert.Equal(t, map[string]string{group: "done"}, outcome.Groups)
+	assert.WithinDuration(t, time.Now(), outcome.DueAt, time.Minute)
+	s := q.stats(topic, group)
+	assert.Equal(t, int64(0), s.Scheduled)
+	assert.Equal(t, int64(1), s.Due)
+
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	messages, err := q.subscriber(redisdelay.SubscriberConfig{}).Subscribe(ctx, topic)
+	require.NoError(t, err)
+	select {
+	case msg := <-messages:
+		assert.Equal(t, "order-1", msg.Metadata.Get(redisdelay.KeyMetadataKey))
+		msg.Ack()
+	case <-ctx.Done():
+		t.Fatal("the message was not delivered after run")
+	}
+}
+
+func TestRescheduleMovesTheDueTime(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	q.schedule(topic, newMessage("order-1", "a"))
+
+	var outcome outcomeView
+	q.json(&outcome, "reschedule", "--topic", topic, "--key", "order-1", "--in", "10m")
+	assert.Equal(t, map[string]string{group: "done"}, outcome.Groups)
+	assert.WithinDuration(t, time.Now().Add(10*time.Minute), q.status(topic, "order-1", group).DueAt, time.Minute)
+
+	var page pageView
+	q.json(&page, "list", "--topic", topic, "--state", "scheduled")
+	require.Len(t, page.Messages, 1)
+	at := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
+	q.ok("reschedule", "--topic", topic, "--ref", page.Messages[0].Ref, "--at", at)
+	assert.Equal(t, int64(1), q.stats(topic, group).Due, "a past due time means due at once")
+
+	r := q.run("", "reschedule", "--topic", topic, "--key", "order-1", "--at", "tomorrow")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "redisdelay: --at: ")
+}
+
+func TestPauseAndResumeToggleStatsPaused(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+
+	assert.Contains(t, q.ok("pause", "--topic", topic), "Group default on topic orders is paused.")
+	assert.True(t, q.stats(topic, group).Paused)
+	var resumed map[string]any
+	q.json(&resumed, "resume", "--topic", topic)
+	assert.Equal(t, map[string]any{"topic": topic, "group": group, "paused": false}, resumed)
+	assert.False(t, q.stats(topic, group).Paused)
+}
+
+func TestRequeueBringsDeadLettersBack(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	sub := q.subscriber(redisdelay.SubscriberConfig{MaxAttempts: 1})
+	require.NoError(t, sub.SubscribeInitialize(topic))
+	require.NoError(t, q.pub.Publish(topic, newMessage("", "first"), newMessage("", "second")))
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	messages, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	for range 2 {
+		select {
+		case msg := <-messages:
+			msg.Nack()
+		case <-ctx.Done():
+			t.Fatal("the messages were not delivered")
+		}
+	}
+	require.Eventually(t, func() bool { return q.stats(topic, group).DeadLetters == 2 }, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, sub.Close(), "nothing may claim the requeued messages")
+
+	r := q.run("", "requeue", "--topic", topic, "--yes")
+	assert.Equal(t, 1, r.code, "requeue needs --ref or --all")
+
+	var dead pageView
+	q.json(&dead, "list", "--topic", topic, "--state", "dead")
+	require.Len(t, dead.Messages, 2)
+	for _, m := range dead.Messages {
+		assert.True(t, utf8.ValidString(m.Ref) && !strings.ContainsAny(m.Ref, " \t\n\x00"), "a ref is plain text: %q", m.Ref)
+	}
+	var one map[string]any
+	q.json(&one, "requeue", "--topic", topic, "--ref", dead.Messages[0].Ref, "--yes")
+	assert.Equal(t, float64(1), one["requeued"])
+	s := q.stats(topic, group)
+	assert.Equal(t, [2]int64{1, 1}, [2]int64{s.DeadLetters, s.Due}, "dead letters, due")
+
+	assert.Contains(t, q.ok("requeue", "--topic", topic, "--all", "--yes"), "Requeued 1 dead letters of group default on topic orders.")
+	s = q.stats(topic, group)
+	assert.Equal(t, [2]int64{0, 2}, [2]int64{s.DeadLetters, s.Due}, "dead letters, due")
+}
+
+func TestPurgeDropsTheMessagesOfOneState(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	q.schedule(topic, newMessage("", "a"), newMessage("", "b"), newMessage("", "c"))
+	require.NoError(t, q.pub.Publish(topic, newMessage("", "due now")))
+
+	var purged map[string]any
+	q.json(&purged, "purge", "--topic", topic, "--state", "scheduled", "--yes")
+	assert.Equal(t, float64(3), purged["purged"])
+	s := q.stats(topic, group)
+	assert.Equal(t, [2]int64{0, 1}, [2]int64{s.Scheduled, s.Due}, "scheduled, due")
+}
+
+func TestDeleteGroupRemovesTheGroupFromItsTopic(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, "billing", "shipping")
+	q.schedule(topic, newMessage("order-1", "a"))
+
+	assert.Contains(t, q.ok("delete-group", "--topic", topic, "--group", "shipping", "--yes"),
+		"Deleted group shipping from topic orders and dropped 1 messages.")
+
+	var topics []topicView
+	q.json(&topics, "topics")
+	// Each group's dead-letter topic is a topic of its own, and stays.
+	assert.Contains(t, topics, topicView{Topic: topic, Partitions: 1, Groups: []string{"billing"}})
+	assert.Equal(t, redisdelay.StateScheduled, q.status(topic, "order-1", "billing").State, "other groups keep the message")
+}
+
+func TestAnUnknownOutputFormatIsRefused(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	r := q.run("", "--output", "yaml", "topics")
+	assert.Equal(t, 1, r.code)
+	assert.Equal(t, "redisdelay: --output is \"yaml\", want table or json\n", r.stderr)
+	assert.Empty(t, r.stdout)
+}

@@ -1,0 +1,295 @@
+package main
+
+// The read-only commands: topics, stats, list and show. Each prints the Inspector's answer
+// through a view type, whose JSON names are snake_case and whose states are words.
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
+
+	"github.com/spf13/cobra"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+type topicView struct {
+	Topic      string   `json:"topic"`
+	Partitions int      `json:"partitions"`
+	Groups     []string `json:"groups"`
+}
+
+func (a *app) topicsCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "topics",
+		Short: "List the topics with their partitions and consumer groups",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			topics, err := a.in.Topics(cmd.Context())
+			if err != nil {
+				return err
+			}
+			views := make([]topicView, len(topics))
+			for n, t := range topics {
+				views[n] = topicView{Topic: t.Topic, Partitions: t.Partitions, Groups: t.Groups}
+			}
+			return a.print(views, func(w *tabwriter.Writer) {
+				row(w, "TOPIC", "PARTITIONS", "GROUPS")
+				for _, t := range views {
+					row(w, t.Topic, strconv.Itoa(t.Partitions), strings.Join(t.Groups, ","))
+				}
+			})
+		},
+	}
+}
+
+type statsView struct {
+	Topic               string    `json:"topic"`
+	Group               string    `json:"group"`
+	Scheduled           int64     `json:"scheduled"`
+	Due                 int64     `json:"due"`
+	InFlight            int64     `json:"in_flight"`
+	DeadLetters         int64     `json:"dead_letters"`
+	OldestDueAgeSeconds float64   `json:"oldest_due_age_seconds"`
+	NextDue             time.Time `json:"next_due,omitzero"`
+	Paused              bool      `json:"paused"`
+}
+
+func (a *app) statsCommand() *cobra.Command {
+	var (
+		topics   []string
+		watch    bool
+		interval time.Duration
+	)
+	cmd := &cobra.Command{
+		Use:   "stats",
+		Short: "Count each consumer group's messages by state",
+		Long: "Count each consumer group's messages by state, for the given topics or every topic.\n" +
+			"With --watch, print the counts again every --interval until interrupted (SIGINT or SIGTERM);\n" +
+			"with --output json, one document per count.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			if !watch {
+				return a.printStats(ctx, topics)
+			}
+			if interval <= 0 {
+				return fmt.Errorf("--interval is %s, want > 0", interval)
+			}
+			tick := time.NewTicker(interval)
+			defer tick.Stop()
+			for {
+				if err := a.printStats(ctx, topics); err != nil {
+					if ctx.Err() != nil {
+						return nil // interrupted during the call
+					}
+					return err
+				}
+				select {
+				case <-ctx.Done():
+					return nil
+				case <-tick.C:
+				}
+				if a.output == "table" {
+					fmt.Fprintln(a.stdout) // a blank line between tables
+				}
+			}
+		},
+	}
+	cmd.Flags().StringArrayVar(&topics, "topic", nil, "topic to count (repeatable); every topic when none")
+	cmd.Flags().BoolVar(&watch, "watch", false, "print again every --interval until interrupted")
+	cmd.Flags().DurationVar(&interval, "interval", 2*time.Second, "pause between counts with --watch")
+	return cmd
+}
+
+func (a *app) printStats(ctx context.Context, topics []string) error {
+	stats, err := a.in.Stats(ctx, topics...)
+	if err != nil {
+		return err
+	}
+	views := make([]statsView, len(stats))
+	for n, s := range stats {
+		views[n] = statsView{
+			Topic: s.Topic, Group: s.Group, Scheduled: s.Scheduled, Due: s.Due, InFlight: s.InFlight,
+			DeadLetters: s.DeadLetters, OldestDueAgeSeconds: s.OldestDueAge.Seconds(), NextDue: s.NextDue, Paused: s.Paused,
+		}
+	}
+	return a.print(views, func(w *tabwriter.Writer) {
+		row(w, "TOPIC", "GROUP", "SCHEDULED", "DUE", "IN FLIGHT", "DEAD LETTERS", "OLDEST DUE AGE", "NEXT DUE", "PAUSED")
+		for n, v := range views {
+			age := "-"
+			if v.Due > 0 {
+				age = stats[n].OldestDueAge.Round(time.Millisecond).String()
+			}
+			row(w, v.Topic, v.Group, itoa(v.Scheduled), itoa(v.Due), itoa(v.InFlight), itoa(v.DeadLetters),
+				age, formatTime(v.NextDue), strconv.FormatBool(v.Paused))
+		}
+	})
+}
+
+func itoa(n int64) string { return strconv.FormatInt(n, 10) }
+
+// messageView is a redisdelay.MessageInfo. The whole payload (show only) is in Payload when it
+// is UTF-8 text, and in PayloadBase64 otherwise.
+type messageView struct {
+	Topic         string            `json:"topic"`
+	Group         string            `json:"group"`
+	Ref           string            `json:"ref"`
+	ID            string            `json:"id"`
+	UUID          string            `json:"uuid,omitempty"`
+	Key           string            `json:"key,omitempty"`
+	State         string            `json:"state"`
+	DueAt         time.Time         `json:"due_at,omitzero"`
+	LeaseDeadline time.Time         `json:"lease_deadline,omitzero"`
+	Attempt       int               `json:"attempt"`
+	PayloadSize   int               `json:"payload_size"`
+	Preview       string            `json:"preview,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+	Payload       string            `json:"payload,omitempty"`
+	PayloadBase64 []byte            `json:"payload_base64,omitempty"`
+	Vanished      bool              `json:"vanished,omitempty"`
+}
+
+func newMessageView(m redisdelay.MessageInfo) messageView {
+	v := messageView{
+		Topic: m.Topic, Group: m.Group, Ref: m.Ref, ID: m.ID, UUID: m.UUID, Key: m.Key,
+		State: m.State.String(), DueAt: m.DueAt, LeaseDeadline: m.LeaseDeadline, Attempt: m.Attempt,
+		PayloadSize: m.PayloadSize, Preview: m.Preview, Metadata: m.Metadata, Vanished: m.Vanished,
+	}
+	if utf8.Valid(m.Payload) {
+		v.Payload = string(m.Payload)
+	} else {
+		v.PayloadBase64 = m.Payload
+	}
+	return v
+}
+
+// when is the time that orders the message in its state: the lease deadline in flight, the due
+// time otherwise.
+func (v messageView) when() time.Time {
+	if !v.LeaseDeadline.IsZero() {
+		return v.LeaseDeadline
+	}
+	return v.DueAt
+}
+
+type pageView struct {
+	Messages   []messageView `json:"messages"`
+	NextCursor string        `json:"next_cursor,omitempty"`
+}
+
+func (a *app) listCommand() *cobra.Command {
+	var (
+		topic, group, state, cursor string
+		limit                       int
+	)
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List one page of a consumer group's messages in one state",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			page, err := a.in.List(cmd.Context(), topic, group, redisdelay.ListOptions{
+				State: redisdelay.ListState(state), Cursor: cursor, Limit: limit,
+			})
+			if err != nil {
+				return err
+			}
+			v := pageView{Messages: make([]messageView, len(page.Messages)), NextCursor: page.NextCursor}
+			for n, m := range page.Messages {
+				v.Messages[n] = newMessageView(m)
+			}
+			return a.print(v, func(w *tabwriter.Writer) {
+				when := "DUE AT"
+				if redisdelay.ListState(state) == redisdelay.ListInFlight {
+					when = "LEASE DEADLINE"
+				}
+				row(w, "REF", "ID", "UUID", "KEY", when, "ATTEMPT", "SIZE", "PREVIEW")
+				for _, m := range v.Messages {
+					preview := m.Preview
+					if m.Vanished {
+						preview = "(vanished)"
+					}
+					row(w, m.Ref, m.ID, orDash(m.UUID), orDash(m.Key), formatTime(m.when()),
+						strconv.Itoa(m.Attempt), strconv.Itoa(m.PayloadSize), preview)
+				}
+				if v.NextCursor != "" {
+					fmt.Fprintf(w, "next page: --cursor %s\n", v.NextCursor)
+				}
+			})
+		},
+	}
+	addGroupFlags(cmd, &topic, &group)
+	cmd.Flags().StringVar(&state, "state", "", "scheduled, due, in-flight or dead (required)")
+	cmd.Flags().IntVar(&limit, "limit", 0, "most messages on the page; 0 means the Inspector's default")
+	cmd.Flags().StringVar(&cursor, "cursor", "", "the next cursor the previous page printed")
+	_ = cmd.MarkFlagRequired("state")
+	return cmd
+}
+
+func (a *app) showCommand() *cobra.Command {
+	var topic, group, key, ref string
+	cmd := &cobra.Command{
+		Use:   "show",
+		Short: "Show one message of a consumer group with its metadata and whole payload",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var m redisdelay.MessageInfo
+			var err error
+			if key != "" {
+				m, err = a.in.MessageByKey(cmd.Context(), topic, group, key)
+			} else {
+				m, err = a.in.Message(cmd.Context(), topic, group, ref)
+			}
+			if err != nil {
+				return err
+			}
+			v := newMessageView(m)
+			return a.print(v, func(w *tabwriter.Writer) {
+				for _, field := range [][2]string{
+					{"topic", v.Topic}, {"group", v.Group}, {"ref", v.Ref}, {"id", v.ID},
+					{"uuid", orDash(v.UUID)}, {"key", orDash(v.Key)}, {"state", v.State},
+					{"due at", formatTime(v.DueAt)}, {"lease deadline", formatTime(v.LeaseDeadline)},
+					{"attempt", strconv.Itoa(v.Attempt)}, {"payload size", strconv.Itoa(v.PayloadSize)},
+				} {
+					row(w, field[0]+":", field[1])
+				}
+				label := "metadata:"
+				for _, k := range slices.Sorted(maps.Keys(v.Metadata)) {
+					row(w, label, k+"="+v.Metadata[k])
+					label = ""
+				}
+				// The payload goes below the aligned fields, as it is.
+				_ = w.Flush()
+				switch {
+				case v.Vanished:
+					fmt.Fprintln(a.stdout, "payload: (vanished)")
+				case v.PayloadBase64 != nil:
+					fmt.Fprint(a.stdout, "payload (not UTF-8):\n"+hex.Dump(v.PayloadBase64))
+				default:
+					fmt.Fprintln(a.stdout, "payload:")
+					fmt.Fprintln(a.stdout, v.Payload)
+				}
+			})
+		},
+	}
+	addGroupFlags(cmd, &topic, &group)
+	cmd.Flags().StringVar(&key, "key", "", "the message's key")
+	cmd.Flags().StringVar(&ref, "ref", "", "the message's ref, as list prints it")
+	cmd.MarkFlagsOneRequired("key", "ref")
+	cmd.MarkFlagsMutuallyExclusive("key", "ref")
+	return cmd
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
