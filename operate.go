@@ -39,7 +39,8 @@ func (r *registeredTopics) ensure(ctx context.Context, st store, topic string, p
 		return
 	}
 	if err := st.registerTopic(ctx, topic, partitions); err != nil {
-		logger.Error("Cannot add the topic to the topic registry; the Inspector will not list it yet", err, watermill.LogFields{"topic": topic})
+		// Info, not Error: on a full Redis every publish would log it, and delivery is fine.
+		logger.Info("Cannot add the topic to the topic registry yet; the Inspector finds it through its groups meanwhile", watermill.LogFields{"topic": topic, "err": err.Error()})
 		return
 	}
 	r.mu.Lock()

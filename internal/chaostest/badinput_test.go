@@ -116,12 +116,18 @@ func TestBadInputIsRefusedWholeWithoutPanic(t *testing.T) {
 	defer cancel()
 	iter := client.Scan(ctx, 0, "*", 1000).Iterator()
 	for n := 0; iter.Next(ctx) && n < 100000; n++ {
-		if !strings.Contains(iter.Val(), "{"+topic+"}") {
+		// The topic registry is the one key without a hash tag; it holds only the valid topic.
+		if !strings.Contains(iter.Val(), "{"+topic+"}") && iter.Val() != redisdelay.DefaultKeyPrefix+"topics" {
 			foreign = append(foreign, iter.Val())
 		}
 	}
 	require.NoError(t, iter.Err())
 	assert.Empty(t, foreign, "keys outside the valid topic's hash tag")
+	registered, err := client.HKeys(context.Background(), redisdelay.DefaultKeyPrefix+"topics").Result()
+	require.NoError(t, err)
+	for _, name := range registered {
+		assert.True(t, strings.HasPrefix(name, topic), "only the valid topic (and its dead-letter topics) is registered: %q", name)
+	}
 	l.report(t, "bad-input")
 }
 
