@@ -179,8 +179,9 @@ func runExample(ctx context.Context, opts options, tl *timeline) error {
 		return err
 	}
 
-	// Register the group before the first publish: a message published to a topic on which no
-	// group is registered yet is kept for the default group, which nobody here consumes.
+	// Register the group before the first publish, as a service would at start-up. (Messages
+	// published to a topic with no group at all would wait for the first group anyway; a group
+	// registered after others gets only what is published after it registered.)
 	if err := sub.SubscribeInitialize(topic); err != nil {
 		return err
 	}
