@@ -97,6 +97,10 @@ type PublisherConfig struct {
 	// Metrics records this Publisher's publishes and script durations; none when nil. See
 	// NewMetrics.
 	Metrics *Metrics
+	// Batching configures keyed batching per topic: messages published to such a topic with a
+	// batch key (WithBatchKey) join that key's open batch, released as one message (see
+	// BatchConfig and UnpackBatch). A batch key on another topic is refused.
+	Batching map[string]BatchConfig
 	// OnDuplicate decides what Publish does with a message whose key (see WithKey) is taken;
 	// KeepExisting when empty. OnDuplicateMetadataKey overrides it per message.
 	OnDuplicate DuplicatePolicy
@@ -146,6 +150,11 @@ func (c PublisherConfig) Validate() error {
 	}
 	if c.Partitions < 1 || c.Partitions > MaxPartitions {
 		return fmt.Errorf("redisdelay: PublisherConfig.Partitions is %d, want 1 to %d", c.Partitions, MaxPartitions)
+	}
+	for topic, b := range c.Batching {
+		if err := b.validate(topic); err != nil {
+			return err
+		}
 	}
 	if c.OnDuplicate.scriptCode() == "" {
 		return fmt.Errorf(`redisdelay: PublisherConfig.OnDuplicate is %q, want "keep", "replace", "keep-earlier" or "keep-later"`, c.OnDuplicate)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -45,7 +46,7 @@ func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reas
 	letter.Metadata[DeadLetterGroupKey] = s.group
 	letter.Metadata[DeadLetterAttemptsKey] = strconv.FormatInt(min(c.attempt, int64(s.cfg.MaxAttempts)), 10)
 	letter.Metadata[DeadLetterReasonKey] = reason
-	if key, ok := keyOfID(c.id); ok {
+	if key, ok := keyOfID(c.id); ok && !strings.HasPrefix(key, batchPrefix) {
 		letter.Metadata[KeyMetadataKey] = key // the letter itself is stored without a key
 	}
 	fields := watermill.LogFields{"message_uuid": letter.UUID, "attempt": c.attempt, "reason": reason, "dead_letter_topic": s.deadLetterTopic}

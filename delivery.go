@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -39,7 +40,13 @@ func (s *partitionConsumer) deliverPending() int {
 // deliver sends one message and waits for its Ack or Nack. It returns false, leaving c to be
 // released, when the subscription stops first.
 func (s *partitionConsumer) deliver(c *claimed) bool {
-	msg, err := s.cfg.Marshaler.Unmarshal(s.topic, c.data)
+	var msg *message.Message
+	var err error
+	if bk, ok := batchKeyOfID(c.id); ok {
+		msg, err = batchMessage(c.id, bk, c.data)
+	} else {
+		msg, err = s.cfg.Marshaler.Unmarshal(s.topic, c.data)
+	}
 	if err != nil {
 		// Stored data that cannot be decoded would fail on every attempt and cannot carry
 		// dead-letter metadata: it is removed, loudly, so that the group goes on.
@@ -48,7 +55,7 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 		return true
 	}
 	c.uuid = msg.UUID
-	if key, ok := keyOfID(c.id); ok {
+	if key, ok := keyOfID(c.id); ok && !strings.HasPrefix(key, batchPrefix) {
 		msg.Metadata.Set(KeyMetadataKey, key)
 	}
 	if exhausted(c.attempt-1, s.cfg.MaxAttempts) {

@@ -45,6 +45,7 @@ func ValidateName(kind, name string) error {
 //	                           single-group topic is here only once claimed. A keyed message is
 //	                           under "=" and its key, its ID's hex digits before the message
 //	P{T}:refs          hash    ID or "=" key -> groups that still hold the message (while > 1)
+//	P{T}:batches       hash    batch key -> "hex count bytes due" of its open batch
 //	P{T}:history:K     hash    finished keyed message with key K, while its retention lasts:
 //	                           "" -> retention (ms), group -> "outcome time attempt[ reason]"
 //	P{T}:groups        set     consumer groups registered on the topic
@@ -75,6 +76,8 @@ type topicKeys struct {
 	seq, messages, refs, groups, parked string
 	// history is the prefix of the history keys: history + key is the key's history.
 	history string
+	// batches holds the open batch of each batch key (see batch.lua).
+	batches string
 }
 
 // groupKeys are the keys of one consumer group on one topic.
@@ -140,6 +143,7 @@ func (k keySpace) topic(topic string) topicKeys {
 		groups:   t + ":groups",
 		parked:   t + ":parked",
 		history:  t + ":history:",
+		batches:  t + ":batches",
 	}
 }
 

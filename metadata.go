@@ -67,6 +67,7 @@ const (
 var publishableReserved = map[string]bool{
 	KeyMetadataKey:         true,
 	OnDuplicateMetadataKey: true,
+	BatchKeyMetadataKey:    true,
 	AttemptMetadataKey:     true,
 	DueTimeMetadataKey:     true,
 	ServedDelayMetadataKey: true,

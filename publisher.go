@@ -152,6 +152,8 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 	now := time.Now()
 	batch := make([]outgoing, len(msgs))
 	partitions := make([]int, len(msgs))
+	batched := map[string][][]byte{} // batch key -> marshaled items, in order
+	var batchKeys []string
 	roundRobin := 0
 	if p.config.Partitions > 1 {
 		roundRobin = int(p.next.Add(1) % uint64(p.config.Partitions))
@@ -173,6 +175,12 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 		if keyErr != nil {
 			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Key: keyErr.key, Value: keyErr.value, Err: keyErr.err}
 		}
+		bk, isBatched := msg.Metadata[BatchKeyMetadataKey]
+		if isBatched {
+			if err := p.checkBatchItem(topic, msg, bk); err != nil {
+				return nil, err
+			}
+		}
 		msg = withoutDeliveryMetadata(msg)
 		data, err := p.config.Marshaler.Marshal(topic, msg)
 		if err != nil {
@@ -180,6 +188,14 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 		}
 		if len(data) > p.config.MaxMessageBytes {
 			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("message is %d bytes marshaled (payload %d), more than MaxMessageBytes %d", len(data), len(msg.Payload), p.config.MaxMessageBytes)}
+		}
+		if isBatched {
+			if _, seen := batched[bk]; !seen {
+				batchKeys = append(batchKeys, bk)
+			}
+			batched[bk] = append(batched[bk], data)
+			partitions[i] = -1
+			continue
 		}
 		batch[i] = outgoing{data: data, delay: d, at: at, keySpec: spec}
 	}
@@ -192,7 +208,18 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
 	}
 	outcomes := make([]PublishOutcome, len(msgs))
+	if len(batchKeys) > 0 {
+		if err := p.publishBatched(ctx, topic, p.config.Batching[topic], batchKeys, batched); err != nil {
+			return nil, err
+		}
+	}
 	for n, indexes := range byPartition(partitions) {
+		if n < 0 {
+			for _, i := range indexes {
+				outcomes[i] = Scheduled
+			}
+			continue
+		}
 		part := make([]outgoing, len(indexes))
 		for j, i := range indexes {
 			part[j] = batch[i]
@@ -250,3 +277,18 @@ type publishFunc func(topic string, msgs ...*message.Message) error
 func (f publishFunc) Publish(topic string, msgs ...*message.Message) error { return f(topic, msgs...) }
 
 func (f publishFunc) Close() error { return nil }
+
+// checkBatchItem refuses a batch item that cannot be stored: a topic without batching, a bad
+// batch key, or a message key as well.
+func (p *Publisher) checkBatchItem(topic string, msg *message.Message, bk string) error {
+	if _, ok := p.config.Batching[topic]; !ok {
+		return &MessageError{Topic: topic, UUID: msg.UUID, Key: BatchKeyMetadataKey, Value: bk, Err: errors.New("the topic is not configured for batching (PublisherConfig.Batching)")}
+	}
+	if err := ValidateKey(bk); err != nil {
+		return &MessageError{Topic: topic, UUID: msg.UUID, Key: BatchKeyMetadataKey, Value: bk, Err: err}
+	}
+	if _, keyed := msg.Metadata[KeyMetadataKey]; keyed {
+		return &MessageError{Topic: topic, UUID: msg.UUID, Key: KeyMetadataKey, Value: msg.Metadata[KeyMetadataKey], Err: errors.New("a batch item cannot have a message key")}
+	}
+	return nil
+}

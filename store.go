@@ -864,3 +864,62 @@ func (s store) refOp(ctx context.Context, part, group, op, member string, call p
 	state, _ := r[0].(string)
 	return state, asInt(r[1]), nil
 }
+
+// addToBatch runs batch.lua: items join the open batch of batch key bk on a topic partition.
+func (s store) addToBatch(ctx context.Context, part string, call publishCall, groups []string, bk string, cfg BatchConfig, items [][]byte) error {
+	tk := s.keys.topic(part)
+	keys := []string{s.keys.call(part, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.batches}
+	args := []any{call.ttl.Milliseconds(), len(groups)}
+	for _, g := range groups {
+		keys = append(keys, s.keys.group(part, g).due)
+		args = append(args, g)
+	}
+	for _, g := range groups {
+		args = append(args, s.keys.group(part, g).wakeChannel)
+	}
+	args = append(args, bk, cfg.MaxItems, cfg.MaxWait.Microseconds(), cfg.MaxBytes)
+	for _, item := range items {
+		args = append(args, item)
+	}
+	res, err := s.run(ctx, s.client, batchScript, keys, args...)
+	if err != nil {
+		return err
+	}
+	r, _ := res.([]any)
+	if len(r) > 0 {
+		if code, _ := r[0].(int64); code == 0 {
+			return &staleGroupsError{groups: asStrings(r[1:])}
+		} else if code == 1 && len(r) == 2 {
+			return nil
+		}
+	}
+	return fmt.Errorf("script %s: unexpected reply %v", batchScript.name, res)
+}
+
+// batchOp runs flushbatch.lua (op "flush" or "cancel") and returns the items of the batch.
+func (s store) batchOp(ctx context.Context, part string, call publishCall, op, bk string, groups []string) (int, error) {
+	tk := s.keys.topic(part)
+	keys := []string{s.keys.call(part, call.token), tk.messages, tk.refs, tk.groups, tk.parked, tk.batches, tk.history}
+	args := []any{call.ttl.Milliseconds(), op, bk, len(groups)}
+	for _, g := range groups {
+		keys = append(keys, s.keys.group(part, g).due)
+		args = append(args, g)
+	}
+	for _, g := range groups {
+		args = append(args, s.keys.group(part, g).wakeChannel)
+	}
+	res, err := s.run(ctx, s.client, flushBatchScript, keys, args...)
+	if err != nil {
+		return 0, err
+	}
+	r, _ := res.([]any)
+	if len(r) > 0 {
+		if code, _ := r[0].(int64); code == 0 {
+			return 0, &staleGroupsError{groups: asStrings(r[1:])}
+		}
+	}
+	if len(r) != 2 {
+		return 0, fmt.Errorf("script %s: unexpected reply %v", flushBatchScript.name, res)
+	}
+	return int(asInt(r[1])), nil
+}

@@ -1,0 +1,179 @@
+package redisdelay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+)
+
+// Keyed batching: messages published with a batch key to a topic configured for batching
+// (PublisherConfig.Batching) join that key's open batch, which is released as one message when
+// it reaches MaxItems (or MaxBytes), in the same script call as the item that fills it, or
+// MaxWait after its first item, on the Redis clock, never early. See lua/batch.lua.
+
+// Metadata of batching.
+const (
+	// BatchKeyMetadataKey holds the batch key of a message to publish into a batch (set it
+	// with WithBatchKey), and of a released batch.
+	BatchKeyMetadataKey = ReservedMetadataPrefix + "batch_key"
+	// BatchItemsMetadataKey is the number of items of a released batch, in decimal.
+	BatchItemsMetadataKey = ReservedMetadataPrefix + "batch_items"
+	// BatchTriggerMetadataKey is what released a batch: BatchTriggerSize, BatchTriggerTime or
+	// BatchTriggerFlush.
+	BatchTriggerMetadataKey = ReservedMetadataPrefix + "batch_trigger"
+)
+
+// Values of BatchTriggerMetadataKey.
+const (
+	BatchTriggerSize  = "size"  // it reached MaxItems or MaxBytes
+	BatchTriggerTime  = "time"  // MaxWait passed after its first item
+	BatchTriggerFlush = "flush" // Inspector.FlushBatch
+)
+
+// BatchConfig configures batching on a topic. MaxItems and MaxWait are required.
+type BatchConfig struct {
+	// MaxItems releases a batch when it holds this many items.
+	MaxItems int
+	// MaxWait releases a batch this long after its first item, on the Redis clock;
+	// microsecond precision, at least 1 ms.
+	MaxWait time.Duration
+	// MaxBytes, when > 0, releases a batch when its items' marshaled bytes reach it.
+	MaxBytes int
+}
+
+func (c BatchConfig) validate(topic string) error {
+	if c.MaxItems < 1 || c.MaxWait < time.Millisecond || c.MaxBytes < 0 {
+		return fmt.Errorf("redisdelay: PublisherConfig.Batching[%s] is %+v, want MaxItems >= 1, MaxWait >= 1ms and MaxBytes >= 0", quote(topic), c)
+	}
+	return nil
+}
+
+// WithBatchKey sets msg's batch key (BatchKeyMetadataKey) and returns msg. The key follows the
+// rules of message keys (ValidateKey); the topic must be configured for batching.
+func WithBatchKey(msg *message.Message, key string) *message.Message {
+	msg.Metadata.Set(BatchKeyMetadataKey, key)
+	return msg
+}
+
+// batchPrefix starts the key part of a batch's internal ID: "\x01", the batch key, "\x01" and
+// the ID's hex digits. Message keys cannot hold control characters, so the two never mix.
+const batchPrefix = "\x01"
+
+// batchKeyOfID returns the batch key of an internal ID, if it names a batch.
+func batchKeyOfID(id string) (string, bool) {
+	key, ok := keyOfID(id)
+	if !ok || !strings.HasPrefix(key, batchPrefix) {
+		return "", false
+	}
+	bk, _, ok := strings.Cut(key[1:], batchPrefix)
+	return bk, ok
+}
+
+// batchMessage builds the message of a released batch from its stored value: a trigger letter
+// and the length-prefixed items. Its UUID is "batch-" and the batch's hex ID, the same on every
+// attempt; its payload is the items as stored (UnpackBatch reads them).
+func batchMessage(id, batchKey string, data []byte) (*message.Message, error) {
+	if len(data) < 1 {
+		return nil, fmt.Errorf("%w: empty batch %s", ErrCorruptMessage, quote(batchKey))
+	}
+	trigger := map[byte]string{'s': BatchTriggerSize, 't': BatchTriggerTime, 'f': BatchTriggerFlush}[data[0]]
+	items, err := batchItems(data[1:])
+	if err != nil || trigger == "" {
+		return nil, fmt.Errorf("%w: batch %s: %v", ErrCorruptMessage, quote(batchKey), err)
+	}
+	msg := message.NewMessage("batch-"+id[:12], data[1:])
+	msg.Metadata.Set(BatchKeyMetadataKey, batchKey)
+	msg.Metadata.Set(BatchItemsMetadataKey, strconv.Itoa(len(items)))
+	msg.Metadata.Set(BatchTriggerMetadataKey, trigger)
+	return msg, nil
+}
+
+// batchItems splits a batch payload into its items: each is its length in decimal, ':' and
+// its bytes.
+func batchItems(payload []byte) ([][]byte, error) {
+	var items [][]byte
+	for len(payload) > 0 {
+		colon := bytes.IndexByte(payload, ':')
+		if colon <= 0 {
+			return nil, errors.New("malformed item length")
+		}
+		n, err := strconv.Atoi(string(payload[:colon]))
+		if err != nil || n < 0 || colon+1+n > len(payload) {
+			return nil, errors.New("malformed item length")
+		}
+		items = append(items, payload[colon+1:colon+1+n])
+		payload = payload[colon+1+n:]
+	}
+	return items, nil
+}
+
+// UnpackBatch returns the items of a released batch (a message with BatchKeyMetadataKey from a
+// Subscriber), in the order they were published, each with its UUID, metadata and payload as
+// published, decoded with u (the publisher's Marshaler; DefaultMarshalerUnmarshaler when nil).
+// Errors wrap ErrCorruptMessage when the payload is not a batch.
+func UnpackBatch(msg *message.Message, u Unmarshaler) ([]*message.Message, error) {
+	if u == nil {
+		u = DefaultMarshalerUnmarshaler{}
+	}
+	if msg.Metadata.Get(BatchKeyMetadataKey) == "" {
+		return nil, fmt.Errorf("%w: message %s is not a batch", ErrCorruptMessage, quote(msg.UUID))
+	}
+	items, err := batchItems(msg.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: batch %s: %v", ErrCorruptMessage, quote(msg.UUID), err)
+	}
+	out := make([]*message.Message, len(items))
+	for i, data := range items {
+		if out[i], err = u.Unmarshal("", data); err != nil {
+			return nil, fmt.Errorf("batch %s item %d: %w", quote(msg.UUID), i+1, err)
+		}
+	}
+	return out, nil
+}
+
+// publishBatched stores the messages of batch (their indexes in batch) that carry a batch key,
+// one script call per batch key, in their order.
+func (p *Publisher) publishBatched(ctx context.Context, topic string, cfg BatchConfig, keys []string, items map[string][][]byte) error {
+	for _, bk := range keys {
+		part := partitionName(topic, keyPartition(bk, p.config.Partitions))
+		call := publishCall{token: newToken(), ttl: p.callTTL}
+		err := p.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) error {
+			return p.store.addToBatch(ctx, part, call, groups, bk, cfg, items[bk])
+		})
+		if err != nil {
+			return fmt.Errorf("redisdelay: publish %d item(s) to batch %s on topic %s: %w", len(items[bk]), quote(bk), quote(topic), err)
+		}
+	}
+	p.logger.Trace("Published to batches", watermill.LogFields{"topic": topic, "batches": len(keys)})
+	return nil
+}
+
+// FlushBatch releases the open batch of batchKey on topic now, to every consumer group, with
+// trigger BatchTriggerFlush. It returns how many items it held, 0 when no batch was open.
+// Errors as for Cancel.
+func (i *Inspector) FlushBatch(ctx context.Context, topic, batchKey string) (int, error) {
+	return i.batchOp(ctx, "flush", topic, batchKey)
+}
+
+// CancelBatch drops the open batch of batchKey on topic with its items; no group receives it.
+// It returns how many items it held, 0 when no batch was open. Errors as for Cancel.
+func (i *Inspector) CancelBatch(ctx context.Context, topic, batchKey string) (int, error) {
+	return i.batchOp(ctx, "cancel", topic, batchKey)
+}
+
+func (i *Inspector) batchOp(ctx context.Context, op, topic, batchKey string) (int, error) {
+	var n int
+	err := i.byKey(ctx, op+" batch", topic, batchKey, func(ctx context.Context, part string, call publishCall, groups []string) error {
+		var err error
+		n, err = i.store.batchOp(ctx, part, call, op, batchKey, groups)
+		return err
+	})
+	return n, err
+}

@@ -1,0 +1,174 @@
+package redisdelay_test
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+func batchingPublisher(t *testing.T, b backend, topic string, cfg redisdelay.BatchConfig) *redisdelay.Publisher {
+	return publisherWith(t, b, func(c *redisdelay.PublisherConfig) {
+		c.Batching = map[string]redisdelay.BatchConfig{topic: cfg}
+	})
+}
+
+func parcel(area string, n int) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), []byte("parcel "+strconv.Itoa(n)+"\x00\xff"))
+	msg.Metadata.Set("parcel", strconv.Itoa(n))
+	return redisdelay.WithBatchKey(msg, area)
+}
+
+func TestBatchIsReleasedAtOnceWhenFullWithItsItemsByteForByte(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: 3, MaxWait: time.Hour})
+		chA := subscribe(t, newSubscriber(t, b, inGroup("a")), topic)
+		chB := subscribe(t, newSubscriber(t, b, inGroup("b")), topic)
+
+		sent := []*message.Message{parcel("north", 1), parcel("north", 2)}
+		require.NoError(t, pub.Publish(topic, sent...))
+		expectNone(t, chA, 200*time.Millisecond)
+		third := parcel("north", 3)
+		sent = append(sent, third)
+		start := time.Now()
+		require.NoError(t, pub.Publish(topic, third))
+
+		for _, ch := range []<-chan *message.Message{chA, chB} {
+			batch := receive(t, ch, 5*time.Second)
+			assert.Less(t, time.Since(start), time.Second, "released by the item that filled it, not by MaxWait")
+			assert.Equal(t, "north", batch.Metadata.Get(redisdelay.BatchKeyMetadataKey))
+			assert.Equal(t, "3", batch.Metadata.Get(redisdelay.BatchItemsMetadataKey))
+			assert.Equal(t, redisdelay.BatchTriggerSize, batch.Metadata.Get(redisdelay.BatchTriggerMetadataKey))
+			items, err := redisdelay.UnpackBatch(batch, nil)
+			require.NoError(t, err)
+			require.Len(t, items, 3)
+			for i, item := range items {
+				assert.Equal(t, sent[i].UUID, item.UUID)
+				assert.Equal(t, sent[i].Payload, item.Payload, "byte for byte")
+				assert.Equal(t, sent[i].Metadata.Get("parcel"), item.Metadata.Get("parcel"))
+			}
+			batch.Ack()
+		}
+	})
+}
+
+func TestBatchIsReleasedMaxWaitAfterItsFirstItemNeverEarly(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: 100, MaxWait: 300 * time.Millisecond})
+		ch := subscribe(t, newSubscriber(t, b, nil), topic)
+		first := time.Now()
+		require.NoError(t, pub.Publish(topic, parcel("south", 1)))
+		require.NoError(t, pub.Publish(topic, parcel("south", 2)))
+		batch := receive(t, ch, 5*time.Second)
+		assert.GreaterOrEqual(t, time.Since(first), 300*time.Millisecond, "never before MaxWait")
+		assert.Equal(t, redisdelay.BatchTriggerTime, batch.Metadata.Get(redisdelay.BatchTriggerMetadataKey))
+		assert.Equal(t, "2", batch.Metadata.Get(redisdelay.BatchItemsMetadataKey))
+		batch.Ack()
+
+		// The next item opens a new batch.
+		require.NoError(t, pub.Publish(topic, parcel("south", 3)))
+		batch = receive(t, ch, 5*time.Second)
+		assert.Equal(t, "1", batch.Metadata.Get(redisdelay.BatchItemsMetadataKey))
+		batch.Ack()
+	})
+}
+
+func TestFlushAndCancelBatches(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: 100, MaxWait: time.Hour})
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, nil), topic)
+		require.NoError(t, pub.Publish(topic, parcel("east", 1), parcel("east", 2), parcel("west", 3)))
+
+		n, err := in.CancelBatch(context.Background(), topic, "west")
+		require.NoError(t, err)
+		assert.Equal(t, 1, n)
+		n, err = in.FlushBatch(context.Background(), topic, "east")
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		batch := receive(t, ch, 5*time.Second)
+		assert.Equal(t, "east", batch.Metadata.Get(redisdelay.BatchKeyMetadataKey))
+		assert.Equal(t, redisdelay.BatchTriggerFlush, batch.Metadata.Get(redisdelay.BatchTriggerMetadataKey))
+		batch.Ack()
+		expectNone(t, ch, 200*time.Millisecond)
+
+		n, err = in.FlushBatch(context.Background(), topic, "east")
+		require.NoError(t, err)
+		assert.Zero(t, n, "no batch is open any more")
+	})
+}
+
+func TestRacingPublishersLoseAndDoubleNoBatchItem(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		const publishers, each, size = 8, 50, 10
+		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: size, MaxWait: time.Hour})
+		ch := subscribe(t, newSubscriber(t, b, nil), topic)
+		var wg sync.WaitGroup
+		for p := range publishers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := range each {
+					assert.NoError(t, pub.Publish(topic, parcel("hub", p*each+i)))
+				}
+			}()
+		}
+		wg.Wait()
+		seen := map[string]int{}
+		for range publishers * each / size {
+			batch := receive(t, ch, 5*time.Second)
+			items, err := redisdelay.UnpackBatch(batch, nil)
+			require.NoError(t, err)
+			assert.Len(t, items, size, "every batch released by size holds exactly MaxItems")
+			for _, item := range items {
+				seen[item.Metadata.Get("parcel")]++
+			}
+			batch.Ack()
+		}
+		assert.Len(t, seen, publishers*each, "no item lost")
+		for n, count := range seen {
+			assert.Equal(t, 1, count, "item %s doubled", n)
+		}
+		expectNone(t, ch, 200*time.Millisecond)
+	})
+}
+
+func TestBadBatchInputIsRefusedAndNothingIsStored(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: 1, MaxWait: time.Hour})
+		ch := subscribe(t, newSubscriber(t, b, nil), topic)
+		other := newTopic()
+		for _, tc := range []struct {
+			name, topic string
+			msg         *message.Message
+			key         string
+		}{
+			{"empty batch key", topic, redisdelay.WithBatchKey(message.NewMessage("empty", nil), ""), redisdelay.BatchKeyMetadataKey},
+			{"topic without batching", other, parcel("north", 1), redisdelay.BatchKeyMetadataKey},
+			{"batch key and message key", topic, redisdelay.WithKey(parcel("north", 2), "order-1"), redisdelay.KeyMetadataKey},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				err := pub.Publish(tc.topic, message.NewMessage("fine", nil), tc.msg)
+				var me *redisdelay.MessageError
+				require.ErrorAs(t, err, &me)
+				assert.Equal(t, tc.topic, me.Topic)
+				assert.Equal(t, tc.msg.UUID, me.UUID)
+				assert.Equal(t, tc.key, me.Key)
+			})
+		}
+		expectNone(t, ch, 200*time.Millisecond)
+	})
+}

@@ -1,0 +1,61 @@
+-- flushbatch.lua: releases the open batch of a batch key now (flush), or drops it with its
+-- items (cancel). See batch.lua.
+--
+-- KEYS[1]            call      string  this call's token: holds the reply once the call ran
+-- KEYS[2]            messages  hash    field (see scripts.go) -> stored message
+-- KEYS[3]            refs      hash    field -> groups still holding it
+-- KEYS[4]            groups    set     registered consumer groups
+-- KEYS[5]            parked    zset    messages waiting for a first group
+-- KEYS[6]            batches   hash    batch key -> "hex count bytes due" of its open batch
+-- KEYS[7]            history   prefix  of the history keys of keyed messages
+-- KEYS[8..7+G]       due       zset    one per group in ARGV[5..4+G]
+-- ARGV[1]            how long the call key is kept, ms
+-- ARGV[2]            flush or cancel
+-- ARGV[3]            the batch key
+-- ARGV[4]            G
+-- ARGV[5..4+G]       group names
+-- ARGV[5+G..4+2G]    wake channels of those groups
+--
+-- Returns {1, items of the batch flushed or cancelled, 0 when there was no open batch}, or
+-- {0, group...} when the caller's view of the groups is stale (nothing written).
+
+local done = redis.call('GET', KEYS[1])
+if done then return {1, tonumber(done)} end
+local ngroups = tonumber(ARGV[4])
+if redis.call('SCARD', KEYS[4]) ~= ngroups then
+  local current = redis.call('SMEMBERS', KEYS[4])
+  table.insert(current, 1, 0)
+  return current
+end
+local now = now_us()
+local bk = ARGV[3]
+local entry = redis.call('HGET', KEYS[6], bk)
+local items = 0
+if entry then
+  local hex, count, _, due = string.match(entry, '^(%x+) (%d+) (%d+) (%d+)$')
+  if hex and tonumber(due) > now then
+    local hfield = '=\1' .. bk .. '\1' .. hex
+    local m = hex .. hfield .. ':0'
+    local sets = {KEYS[5]}
+    for g = 1, ngroups do sets[#sets + 1] = KEYS[7 + g] end
+    if ARGV[2] == 'flush' then
+      local value = redis.call('HGET', KEYS[2], hfield)
+      if value then
+        redis.call('HSET', KEYS[2], hfield, string.sub(value, 1, 12) .. 'f' .. string.sub(value, 14))
+      end
+      for i, set in ipairs(sets) do
+        if redis.call('ZADD', set, 'XX', 'CH', now, m) == 1 and i > 1 then
+          wake(ARGV[4 + ngroups + i - 1], nil, now)
+        end
+      end
+    else
+      for _, set in ipairs(sets) do redis.call('ZREM', set, m) end
+      redis.call('HDEL', KEYS[3], hfield)
+      redis.call('HDEL', KEYS[2], hfield)
+    end
+    items = tonumber(count)
+  end
+  redis.call('HDEL', KEYS[6], bk)
+end
+redis.call('SET', KEYS[1], items, 'PX', ARGV[1])
+return {1, items}
