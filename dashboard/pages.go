@@ -1,0 +1,461 @@
+package dashboard
+
+import (
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html"
+	"html/template"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+// pageSize is how many messages a group page lists.
+const pageSize = 50
+
+// deadLetterScan bounds the search for a dead letter by its ref: the Inspector reads dead
+// letters only through List, so the message page pages through them, this many at a time,
+// at most deadLetterPages times.
+const (
+	deadLetterScan  = 1000
+	deadLetterPages = 10
+)
+
+// stateTab describes one state tab of a group page.
+type stateTab struct {
+	State redisdelay.ListState
+	Label string
+	At    string // what the time column of the state shows
+}
+
+// states are the tabs of a group page, in order.
+var states = []stateTab{
+	{redisdelay.ListScheduled, "Scheduled", "Due at"},
+	{redisdelay.ListDue, "Due", "Due at"},
+	{redisdelay.ListInFlight, "In flight", "Lease deadline"},
+	{redisdelay.ListDead, "Dead letters", "Dead-lettered at"},
+}
+
+// overview renders every topic and group with its Stats and lateness.
+func (s *server) overview(w http.ResponseWriter, r *http.Request) {
+	stats, missing, err := s.stats(r.Context())
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	var rows strings.Builder
+	rows.Grow(len(stats) * 800)
+	for _, st := range stats {
+		s.overviewRow(&rows, st)
+	}
+	s.render(w, http.StatusOK, "overview", page{Title: "Queues", Body: struct {
+		Rows    template.HTML
+		Missing []string
+	}{template.HTML(rows.String()), missing}})
+}
+
+// overviewRow writes one group's row of the overview to b. It is written here rather than in the
+// template because html/template, through reflection, takes some 30 µs a row, and the overview
+// of 1,000 topics must render well within 200 ms; so every value passes html.EscapeString here.
+func (s *server) overviewRow(b *strings.Builder, st redisdelay.GroupStats) {
+	text := func(v string) { b.WriteString(html.EscapeString(v)) }
+	num := func(stat, v string) {
+		b.WriteString(`<td class="num" data-stat="`)
+		b.WriteString(stat)
+		b.WriteString(`">`)
+		text(v)
+		b.WriteString("</td>\n")
+	}
+	b.WriteString(`<tr data-topic="`)
+	text(st.Topic)
+	b.WriteString(`" data-group="`)
+	text(st.Group)
+	b.WriteString("\">\n<td>")
+	text(st.Topic)
+	b.WriteString("</td>\n<td><a href=\"")
+	text(s.groupURL(st.Topic, st.Group, nil))
+	b.WriteString(`">`)
+	text(st.Group)
+	b.WriteString("</a></td>\n")
+	num("scheduled", strconv.FormatInt(st.Scheduled, 10))
+	num("due", strconv.FormatInt(st.Due, 10))
+	num("in-flight", strconv.FormatInt(st.InFlight, 10))
+	num("dead", strconv.FormatInt(st.DeadLetters, 10))
+	age := "–"
+	if st.OldestDueAge > 0 {
+		age = shortDuration(st.OldestDueAge)
+	}
+	num("oldest-due", age)
+	b.WriteString(`<td data-stat="next-due">`)
+	b.WriteString(string(when(st.NextDue)))
+	b.WriteString("</td>\n")
+	if st.Paused {
+		b.WriteString(`<td data-stat="paused"><span class="badge warn">paused</span></td>` + "\n")
+	} else {
+		b.WriteString(`<td data-stat="paused">running</td>` + "\n")
+	}
+	p50, p99 := "–", "–"
+	if s.opts.Lateness != nil {
+		if d50, d99, ok := s.opts.Lateness(st.Topic, st.Group); ok {
+			p50, p99 = shortDuration(d50), shortDuration(d99)
+		}
+	}
+	num("lateness-p50", p50)
+	num("lateness-p99", p99)
+	b.WriteString("</tr>\n")
+}
+
+// stats returns the Stats of every topic on the dashboard, and the topics of Options.Topics
+// that do not exist (yet).
+func (s *server) stats(ctx context.Context) ([]redisdelay.GroupStats, []string, error) {
+	if s.topics == nil {
+		st, err := s.in.Stats(ctx)
+		return st, nil, err
+	}
+	// Stats fails as a whole for a topic it does not know, so ask only for those that exist.
+	all, err := s.in.Topics(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var present, missing []string
+	for _, t := range all {
+		if s.topics[t.Topic] {
+			present = append(present, t.Topic)
+		}
+	}
+	for _, t := range s.opts.Topics {
+		if !slices.Contains(present, t) && !slices.Contains(missing, t) {
+			missing = append(missing, t)
+		}
+	}
+	if len(present) == 0 {
+		return nil, missing, nil
+	}
+	st, err := s.in.Stats(ctx, present...)
+	return st, missing, err
+}
+
+// tab is one state tab of a group page.
+type tab struct {
+	Label  string
+	Count  int64
+	URL    string
+	Active bool
+}
+
+// listedMessage is one row of a group page.
+type listedMessage struct {
+	redisdelay.MessageInfo
+	URL string
+	At  time.Time // due time, lease deadline or dead-lettering time
+}
+
+// group renders a group's stats, one page of its messages in one state, and its actions.
+func (s *server) group(w http.ResponseWriter, r *http.Request) {
+	topic, group, ok := s.target(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	state := redisdelay.ListState(q.Get("state"))
+	if state == "" {
+		state = redisdelay.ListScheduled
+	}
+	current := slices.IndexFunc(states, func(t stateTab) bool { return t.State == state })
+	if current < 0 {
+		s.problem(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q: want scheduled, due, in-flight or dead", state))
+		return
+	}
+	cursor := q.Get("cursor")
+	st, err := s.groupStats(r.Context(), topic, group)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	list, err := s.in.List(r.Context(), topic, group, redisdelay.ListOptions{State: state, Cursor: cursor, Limit: pageSize})
+	if err != nil {
+		// List's error for a malformed cursor wraps no sentinel: tell it from a Redis failure
+		// by listing again without the cursor.
+		if cursor != "" && !errors.Is(err, redisdelay.ErrNotFound) {
+			if _, again := s.in.List(r.Context(), topic, group, redisdelay.ListOptions{State: state, Limit: 1}); again == nil {
+				s.problem(w, http.StatusBadRequest, err.Error())
+				return
+			}
+		}
+		s.fail(w, err)
+		return
+	}
+
+	counts := map[redisdelay.ListState]int64{
+		redisdelay.ListScheduled: st.Scheduled, redisdelay.ListDue: st.Due,
+		redisdelay.ListInFlight: st.InFlight, redisdelay.ListDead: st.DeadLetters,
+	}
+	var tabs []tab
+	for _, t := range states {
+		tabs = append(tabs, tab{Label: t.Label, Count: counts[t.State], Active: t.State == state,
+			URL: s.groupURL(topic, group, url.Values{"state": {string(t.State)}})})
+	}
+	msgs := make([]listedMessage, len(list.Messages))
+	for n, m := range list.Messages {
+		link := url.Values{"ref": {m.Ref}}
+		if state == redisdelay.ListDead {
+			// The message page finds a dead letter by listing from this page's cursor.
+			link.Set("state", string(state))
+			if cursor != "" {
+				link.Set("cursor", cursor)
+			}
+		}
+		at := m.DueAt
+		if m.State == redisdelay.StateInFlight {
+			at = m.LeaseDeadline
+		}
+		msgs[n] = listedMessage{MessageInfo: m, URL: s.messageURL(topic, group, "", link), At: at}
+	}
+	var next, first string
+	if list.NextCursor != "" {
+		next = s.groupURL(topic, group, url.Values{"state": {string(state)}, "cursor": {list.NextCursor}})
+	}
+	if cursor != "" {
+		first = s.groupURL(topic, group, url.Values{"state": {string(state)}})
+	}
+	self := s.groupURL(topic, group, nil)
+	s.render(w, http.StatusOK, "group", page{
+		Title:  group + " · " + topic,
+		Crumbs: []crumb{{Label: topic}, {Label: group, URL: self}},
+		Notice: notice(q.Get("done")),
+		Body: struct {
+			Topic, Group, State, StateLabel, AtLabel string
+			Stats                                    redisdelay.GroupStats
+			Tabs                                     []tab
+			Messages                                 []listedMessage
+			Next, First                              string
+			Search                                   string
+			Actions                                  bool
+			PauseURL, ResumeURL                      string
+		}{
+			Topic: topic, Group: group, State: string(state), StateLabel: states[current].Label, AtLabel: states[current].At,
+			Stats: st, Tabs: tabs, Messages: msgs, Next: next, First: first,
+			Search:   s.messageURL(topic, group, "", nil),
+			Actions:  s.mayAct(r),
+			PauseURL: self + "/pause", ResumeURL: self + "/resume",
+		},
+	})
+}
+
+// groupStats returns the Stats of one group, or an error wrapping ErrNotFound.
+func (s *server) groupStats(ctx context.Context, topic, group string) (redisdelay.GroupStats, error) {
+	all, err := s.in.Stats(ctx, topic)
+	if err != nil {
+		return redisdelay.GroupStats{}, err
+	}
+	for _, st := range all {
+		if st.Group == group {
+			return st, nil
+		}
+	}
+	return redisdelay.GroupStats{}, fmt.Errorf("consumer group %q on topic %q: %w", group, topic, redisdelay.ErrNotFound)
+}
+
+// messageView is what the message page shows.
+type messageView struct {
+	Info                                            redisdelay.MessageInfo
+	Topic                                           string
+	Group                                           string
+	StateLabel                                      string
+	Dead                                            bool
+	InFlight                                        bool
+	Payload                                         string
+	PayloadKind                                     string // "JSON", "text", "binary (hex dump)" or "preview"
+	Metadata                                        [][2]string
+	Actions                                         bool
+	ReturnState                                     string // the tab the forms return to
+	CancelURL, RescheduleURL, RunNowURL, RequeueURL string
+}
+
+// message renders one message, named by ?ref= (with state=dead for a dead letter), ?key= or
+// the search box's ?q=, an exact ref or key.
+func (s *server) message(w http.ResponseWriter, r *http.Request) {
+	topic, group, ok := s.target(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	var (
+		m    redisdelay.MessageInfo
+		dead bool
+		err  error
+	)
+	switch {
+	case q.Get("ref") != "":
+		m, dead, err = s.byRef(r.Context(), topic, group, q.Get("ref"), q.Get("state") == string(redisdelay.ListDead), q.Get("cursor"))
+	case q.Get("key") != "":
+		m, err = s.in.MessageByKey(r.Context(), topic, group, q.Get("key"))
+	case strings.TrimSpace(q.Get("q")) != "":
+		m, dead, err = s.search(r.Context(), topic, group, strings.TrimSpace(q.Get("q")))
+	default:
+		s.problem(w, http.StatusBadRequest, "name the message with ref, key or q")
+		return
+	}
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+
+	v := messageView{Info: m, Topic: topic, Group: group, Dead: dead, Actions: s.mayAct(r)}
+	v.Payload, v.PayloadKind = formatPayload(m.Payload)
+	switch {
+	case dead:
+		v.StateLabel, v.ReturnState = "dead letter", string(redisdelay.ListDead)
+		v.Payload, v.PayloadKind = m.Preview, "preview"
+	case m.State == redisdelay.StateInFlight:
+		v.StateLabel, v.ReturnState, v.InFlight = "in flight", string(redisdelay.ListInFlight), true
+	case !m.DueAt.After(time.Now()):
+		v.StateLabel, v.ReturnState = "due", string(redisdelay.ListDue)
+	default:
+		v.StateLabel, v.ReturnState = "scheduled", string(redisdelay.ListScheduled)
+	}
+	keys := make([]string, 0, len(m.Metadata))
+	for k := range m.Metadata {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		v.Metadata = append(v.Metadata, [2]string{k, m.Metadata[k]})
+	}
+	// The forms carry the ref in their URL, percent-encoded: a ref can hold any byte (the
+	// member of a message stored inline holds the marshaled message), which a form field in a
+	// UTF-8 page would not carry intact.
+	ref := url.Values{"ref": {m.Ref}}
+	v.CancelURL = s.messageURL(topic, group, "/cancel", ref)
+	v.RescheduleURL = s.messageURL(topic, group, "/reschedule", ref)
+	v.RunNowURL = s.messageURL(topic, group, "/run-now", ref)
+	v.RequeueURL = s.messageURL(topic, group, "/requeue", ref)
+	s.render(w, http.StatusOK, "message", page{
+		Title: "Message " + m.ID,
+		Crumbs: []crumb{{Label: topic}, {Label: group, URL: s.groupURL(topic, group, nil)},
+			{Label: v.StateLabel, URL: s.groupURL(topic, group, url.Values{"state": {v.ReturnState}})}, {Label: m.ID}},
+		Notice: notice(q.Get("done")),
+		Body:   v,
+	})
+}
+
+// byRef finds the message ref names: a dead letter through List (from cursor, then from the
+// start), anything else through Message. It reports whether the message is a dead letter.
+func (s *server) byRef(ctx context.Context, topic, group, ref string, dead bool, cursor string) (redisdelay.MessageInfo, bool, error) {
+	if !dead {
+		m, err := s.in.Message(ctx, topic, group, ref)
+		return m, false, err
+	}
+	if cursor != "" {
+		// Only a hint: on any failure, search from the start.
+		page, err := s.in.List(ctx, topic, group, redisdelay.ListOptions{State: redisdelay.ListDead, Cursor: cursor, Limit: pageSize})
+		if i := slices.IndexFunc(page.Messages, func(m redisdelay.MessageInfo) bool { return m.Ref == ref }); err == nil && i >= 0 {
+			return page.Messages[i], true, nil
+		}
+	}
+	opts := redisdelay.ListOptions{State: redisdelay.ListDead, Limit: deadLetterScan}
+	for range deadLetterPages {
+		page, err := s.in.List(ctx, topic, group, opts)
+		if err != nil {
+			return redisdelay.MessageInfo{}, true, err
+		}
+		if i := slices.IndexFunc(page.Messages, func(m redisdelay.MessageInfo) bool { return m.Ref == ref }); i >= 0 {
+			return page.Messages[i], true, nil
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		opts.Cursor = page.NextCursor
+	}
+	return redisdelay.MessageInfo{}, true, fmt.Errorf("dead letter %q of group %q on topic %q (among the first %d): %w",
+		ref, group, topic, deadLetterScan*deadLetterPages, redisdelay.ErrNotFound)
+}
+
+// search finds the message whose ref or key is exactly q: as a ref (of a message the group
+// holds, then of a dead letter) when q has the shape of one, then as a key.
+func (s *server) search(ctx context.Context, topic, group, q string) (redisdelay.MessageInfo, bool, error) {
+	if isRef(q) {
+		m, err := s.in.Message(ctx, topic, group, q)
+		if !errors.Is(err, redisdelay.ErrNotFound) {
+			return m, false, err
+		}
+		m, dead, err := s.byRef(ctx, topic, group, q, true, "")
+		if !errors.Is(err, redisdelay.ErrNotFound) || redisdelay.ValidateKey(q) != nil {
+			return m, dead, err
+		}
+	}
+	m, err := s.in.MessageByKey(ctx, topic, group, q)
+	return m, false, err
+}
+
+// isRef reports whether q has the shape of MessageInfo.Ref: a partition number, '/', a member.
+func isRef(q string) bool {
+	p, member, ok := strings.Cut(q, "/")
+	_, err := strconv.Atoi(p)
+	return ok && err == nil && member != ""
+}
+
+// formatPayload returns the payload as the message page shows it: indented when it is JSON,
+// as it is when it is text, as a hex dump otherwise; and which of these it is.
+func formatPayload(p []byte) (string, string) {
+	if json.Valid(p) {
+		var buf bytes.Buffer
+		if json.Indent(&buf, p, "", "  ") == nil {
+			return buf.String(), "JSON"
+		}
+	}
+	if utf8.Valid(p) {
+		return string(p), "text"
+	}
+	return hex.Dump(p), "binary (hex dump)"
+}
+
+// templateFuncs format values for the templates.
+var templateFuncs = map[string]any{
+	"duration": shortDuration,
+	"when":     when,
+	"bytes": func(n int) string {
+		if n < 1024 {
+			return strconv.Itoa(n) + " B"
+		}
+		return strconv.FormatFloat(float64(n)/1024, 'f', 1, 64) + " KiB"
+	},
+}
+
+// when shows a time on the Redis clock: UTC to the millisecond in a <time> element, and how
+// far it is from now on this machine's clock; "–" for the zero time.
+func when(t time.Time) template.HTML {
+	if t.IsZero() {
+		return "–"
+	}
+	rel := "in " + shortDuration(time.Until(t))
+	if d := time.Since(t); d > 0 {
+		rel = shortDuration(d) + " ago"
+	}
+	u := t.UTC()
+	return template.HTML(`<time datetime="` + u.Format(time.RFC3339Nano) + `">` + u.Format("2006-01-02 15:04:05.000 UTC") +
+		`</time> <span class="muted">` + rel + "</span>")
+}
+
+// shortDuration rounds d to about three significant figures: 1.23s, 4m5s, 820µs.
+func shortDuration(d time.Duration) string {
+	switch {
+	case d >= time.Minute:
+		d = d.Round(time.Second)
+	case d >= time.Second:
+		d = d.Round(10 * time.Millisecond)
+	case d >= time.Millisecond:
+		d = d.Round(10 * time.Microsecond)
+	}
+	return d.String()
+}
