@@ -1,9 +1,12 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -372,4 +375,41 @@ func TestAnUnknownOutputFormatIsRefused(t *testing.T) {
 	assert.Equal(t, 1, r.code)
 	assert.Equal(t, "redisdelay: --output is \"yaml\", want table or json\n", r.stderr)
 	assert.Empty(t, r.stdout)
+}
+
+func TestDashboardServesTheOverviewUntilInterrupted(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	q.schedule(topic, newMessage("", "a"), newMessage("", "b"))
+
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "--addr", q.addr, "dashboard", "--listen", "127.0.0.1:0", "--path", "/queues")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	url := strings.TrimSpace(strings.TrimPrefix(line, "dashboard on "))
+	require.True(t, strings.HasSuffix(url, "/queues/"), "%q", line)
+
+	res, err := http.Get(url)
+	require.NoError(t, err)
+	body, err := io.ReadAll(res.Body)
+	require.NoError(t, res.Body.Close())
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Contains(t, string(body), topic)
+	assert.NotEmpty(t, res.Header.Get("Content-Security-Policy"))
+
+	// Read-only unless --allow-actions: a pause is refused.
+	res, err = http.PostForm(url+"topic/"+topic+"/group/"+group+"/pause", nil)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusForbidden, res.StatusCode)
+	assert.False(t, q.stats(topic, group).Paused)
+
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, cmd.Wait(), "the dashboard must end cleanly on SIGINT")
 }

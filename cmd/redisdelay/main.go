@@ -96,6 +96,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.topicsCommand(), a.statsCommand(), a.listCommand(), a.showCommand(),
 		a.cancelCommand(), a.rescheduleCommand(), a.runCommand(), a.requeueCommand(),
 		a.purgeCommand(), a.pauseCommand(true), a.pauseCommand(false), a.deleteGroupCommand(),
+		a.dashboardCommand(),
 	)
 	return root
 }
