@@ -1,0 +1,94 @@
+package redisdelay_test
+
+import (
+	"context"
+	"slices"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+// The cost and precision of keyed batching, against a dedicated redis-server:
+//
+//	go test -run '^$' -bench 'BatchAdd|BatchTime' -benchtime 20000x .
+
+// BenchmarkBatchAdd publishes single items into batches (100 batch keys, MaxItems 50) from 16
+// goroutines; compare with BenchmarkPublishKeys/without-key.
+func BenchmarkBatchAdd(b *testing.B) {
+	be, _ := benchBackend(b)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: be.client,
+		Batching: map[string]redisdelay.BatchConfig{"bench": {MaxItems: 50, MaxWait: time.Hour}}}, nil)
+	require.NoError(b, err)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: be.client}, nil)
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = sub.Close() })
+	require.NoError(b, sub.SubscribeInitialize("bench"))
+	payload := make([]byte, 100)
+	var n atomic.Int64
+	b.ReportAllocs()
+	b.SetParallelism(8)
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			msg := redisdelay.WithBatchKey(message.NewMessage(watermill.NewUUID(), payload), "area-"+strconv.FormatInt(n.Add(1)%100, 10))
+			if err := pub.Publish("bench", msg); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+// BenchmarkBatchTimeReleaseLateness releases 500 batches by time (one item each, MaxWait
+// 500 ms) and reports the lateness of their delivery: receive time minus due time.
+func BenchmarkBatchTimeReleaseLateness(b *testing.B) {
+	be, _ := benchBackend(b)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: be.client,
+		Batching: map[string]redisdelay.BatchConfig{"bench": {MaxItems: 100, MaxWait: 500 * time.Millisecond}}}, nil)
+	require.NoError(b, err)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: be.client}, nil)
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = sub.Close() })
+	ch, err := sub.Subscribe(context.Background(), "bench")
+	require.NoError(b, err)
+	const batches = 500
+	var lateness []time.Duration
+	early := 0
+	b.ResetTimer()
+	for range b.N / batches {
+		for k := range batches {
+			require.NoError(b, pub.Publish("bench", redisdelay.WithBatchKey(message.NewMessage(watermill.NewUUID(), nil), "k"+strconv.Itoa(k))))
+		}
+		for range batches {
+			select {
+			case msg := <-ch:
+				now := time.Now()
+				due, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(redisdelay.DueTimeMetadataKey))
+				require.NoError(b, err)
+				if now.Before(due) {
+					early++
+				}
+				lateness = append(lateness, now.Sub(due))
+				msg.Ack()
+			case <-time.After(10 * time.Second):
+				b.Fatal("a batch was not released")
+			}
+		}
+	}
+	b.StopTimer()
+	if len(lateness) == 0 {
+		return
+	}
+	slices.Sort(lateness)
+	q := func(p float64) float64 { return float64(lateness[int(p*float64(len(lateness)-1))]) / float64(time.Millisecond) }
+	b.ReportMetric(q(0.5), "p50-ms")
+	b.ReportMetric(q(0.99), "p99-ms")
+	b.ReportMetric(float64(early), "early")
+}
