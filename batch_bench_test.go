@@ -87,7 +87,9 @@ func BenchmarkBatchTimeReleaseLateness(b *testing.B) {
 		return
 	}
 	slices.Sort(lateness)
-	q := func(p float64) float64 { return float64(lateness[int(p*float64(len(lateness)-1))]) / float64(time.Millisecond) }
+	q := func(p float64) float64 {
+		return float64(lateness[int(p*float64(len(lateness)-1))]) / float64(time.Millisecond)
+	}
 	b.ReportMetric(q(0.5), "p50-ms")
 	b.ReportMetric(q(0.99), "p99-ms")
 	b.ReportMetric(float64(early), "early")
