@@ -9,14 +9,14 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
 // Keyed batching: messages published with a batch key to a topic configured for batching
 // (PublisherConfig.Batching) join that key's open batch, which is released as one message when
 // it reaches MaxItems (or MaxBytes), in the same script call as the item that fills it, or
-// MaxWait after its first item, on the Redis clock, never early. See lua/batch.lua.
+// MaxWait after its first item, on the Redis clock, never early. Items go through the publish
+// script like any message (see publish_to in lua/lib), so concurrent publishes share calls.
 
 // Metadata of batching.
 const (
@@ -136,23 +136,6 @@ func UnpackBatch(msg *message.Message, u Unmarshaler) ([]*message.Message, error
 		}
 	}
 	return out, nil
-}
-
-// publishBatched stores the messages of batch (their indexes in batch) that carry a batch key,
-// one script call per batch key, in their order.
-func (p *Publisher) publishBatched(ctx context.Context, topic string, cfg BatchConfig, keys []string, items map[string][][]byte) error {
-	for _, bk := range keys {
-		part := partitionName(topic, keyPartition(bk, p.config.Partitions))
-		call := publishCall{token: newToken(), ttl: p.callTTL}
-		err := p.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) error {
-			return p.store.addToBatch(ctx, part, call, groups, bk, cfg, items[bk])
-		})
-		if err != nil {
-			return fmt.Errorf("redisdelay: publish %d item(s) to batch %s on topic %s: %w", len(items[bk]), quote(bk), quote(topic), err)
-		}
-	}
-	p.logger.Trace("Published to batches", watermill.LogFields{"topic": topic, "batches": len(keys)})
-	return nil
 }
 
 // FlushBatch releases the open batch of batchKey on topic now, to every consumer group, with

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -152,8 +153,6 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 	now := time.Now()
 	batch := make([]outgoing, len(msgs))
 	partitions := make([]int, len(msgs))
-	batched := map[string][][]byte{} // batch key -> marshaled items, in order
-	var batchKeys []string
 	roundRobin := 0
 	if p.config.Partitions > 1 {
 		roundRobin = int(p.next.Add(1) % uint64(p.config.Partitions))
@@ -190,12 +189,9 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("message is %d bytes marshaled (payload %d), more than MaxMessageBytes %d", len(data), len(msg.Payload), p.config.MaxMessageBytes)}
 		}
 		if isBatched {
-			if _, seen := batched[bk]; !seen {
-				batchKeys = append(batchKeys, bk)
-			}
-			batched[bk] = append(batched[bk], data)
-			partitions[i] = -1
-			continue
+			cfg := p.config.Batching[topic]
+			spec = "B" + strconv.Itoa(cfg.MaxItems) + " " + strconv.FormatInt(cfg.MaxWait.Microseconds(), 10) + " " + strconv.Itoa(cfg.MaxBytes) + "=" + bk
+			partitions[i] = keyPartition(bk, p.config.Partitions)
 		}
 		batch[i] = outgoing{data: data, delay: d, at: at, keySpec: spec}
 	}
@@ -208,18 +204,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
 	}
 	outcomes := make([]PublishOutcome, len(msgs))
-	if len(batchKeys) > 0 {
-		if err := p.publishBatched(ctx, topic, p.config.Batching[topic], batchKeys, batched); err != nil {
-			return nil, err
-		}
-	}
 	for n, indexes := range byPartition(partitions) {
-		if n < 0 {
-			for _, i := range indexes {
-				outcomes[i] = Scheduled
-			}
-			continue
-		}
 		part := make([]outgoing, len(indexes))
 		for j, i := range indexes {
 			part[j] = batch[i]

@@ -51,17 +51,17 @@ var (
 	// publishScript has no allow-oom flag: a full Redis refuses it before it writes anything.
 	// Every script that drains the queue may run on a full Redis, so that consumers can always
 	// empty it.
-	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 7, variadic: true})
+	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 8, variadic: true})
 	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack"}, keys: 8, allowOOM: true})
 	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 5, allowOOM: true})
 	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "schedule", "held"}, keys: 4, allowOOM: true})
 	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "schedule", "drop"}, keys: 6, allowOOM: true})
 	extendScript     = mustScript(scriptSpec{file: "extend", fragments: []string{"now_us", "split", "each_chunk", "held"}, keys: 1, allowOOM: true})
-	deadLetterScript = mustScript(scriptSpec{file: "deadletter", fragments: []string{"now_us", "publish_to", "drop", "ended"}, keys: 12, variadic: true, allowOOM: true})
+	deadLetterScript = mustScript(scriptSpec{file: "deadletter", fragments: []string{"now_us", "publish_to", "drop", "ended"}, keys: 13, variadic: true, allowOOM: true})
 	registerScript   = mustScript(scriptSpec{file: "register", fragments: []string{"head", "wake"}, keys: 3, allowOOM: true})
 	// deadLetterPublishScript is publish.lua for the first step of a move to a dead-letter topic
 	// in another hash slot; like the rest of dead-lettering, it may run on a full Redis.
-	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 7, variadic: true, allowOOM: true})
+	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 8, variadic: true, allowOOM: true})
 	// cancelScript may run on a full Redis, since it frees memory; rescheduleScript may not.
 	cancelScript     = mustScript(scriptSpec{file: "cancel", fragments: []string{"now_us", "locate", "ended", "drop"}, keys: 6, variadic: true, allowOOM: true})
 	rescheduleScript = mustScript(scriptSpec{file: "reschedule", fragments: []string{"now_us", "locate", "schedule"}, keys: 5, variadic: true})
@@ -73,7 +73,6 @@ var (
 	listScript        = mustScript(scriptSpec{file: "list", fragments: []string{"now_us", "split", "stored"}, keys: 2, allowOOM: true})
 	showScript        = mustScript(scriptSpec{file: "show", fragments: []string{"now_us", "split", "stored"}, keys: 3, allowOOM: true})
 	purgeScript       = mustScript(scriptSpec{file: "purge", fragments: []string{"now_us", "split", "each_chunk", "drop"}, keys: 5, allowOOM: true})
-	batchScript       = mustScript(scriptSpec{file: "batch", fragments: []string{"now_us", "schedule"}, keys: 7, variadic: true})
 	flushBatchScript  = mustScript(scriptSpec{file: "flushbatch", fragments: []string{"now_us", "wake"}, keys: 7, variadic: true, allowOOM: true})
 	refOpScript       = mustScript(scriptSpec{file: "refop", fragments: []string{"now_us", "split", "schedule", "drop", "ended"}, keys: 7, allowOOM: true})
 	requeueScript     = mustScript(scriptSpec{file: "requeue", fragments: []string{"now_us", "split", "each_chunk", "stored", "drop", "schedule"}, keys: 6})

@@ -134,7 +134,7 @@ type publishCall struct {
 // its keys, then the call key lifetime, the groups, their wake channels and the messages.
 func (s store) publishTarget(keys []string, args []any, part string, call publishCall, groups []string, msgs []outgoing) ([]string, []any) {
 	tk := s.keys.topic(part)
-	keys = append(keys, s.keys.call(part, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history)
+	keys = append(keys, s.keys.call(part, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches)
 	keys, args = s.groupTargets(keys, append(args, call.ttl.Milliseconds()), part, groups, false, true)
 	for _, m := range msgs {
 		args = append(args, m.data, m.scheduleArg(), m.keySpec)
@@ -204,7 +204,7 @@ func publishReply(name string, reply any) (string, error) {
 // wrong; nothing is stored then. A second run of the same call stores nothing and returns the
 // first run's outcomes.
 func (s store) publish(ctx context.Context, part string, call publishCall, groups []string, msgs []outgoing) (string, error) {
-	keys, args := s.publishTarget(make([]string, 0, 7+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), part, call, groups, msgs)
+	keys, args := s.publishTarget(make([]string, 0, 8+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), part, call, groups, msgs)
 	if s.durableReplicas > 0 {
 		return s.publishDurably(ctx, keys, args)
 	}
@@ -863,37 +863,6 @@ func (s store) refOp(ctx context.Context, part, group, op, member string, call p
 	}
 	state, _ := r[0].(string)
 	return state, asInt(r[1]), nil
-}
-
-// addToBatch runs batch.lua: items join the open batch of batch key bk on a topic partition.
-func (s store) addToBatch(ctx context.Context, part string, call publishCall, groups []string, bk string, cfg BatchConfig, items [][]byte) error {
-	tk := s.keys.topic(part)
-	keys := []string{s.keys.call(part, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.batches}
-	args := []any{call.ttl.Milliseconds(), len(groups)}
-	for _, g := range groups {
-		keys = append(keys, s.keys.group(part, g).due)
-		args = append(args, g)
-	}
-	for _, g := range groups {
-		args = append(args, s.keys.group(part, g).wakeChannel)
-	}
-	args = append(args, bk, cfg.MaxItems, cfg.MaxWait.Microseconds(), cfg.MaxBytes)
-	for _, item := range items {
-		args = append(args, item)
-	}
-	res, err := s.run(ctx, s.client, batchScript, keys, args...)
-	if err != nil {
-		return err
-	}
-	r, _ := res.([]any)
-	if len(r) > 0 {
-		if code, _ := r[0].(int64); code == 0 {
-			return &staleGroupsError{groups: asStrings(r[1:])}
-		} else if code == 1 && len(r) == 2 {
-			return nil
-		}
-	}
-	return fmt.Errorf("script %s: unexpected reply %v", batchScript.name, res)
 }
 
 // batchOp runs flushbatch.lua (op "flush" or "cancel") and returns the items of the batch.

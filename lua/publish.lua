@@ -8,15 +8,17 @@
 -- KEYS[5]            groups    set     registered consumer groups
 -- KEYS[6]            parked    zset    messages waiting for a first group (written when G = 0)
 -- KEYS[7]            history   prefix  of the history keys of keyed messages
--- KEYS[8..7+G]       due       zset    one per group in ARGV[3..2+G]; members as in scripts.go
--- KEYS[8+G..7+2G]    keyed     hash    one per group: key -> member, once claimed
+-- KEYS[8]            batches   hash    batch key -> its open batch (see publish_to)
+-- KEYS[9..8+G]       due       zset    one per group in ARGV[3..2+G]; members as in scripts.go
+-- KEYS[9+G..8+2G]    keyed     hash    one per group: key -> member, once claimed
 -- ARGV[1]            how long the call key is kept, ms
 -- ARGV[2]            G, the number of groups the caller believes are registered
 -- ARGV[3..2+G]       group names
 -- ARGV[3+G..2+2G]    wake channels of those groups, same order
 -- ARGV[3+2G..]       triples: marshaled message, schedule (a delay in µs after the Redis clock
 --                    now, or "@" and an absolute due time in Unix µs, due at once if already
---                    past), key spec ("" or policy, retention ms, "=", key; see publish_to)
+--                    past), key spec ("", policy, retention ms, "=" and key, or a batch item's
+--                    "B" spec; see publish_to)
 --
 -- Returns {1, first ID, outcomes} on success (also when the call key shows the call already
 -- ran), or {0, group...} when the caller's view of the registered groups is stale; nothing is

@@ -4,12 +4,20 @@
 -- member itself (a larger member would make every ZRANGE of the set's head copy it). The
 -- topic's keys start at KEYS[k]: call (string, this publish call's token), seq (string),
 -- messages (hash), refs (hash), groups (set), parked (sorted set), the prefix of history keys,
--- then one due sorted set per group, then one keyed hash per group. Its arguments start at
+-- batches (hash: batch key -> "hex count bytes due" of its open batch), then one due sorted set
+-- per group, then one keyed hash per group. Its arguments start at
 -- ARGV[a]: how long the call's token is kept (ms), G, G group names, their G wake channels,
 -- then triples of marshaled message, schedule (a delay in µs after now, or "@" and a Unix time
 -- in µs, due at once if past) and key spec: "" for a message without a key, else the policy
 -- for a duplicate (k keep the existing message, r replace it, < keep the earlier due time, >
--- keep the later), the history retention in ms (0: none), "=" and the key.
+-- keep the later), the history retention in ms (0: none), "=" and the key; or, for an item of a
+-- batch, "B", MaxItems, " ", MaxWait in µs, " ", MaxBytes (0: none), "=" and the batch key.
+--
+-- A batch is a keyed message whose key is "\1", the batch key, "\1" and its ID's hex digits;
+-- its stored value is those hex digits, a trigger letter (t time, s size, f flush) and its items,
+-- each as its length in decimal, ":" and the item. The first item opens a batch, scheduled
+-- MaxWait after it in every group; the item that fills it releases it at once (due now,
+-- trigger s). A batch whose due time has come is closed: the next item opens another.
 --
 -- A keyed message is never embedded: it lives in the messages hash under "=" and its key, its
 -- ID's 12 hex digits before the marshaled message, so that the key finds it. Its ID is the hex
@@ -29,10 +37,13 @@
 -- duplicate (nothing stored), r replaced. Returns {0, group...} when the caller's view of the
 -- groups is stale; nothing is written then, and the caller retries with the listed groups.
 local MAX_EMBEDDED = 1024
+-- BATCH brackets the batch key in the key part of a batch's ID: "=", BATCH, the batch key,
+-- BATCH and the batch's hex digits (message keys hold no control characters).
+local BATCH = '\1'
 
 local function publish_to(k, a)
-  local call, seq, messages, refs, groups, parked, history =
-    KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6]
+  local call, seq, messages, refs, groups, parked, history, batches =
+    KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7]
   local ttl, ngroups = ARGV[a], tonumber(ARGV[a + 1])
   local done = redis.call('GET', call)
   if done then
@@ -82,7 +93,7 @@ local function publish_to(k, a)
       earliest = tonumber(redis.call('ZSCORE', parked, id .. ':0'))
     else
       for g = 1, ngroups do
-        local where, m, s = locate(KEYS[k + 6 + g], nil, KEYS[k + 6 + ngroups + g], id)
+        local where, m, s = locate(KEYS[k + 7 + g], nil, KEYS[k + 7 + ngroups + g], id)
         if where then
           at[#at + 1] = {g, m}
           if earliest == nil or s < earliest then earliest = s end
@@ -100,10 +111,66 @@ local function publish_to(k, a)
       redis.call('ZADD', parked, score, id .. ':0')
     else
       for _, g in ipairs(at) do
-        schedule(KEYS[k + 6 + g[1]], ARGV[a + 1 + ngroups + g[1]], {score, g[2]}, score)
+        schedule(KEYS[k + 7 + g[1]], ARGV[a + 1 + ngroups + g[1]], {score, g[2]}, score)
       end
     end
     return 'r'
+  end
+
+  -- open_batches[bk] is the open batch of batch key bk once this call has looked at it (false:
+  -- none): {hex, hfield, n items, size bytes, due µs, value, slot in scheduled if opened here}.
+  local open_batches = {}
+
+  -- batch_item adds an item to its batch key's open batch, opening one (scheduled MaxWait from
+  -- now, with the item's ID) when there is none, and releasing it now when it is full.
+  local function batch_item(spec, data, id)
+    local eq = string.find(spec, '=', 2, true)
+    local max_items, max_wait, max_bytes = string.match(string.sub(spec, 2, eq - 1), '^(%d+) (%d+) (%d+)$')
+    max_items, max_wait, max_bytes = tonumber(max_items), tonumber(max_wait), tonumber(max_bytes)
+    local bk = string.sub(spec, eq + 1)
+    local b = open_batches[bk]
+    if b == nil then
+      b = false
+      local entry = redis.call('HGET', batches, bk)
+      if entry then
+        local hex, n, size, due = string.match(entry, '^(%x+) (%d+) (%d+) (%d+)$')
+        if hex and tonumber(due) > now then
+          local hfield = '=' .. BATCH .. bk .. BATCH .. hex
+          local value = redis.call('HGET', messages, hfield)
+          if value then
+            b = {hex = hex, hfield = hfield, n = tonumber(n), size = tonumber(size), due = tonumber(due), value = value}
+          end
+        end
+      end
+    end
+    if not b then
+      b = {hex = id, hfield = '=' .. BATCH .. bk .. BATCH .. id, n = 0, size = 0, due = now + max_wait, value = id .. 't'}
+      if ngroups > 1 then
+        counted[#counted + 1] = b.hfield
+        counted[#counted + 1] = ngroups
+      end
+      scheduled[#scheduled + 1] = b.due
+      b.slot = #scheduled
+      scheduled[#scheduled + 1] = b.hex .. b.hfield .. ':0'
+    end
+    b.value = b.value .. #data .. ':' .. data
+    b.n, b.size = b.n + 1, b.size + #data
+    if b.n >= max_items or (max_bytes > 0 and b.size >= max_bytes) then
+      b.value = string.sub(b.value, 1, 12) .. 's' .. string.sub(b.value, 14)
+      redis.call('HSET', messages, b.hfield, b.value)
+      if b.slot then
+        scheduled[b.slot] = now
+      elseif ngroups == 0 then
+        redis.call('ZADD', parked, 'XX', now, b.hex .. b.hfield .. ':0')
+      else
+        for g = 1, ngroups do
+          schedule(KEYS[k + 7 + g], ARGV[a + 1 + ngroups + g], {now, b.hex .. b.hfield .. ':0'}, now)
+        end
+      end
+      redis.call('HDEL', batches, bk)
+      b = false
+    end
+    open_batches[bk] = b
   end
 
   local last_id = redis.call('INCRBY', seq, count)
@@ -125,6 +192,9 @@ local function publish_to(k, a)
           counted[#counted + 1] = ngroups
         end
       end
+    elseif string.sub(spec, 1, 1) == 'B' then
+      outcomes[#outcomes + 1] = 's'
+      batch_item(spec, data, id)
     else
       local policy = string.sub(spec, 1, 1)
       local eq = string.find(spec, '=', 2, true)
@@ -149,6 +219,12 @@ local function publish_to(k, a)
       end
     end
   end
+  for bk, b in pairs(open_batches) do
+    if b then
+      redis.call('HSET', messages, b.hfield, b.value)
+      redis.call('HSET', batches, bk, b.hex .. ' ' .. b.n .. ' ' .. b.size .. ' ' .. string.format('%d', b.due))
+    end
+  end
   if #hashed > 0 then each_chunk('HSET', messages, hashed) end
   if #counted > 0 then each_chunk('HSET', refs, counted) end
   if #scheduled > 0 then
@@ -156,7 +232,7 @@ local function publish_to(k, a)
     for i = 3, #scheduled, 2 do min_score = math.min(min_score, scheduled[i]) end
     if ngroups == 0 then each_chunk('ZADD', parked, scheduled) end
     for g = 1, ngroups do
-      schedule(KEYS[k + 6 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
+      schedule(KEYS[k + 7 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
     end
   end
   local reply = table.concat(outcomes)
