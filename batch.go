@@ -139,7 +139,8 @@ func UnpackBatch(msg *message.Message, u Unmarshaler) ([]*message.Message, error
 }
 
 // FlushBatch releases the open batch of batchKey on topic now, to every consumer group, with
-// trigger BatchTriggerFlush. It returns how many items it held, 0 when no batch was open.
+// trigger BatchTriggerFlush. It returns how many items it held, 0 when no batch was open (a
+// batch whose MaxWait has passed is no longer open: it is on its way with trigger time).
 // Errors as for Cancel.
 func (i *Inspector) FlushBatch(ctx context.Context, topic, batchKey string) (int, error) {
 	return i.batchOp(ctx, "flush", topic, batchKey)

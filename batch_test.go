@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -19,6 +20,11 @@ func batchingPublisher(t *testing.T, b backend, topic string, cfg redisdelay.Bat
 	return publisherWith(t, b, func(c *redisdelay.PublisherConfig) {
 		c.Batching = map[string]redisdelay.BatchConfig{topic: cfg}
 	})
+}
+
+func delayed(msg *message.Message) *message.Message {
+	delay.Message(msg, delay.For(time.Minute))
+	return msg
 }
 
 func parcel(area string, n int) *message.Message {
@@ -159,6 +165,7 @@ func TestBadBatchInputIsRefusedAndNothingIsStored(t *testing.T) {
 			{"empty batch key", topic, redisdelay.WithBatchKey(message.NewMessage("empty", nil), ""), redisdelay.BatchKeyMetadataKey},
 			{"topic without batching", other, parcel("north", 1), redisdelay.BatchKeyMetadataKey},
 			{"batch key and message key", topic, redisdelay.WithKey(parcel("north", 2), "order-1"), redisdelay.KeyMetadataKey},
+			{"batch item with a delay", topic, delayed(parcel("north", 3)), delay.DelayedForKey},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				err := pub.Publish(tc.topic, message.NewMessage("fine", nil), tc.msg)

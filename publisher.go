@@ -275,5 +275,10 @@ func (p *Publisher) checkBatchItem(topic string, msg *message.Message, bk string
 	if _, keyed := msg.Metadata[KeyMetadataKey]; keyed {
 		return &MessageError{Topic: topic, UUID: msg.UUID, Key: KeyMetadataKey, Value: msg.Metadata[KeyMetadataKey], Err: errors.New("a batch item cannot have a message key")}
 	}
+	for _, k := range []string{delay.DelayedForKey, delay.DelayedUntilKey} {
+		if v, ok := msg.Metadata[k]; ok {
+			return &MessageError{Topic: topic, UUID: msg.UUID, Key: k, Value: v, Err: errors.New("a batch item cannot have a delay: its batch's MaxWait decides when it is delivered")}
+		}
+	}
 	return nil
 }
