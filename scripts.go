@@ -63,8 +63,8 @@ var (
 	// in another hash slot; like the rest of dead-lettering, it may run on a full Redis.
 	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 8, variadic: true, allowOOM: true})
 	// cancelScript may run on a full Redis, since it frees memory; rescheduleScript may not.
-	cancelScript     = mustScript(scriptSpec{file: "cancel", fragments: []string{"now_us", "locate", "ended", "drop"}, keys: 6, variadic: true, allowOOM: true})
-	rescheduleScript = mustScript(scriptSpec{file: "reschedule", fragments: []string{"now_us", "locate", "schedule"}, keys: 5, variadic: true})
+	cancelScript     = mustScript(scriptSpec{file: "cancel", fragments: []string{"now_us", "locate", "ended", "drop", "stale"}, keys: 6, variadic: true, allowOOM: true})
+	rescheduleScript = mustScript(scriptSpec{file: "reschedule", fragments: []string{"now_us", "locate", "schedule", "stale"}, keys: 5, variadic: true})
 	statusScript     = mustScript(scriptSpec{file: "status", fragments: []string{"locate"}, keys: 3, variadic: true, allowOOM: true})
 	// The Inspector's scripts. Those that only read or free memory may run on a full Redis.
 	pauseScript       = mustScript(scriptSpec{file: "pause", fragments: []string{"now_us", "wake"}, keys: 2, allowOOM: true})
@@ -73,7 +73,7 @@ var (
 	listScript        = mustScript(scriptSpec{file: "list", fragments: []string{"now_us", "split", "stored"}, keys: 2, allowOOM: true})
 	showScript        = mustScript(scriptSpec{file: "show", fragments: []string{"now_us", "split", "stored"}, keys: 3, allowOOM: true})
 	purgeScript       = mustScript(scriptSpec{file: "purge", fragments: []string{"now_us", "split", "each_chunk", "drop"}, keys: 5, allowOOM: true})
-	flushBatchScript  = mustScript(scriptSpec{file: "flushbatch", fragments: []string{"now_us", "wake"}, keys: 7, variadic: true, allowOOM: true})
+	flushBatchScript  = mustScript(scriptSpec{file: "flushbatch", fragments: []string{"now_us", "wake", "stale"}, keys: 7, variadic: true, allowOOM: true})
 	refOpScript       = mustScript(scriptSpec{file: "refop", fragments: []string{"now_us", "split", "schedule", "drop", "ended"}, keys: 7, allowOOM: true})
 	requeueScript     = mustScript(scriptSpec{file: "requeue", fragments: []string{"now_us", "split", "each_chunk", "stored", "drop", "schedule"}, keys: 6})
 )
@@ -117,7 +117,7 @@ type fragment struct {
 }
 
 // fragmentOrder is the order fragments are put together in: each after those it needs.
-var fragmentOrder = []string{"now_us", "split", "member", "each_chunk", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "publish_to"}
+var fragmentOrder = []string{"now_us", "split", "member", "each_chunk", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "publish_to"}
 
 // mustScript assembles a script from its file and the fragments it names, with the fragments
 // they need, and checks that every fragment name a script or fragment uses is included. A

@@ -27,11 +27,8 @@
 local key, ngroups = ARGV[2], tonumber(ARGV[3])
 local done = redis.call('GET', KEYS[1])
 if done then return {1, done} end
-if redis.call('SCARD', KEYS[4]) ~= ngroups then
-  local current = redis.call('SMEMBERS', KEYS[4])
-  table.insert(current, 1, 0)
-  return current
-end
+local wrong = stale(KEYS[4], 4, ngroups)
+if wrong then return wrong end
 
 local states = {}
 local existing = redis.call('HGET', KEYS[2], '=' .. key)

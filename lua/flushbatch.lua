@@ -22,19 +22,8 @@
 local done = redis.call('GET', KEYS[1])
 if done then return {1, tonumber(done)} end
 local ngroups = tonumber(ARGV[4])
-local stale = redis.call('SCARD', KEYS[4]) ~= ngroups
-if not stale and ngroups > 0 then
-  local names = {}
-  for g = 1, ngroups do names[g] = ARGV[4 + g] end
-  for _, present in ipairs(redis.call('SMISMEMBER', KEYS[4], unpack(names))) do
-    if present == 0 then stale = true end
-  end
-end
-if stale then
-  local current = redis.call('SMEMBERS', KEYS[4])
-  table.insert(current, 1, 0)
-  return current
-end
+local wrong = stale(KEYS[4], 5, ngroups)
+if wrong then return wrong end
 local now = now_us()
 local bk = ARGV[3]
 local entry = redis.call('HGET', KEYS[6], bk)

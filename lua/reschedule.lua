@@ -28,11 +28,8 @@ if done then
   local space = string.find(done, ' ', 1, true)
   return {1, string.sub(done, 1, space - 1), tonumber(string.sub(done, space + 1))}
 end
-if redis.call('SCARD', KEYS[3]) ~= ngroups then
-  local current = redis.call('SMEMBERS', KEYS[3])
-  table.insert(current, 1, 0)
-  return current
-end
+local wrong = stale(KEYS[3], 5, ngroups)
+if wrong then return wrong end
 
 local now = now_us()
 local score

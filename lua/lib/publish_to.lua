@@ -1,4 +1,4 @@
--- fragment publish_to; needs: now_us, each_chunk, schedule, locate
+-- fragment publish_to; needs: now_us, each_chunk, schedule, locate, stale
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic: in the messages hash, or, with one group and at most MAX_EMBEDDED bytes, in the due
 -- member itself (a larger member would make every ZRANGE of the set's head copy it). The
@@ -50,20 +50,8 @@ local function publish_to(k, a)
     local space = string.find(done, ' ', 1, true)
     return {1, string.sub(done, 1, space - 1), string.sub(done, space + 1)}
   end
-  -- A view that names a removed group is stale too, so a publish never resurrects it.
-  local stale = redis.call('SCARD', groups) ~= ngroups
-  if not stale and ngroups > 0 then
-    local names = {}
-    for g = 1, ngroups do names[g] = ARGV[a + 1 + g] end
-    for _, present in ipairs(redis.call('SMISMEMBER', groups, unpack(names))) do
-      if present == 0 then stale = true end
-    end
-  end
-  if stale then
-    local current = redis.call('SMEMBERS', groups)
-    table.insert(current, 1, 0)
-    return current
-  end
+  local wrong = stale(groups, a + 2, ngroups)
+  if wrong then return wrong end
 
   local first = a + 2 + 2 * ngroups
   local count = (#ARGV - first + 1) / 3
