@@ -97,6 +97,14 @@ func TestFlushAndCancelBatches(t *testing.T) {
 		ch := subscribe(t, newSubscriber(t, b, nil), topic)
 		require.NoError(t, pub.Publish(topic, parcel("east", 1), parcel("east", 2), parcel("west", 3)))
 
+		page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled})
+		require.NoError(t, err)
+		require.Len(t, page.Messages, 2, "an open batch is listed as one scheduled message")
+		for _, m := range page.Messages {
+			assert.False(t, m.Vanished)
+			assert.Empty(t, m.Key, "a batch has no message key")
+			assert.Contains(t, []string{"east", "west"}, m.Metadata[redisdelay.BatchKeyMetadataKey])
+		}
 		n, err := in.CancelBatch(context.Background(), topic, "west")
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)

@@ -13,6 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -492,7 +493,8 @@ func (i *Inspector) listTarget(part, topic, group string, state ListState) (set,
 func (i *Inspector) describe(topic, group string, partition int, r listed, leased bool, nowUs int64, full bool) MessageInfo {
 	id, attempt, _ := parseMember(r.member)
 	m := MessageInfo{Topic: topic, Group: group, Ref: makeRef(partition, r.member), ID: id, Attempt: attempt, State: StateScheduled}
-	if key, ok := keyOfID(id); ok {
+	bk, isBatch := batchKeyOfID(id)
+	if key, ok := keyOfID(id); ok && !isBatch {
 		m.Key = key
 	}
 	if leased {
@@ -504,7 +506,13 @@ func (i *Inspector) describe(topic, group string, partition int, r listed, lease
 		m.Vanished = true
 		return m
 	}
-	msg, err := i.config.Unmarshaler.Unmarshal(topic, r.data)
+	var msg *message.Message
+	var err error
+	if isBatch {
+		msg, err = batchMessage(id, bk, r.data)
+	} else {
+		msg, err = i.config.Unmarshaler.Unmarshal(topic, r.data)
+	}
 	if err != nil {
 		m.Vanished = true
 		return m
