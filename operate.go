@@ -341,7 +341,7 @@ func (i *Inspector) holding(ctx context.Context, part, group string) (int64, err
 		if err != nil {
 			return 0, classify(err)
 		}
-		lease, err := i.config.Client.ZCard(ctx, gk.lease).Result()
+		lease, err := i.config.Client.ZCount(ctx, gk.lease, "-inf", "(1e300").Result() // not the marker
 		if err != nil {
 			return 0, classify(err)
 		}

@@ -409,3 +409,31 @@ func TestOperationsByRefActOnOneMessageOfOneGroup(t *testing.T) {
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 	})
 }
+
+// The lease set's marker keeps it in the skiplist encoding even with a few leases, where Redis
+// would otherwise use a listpack, and no reader counts the marker as a lease.
+func TestLeaseSetKeepsTheSkiplistEncodingAndTheMarkerIsNoLease(t *testing.T) {
+	b := realRedis(t)
+	topic := "orders"
+	pub := newPublisher(t, b)
+	sub := newSubscriber(t, b, nil)
+	ch := subscribe(t, sub, topic)
+	require.NoError(t, pub.Publish(topic, message.NewMessage("a", nil), message.NewMessage("b", nil)))
+	got := receive(t, ch, 2*time.Second)
+
+	ctx := context.Background()
+	_, lease := redisdelay.GroupKeysForTest("", topic, redisdelay.DefaultConsumerGroup)
+	assert.Equal(t, "skiplist", b.client.ObjectEncoding(ctx, lease).Val())
+	in := newInspector(t, b, 1)
+	stats, err := in.Stats(ctx, topic)
+	require.NoError(t, err)
+	require.Len(t, stats, 1)
+	assert.GreaterOrEqual(t, stats[0].InFlight, int64(1))
+	assert.Equal(t, b.client.ZCard(ctx, lease).Val()-1, stats[0].InFlight, "every member but the marker is a lease")
+	got.Ack()
+	receive(t, ch, 2*time.Second).Ack()
+	require.Eventually(t, func() bool {
+		s, err := in.Stats(ctx, topic)
+		return err == nil && len(s) == 1 && s[0].InFlight == 0
+	}, 5*time.Second, 10*time.Millisecond, "the marker is not counted as in flight")
+}

@@ -25,6 +25,10 @@ type store struct {
 	shebang *shebangSupport
 	// contextTimeouts is whether the client bounds calls by their context (see bounded).
 	contextTimeouts bool
+	// direct makes every call run on the caller's goroutine even when the client does not bound
+	// it by its context: for a caller that bounds the wait itself (a group commit round, see
+	// groupCommit.run), which saves a goroutine and a hand-off per call.
+	direct bool
 	// durableReplicas, when > 0, makes publish WAIT for that many replicas, durableTimeout at
 	// most.
 	durableReplicas int
@@ -41,7 +45,7 @@ func (s store) run(ctx context.Context, c redis.Scripter, sc *script, keys []str
 	}
 	start := time.Now()
 	defer func() { s.metrics.script(sc.name, time.Since(start)) }()
-	res, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (any, error) {
+	res, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (any, error) {
 		if s.shebang.unsupported.Load() {
 			return sc.plain.Run(ctx, c, keys, args...).Result()
 		}
@@ -222,7 +226,7 @@ func (s store) publishDurably(ctx context.Context, keys []string, args []any) (s
 	if !ok {
 		return "", fmt.Errorf("DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
 	}
-	conn, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (*redis.Conn, error) { return connect(ctx, keys[0]) })
+	conn, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (*redis.Conn, error) { return connect(ctx, keys[0]) })
 	if err != nil {
 		return "", err
 	}
@@ -235,7 +239,7 @@ func (s store) publishDurably(ctx context.Context, keys []string, args []any) (s
 	if err != nil {
 		return "", err
 	}
-	replicas, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (int64, error) {
+	replicas, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (int64, error) {
 		return conn.Do(ctx, "WAIT", s.durableReplicas, s.durableTimeout.Milliseconds()).Int64()
 	})
 	if err == nil && replicas < int64(s.durableReplicas) {

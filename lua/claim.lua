@@ -34,6 +34,9 @@
 -- vanished is dropped from the group and counted as vanished; a malformed member is dropped
 -- and counted likewise.
 
+-- LEASE_MARKER is the lease set's marker member, scored +inf (see scripts.go).
+local LEASE_MARKER = '~lease-set-marker~' .. string.rep('~', 62)
+
 local limit = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local token = ARGV[3]
@@ -138,6 +141,9 @@ for i, id in ipairs(ids) do
 end
 if #keyed > 0 then each_chunk('HSET', KEYS[6], keyed) end
 if #leases > 0 then
+  -- The marker (see scripts.go) keeps the lease set in Redis's skiplist encoding.
+  leases[#leases + 1] = '+inf'
+  leases[#leases + 1] = LEASE_MARKER
   each_chunk('ZADD', KEYS[2], leases)
   redis.call('SET', KEYS[5], token .. ' ' .. string.format('%d', now + lease), 'PX', math.max(1, math.ceil(lease / 1000)))
 end

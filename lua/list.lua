@@ -12,7 +12,8 @@
 
 local now = now_us()
 local part, limit = ARGV[1], tonumber(ARGV[4])
-local min, max = '-inf', '+inf'
+-- '(1e300' leaves out the lease set's marker (see scripts.go).
+local min, max = '-inf', '(1e300'
 if part == 'due' then max = now elseif part == 'scheduled' then min = '(' .. now end
 local cursor_score, cursor_member = tonumber(ARGV[2]), ARGV[3]
 if cursor_score then min = cursor_score end

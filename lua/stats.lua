@@ -17,7 +17,7 @@ for g = 1, #KEYS, 4 do
   local values = {
     redis.call('ZCOUNT', due_set, '-inf', now),
     redis.call('ZCOUNT', due_set, '(' .. now, '+inf'),
-    redis.call('ZCARD', KEYS[g + 1]),
+    redis.call('ZCOUNT', KEYS[g + 1], '-inf', '(1e300'), -- not the lease set's marker
     redis.call('ZCARD', KEYS[g + 3]),
     head(due_set) or -1,
     next_due,

@@ -56,15 +56,6 @@ local function publish_to(k, a)
   local first = a + 2 + 2 * ngroups
   local count = (#ARGV - first + 1) / 3
   local now = now_us()
-  local scores = {}
-  for i = 0, count - 1 do
-    local schedule = ARGV[first + 3 * i + 1]
-    if string.sub(schedule, 1, 1) == '@' then
-      scores[i + 1] = math.max(tonumber(string.sub(schedule, 2)), now)
-    else
-      scores[i + 1] = now + math.max(tonumber(schedule), 0)
-    end
-  end
 
   -- fresh[key] is the index in scheduled of the score of a keyed message this call stores.
   local hashed, scheduled, counted, fresh, outcomes = {}, {}, {}, {}, {}
@@ -163,13 +154,32 @@ local function publish_to(k, a)
 
   local last_id = redis.call('INCRBY', seq, count)
   local first_id = string.format('%012x', last_id - count + 1)
+  -- plain counts the messages without a key spec so far: while all are, outcomes stays empty
+  -- and the reply is that many 's'.
+  local plain = 0
+  local embed = ngroups <= 1
   for i = 0, count - 1 do
     local id = string.format('%012x', last_id - count + 1 + i)
-    local data, spec, score = ARGV[first + 3 * i], ARGV[first + 3 * i + 2], scores[i + 1]
+    local at = first + 3 * i
+    local data, schedule, spec = ARGV[at], ARGV[at + 1], ARGV[at + 2]
+    local score
+    if schedule == '0' then
+      score = now
+    elseif string.sub(schedule, 1, 1) == '@' then
+      score = math.max(tonumber(string.sub(schedule, 2)), now)
+    else
+      score = now + math.max(tonumber(schedule), 0)
+    end
+    if spec == '' and plain == i then
+      plain = i + 1
+    elseif plain > 0 then
+      outcomes = {string.rep('s', plain)}
+      plain = -1
+    end
     if spec == '' then
-      outcomes[#outcomes + 1] = 's'
+      if plain < 0 then outcomes[#outcomes + 1] = 's' end
       scheduled[#scheduled + 1] = score
-      if ngroups <= 1 and #data <= MAX_EMBEDDED then
+      if embed and #data <= MAX_EMBEDDED then
         scheduled[#scheduled + 1] = id .. '|' .. data
       else
         scheduled[#scheduled + 1] = id
@@ -181,9 +191,11 @@ local function publish_to(k, a)
         end
       end
     elseif string.sub(spec, 1, 1) == 'B' then
+      plain = -1
       outcomes[#outcomes + 1] = 's'
       batch_item(spec, data, id)
     else
+      plain = -1
       local policy = string.sub(spec, 1, 1)
       local eq = string.find(spec, '=', 2, true)
       local retention = tonumber(string.sub(spec, 2, eq - 1))
@@ -223,7 +235,7 @@ local function publish_to(k, a)
       schedule(KEYS[k + 7 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
     end
   end
-  local reply = table.concat(outcomes)
+  local reply = plain >= 0 and string.rep('s', plain) or table.concat(outcomes)
   redis.call('SET', call, first_id .. ' ' .. reply, 'PX', ttl)
   return {1, first_id, reply}
 end
