@@ -451,3 +451,24 @@ func fillSlots(t *testing.T, g *groupCommit, f *fakeStore, calls int) chan outco
 	})
 	return out
 }
+
+// A store call that does not return (a Redis that does not answer, with a client that does not
+// bound calls by their context) holds its slot only until its round's deadline: the next round
+// starts then, while the stuck one finishes in the background.
+func TestGroupCommitFreesAStuckRoundsSlotAtItsDeadline(t *testing.T) {
+	f := newFakeStore(t)
+	g := newGroupCommit(f.store)
+	out := make(chan outcome, 2)
+	goCommit(g, 0, 1, 100*time.Millisecond, out)
+	waitEntered(t, f, 1) // round 0 never returns until the test ends
+	stuck := collect(t, out, 1)[0]
+	require.ErrorIs(t, stuck.err, ErrOutcomeUnknown)
+	require.ErrorIs(t, stuck.err, context.DeadlineExceeded)
+
+	goCommit(g, 1, 1, time.Minute, out)
+	waitEntered(t, f, 1)
+	f.finish(1, nil)
+	next := collect(t, out, 1)[1]
+	require.NoError(t, next.err, "the call after the stuck round is stored in a round of its own")
+	require.Equal(t, [][]int{{1}}, roundsOf(t, f.recorded()[1:], map[int]int{1: 1}))
+}
