@@ -118,9 +118,11 @@ for i = 1, #ids do
   if embedded[i] then data[i] = embedded[i] end
 end
 local leases, vanished, keyed = {}, {}, {}
+-- One string for the deadline of every lease: Redis would convert a number argument anew each time.
+local deadline = string.format('%d', now + lease)
 for i, id in ipairs(ids) do
   if data[i] then
-    leases[#leases + 1] = now + lease
+    leases[#leases + 1] = deadline
     leases[#leases + 1] = member(id, attempts[i])
     local key = key_of(id)
     if key then
@@ -145,7 +147,7 @@ if #leases > 0 then
   leases[#leases + 1] = '+inf'
   leases[#leases + 1] = LEASE_MARKER
   each_chunk('ZADD', KEYS[2], leases)
-  redis.call('SET', KEYS[5], token .. ' ' .. string.format('%d', now + lease), 'PX', math.max(1, math.ceil(lease / 1000)))
+  redis.call('SET', KEYS[5], token .. ' ' .. deadline, 'PX', math.max(1, math.ceil(lease / 1000)))
 end
 drop(KEYS[3], KEYS[4], vanished, KEYS[7])
 result[5] = #vanished + malformed

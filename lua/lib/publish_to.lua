@@ -157,6 +157,7 @@ local function publish_to(k, a)
   -- plain counts the messages without a key spec so far: while all are, outcomes stays empty
   -- and the reply is that many 's'.
   local plain = 0
+  local now_s = string.format('%d', now)
   local embed = ngroups <= 1
   for i = 0, count - 1 do
     local id = string.format('%012x', last_id - count + 1 + i)
@@ -178,7 +179,13 @@ local function publish_to(k, a)
     end
     if spec == '' then
       if plain < 0 then outcomes[#outcomes + 1] = 's' end
-      scheduled[#scheduled + 1] = score
+      -- A score of now goes as the one string now_s: Redis converts each number argument of a
+      -- command to text anew (about 0.3 µs of a batch's time per message).
+      if score == now then
+        scheduled[#scheduled + 1] = now_s
+      else
+        scheduled[#scheduled + 1] = score
+      end
       if embed and #data <= MAX_EMBEDDED then
         scheduled[#scheduled + 1] = id .. '|' .. data
       else
@@ -228,8 +235,12 @@ local function publish_to(k, a)
   if #hashed > 0 then each_chunk('HSET', messages, hashed) end
   if #counted > 0 then each_chunk('HSET', refs, counted) end
   if #scheduled > 0 then
-    local min_score = scheduled[1]
-    for i = 3, #scheduled, 2 do min_score = math.min(min_score, scheduled[i]) end
+    local min_score = nil
+    for i = 1, #scheduled, 2 do
+      local score = scheduled[i]
+      if score == now_s then score = now end
+      if min_score == nil or score < min_score then min_score = score end
+    end
     if ngroups == 0 then each_chunk('ZADD', parked, scheduled) end
     for g = 1, ngroups do
       schedule(KEYS[k + 7 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
