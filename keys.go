@@ -24,15 +24,25 @@ func ValidateName(kind, name string) error {
 		return fmt.Errorf("redisdelay: %w: %s name is empty", ErrInvalidName, kind)
 	case strings.ContainsAny(name, "{}"):
 		return fmt.Errorf("redisdelay: %w: %s name %s contains '{' or '}', which would break the Redis Cluster hash tag", ErrInvalidName, kind, quote(name))
-	case partitionSuffix(name) > 0 || partitionSuffix(strings.SplitN(name, DeadLetterInfix, 2)[0]) > 0:
+	case partitionSuffix(name) > 0 || partitionSuffix(firstPart(name)) > 0:
 		return fmt.Errorf("redisdelay: %w: %s name %s ends in '#' and digits, which name topic partitions", ErrInvalidName, kind, quote(name))
 	}
-	for _, part := range strings.Split(name, DeadLetterInfix) {
+	for rest := name; ; {
+		part, after, found := strings.Cut(rest, DeadLetterInfix)
 		if len(part) > MaxNameLength {
 			return fmt.Errorf("redisdelay: %w: %s name %s has a part of %d bytes, more than %d", ErrInvalidName, kind, quote(name), len(part), MaxNameLength)
 		}
+		if !found {
+			return nil
+		}
+		rest = after
 	}
-	return nil
+}
+
+// firstPart returns name up to its first DeadLetterInfix, or all of it.
+func firstPart(name string) string {
+	part, _, _ := strings.Cut(name, DeadLetterInfix)
+	return part
 }
 
 // keySpace builds every Redis key and Pub/Sub channel name the adapter uses. No other code

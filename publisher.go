@@ -39,6 +39,7 @@ type Publisher struct {
 	queueCount atomic.Int64  // entries in queues
 	next       atomic.Uint64 // round-robin partition counter
 	callTTL    time.Duration // how long Redis keeps a publish call's token
+	nopLogger  bool          // the logger is watermill.NopLogger: skip building log fields per call
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -64,6 +65,7 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 		eviction: evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
 		callTTL:  max(publishCallTTLFactor*config.OperationTimeout, minPublishCallTTL),
 	}
+	_, p.nopLogger = logger.(watermill.NopLogger)
 	return p, nil
 }
 
@@ -204,22 +206,44 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
 	}
 	outcomes := make([]PublishOutcome, len(msgs))
-	for n, indexes := range byPartition(partitions) {
-		part := make([]outgoing, len(indexes))
-		for j, i := range indexes {
-			part[j] = batch[i]
+	if p.config.Partitions == 1 {
+		// One partition: the whole batch, in order, without regrouping it.
+		if err := p.commitPart(ctx, topic, 0, batch, msgs[0].UUID, outcomes, nil); err != nil {
+			return nil, err
 		}
-		letters, err := p.commit(ctx, partitionName(topic, n), part)
-		if err != nil {
-			return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s partition %d (first UUID %s): %w", len(part), quote(topic), n, quote(msgs[indexes[0]].UUID), err)
-		}
-		for j, i := range indexes {
-			outcomes[i] = publishOutcome(letters[j])
+	} else {
+		for n, indexes := range byPartition(partitions) {
+			part := make([]outgoing, len(indexes))
+			for j, i := range indexes {
+				part[j] = batch[i]
+			}
+			if err := p.commitPart(ctx, topic, n, part, msgs[indexes[0]].UUID, outcomes, indexes); err != nil {
+				return nil, err
+			}
 		}
 	}
 	p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger)
-	p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
+	if !p.nopLogger {
+		p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
+	}
 	return outcomes, nil
+}
+
+// commitPart stores part, the messages of msgs for partition n of topic, and writes their
+// outcomes to outcomes at indexes (at 0, 1, … when indexes is nil).
+func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []outgoing, firstUUID string, outcomes []PublishOutcome, indexes []int) error {
+	letters, err := p.commit(ctx, partitionName(topic, n), part)
+	if err != nil {
+		return fmt.Errorf("redisdelay: publish %d message(s) to topic %s partition %d (first UUID %s): %w", len(part), quote(topic), n, quote(firstUUID), err)
+	}
+	for j := range part {
+		i := j
+		if indexes != nil {
+			i = indexes[j]
+		}
+		outcomes[i] = publishOutcome(letters[j])
+	}
+	return nil
 }
 
 // Close makes further Publish calls return ErrPublisherClosed and waits for the ones under way.
