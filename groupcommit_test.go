@@ -24,6 +24,9 @@ func TestGroupCommitCombinesConcurrentCallsIntoWholeRounds(t *testing.T) {
 	out := make(chan outcome, calls)
 	for id := range calls {
 		sizes[id] = (id%10 + 1) * 10
+		if id < maxInFlight {
+			sizes[id] = overlapAt // enough to start a round while others are under way
+		}
 		if id == calls/2 {
 			sizes[id] = maxCombinedMessages + 500
 		}
@@ -106,7 +109,11 @@ func TestGroupCommitLeaksNoSlotWhenCallsGiveUp(t *testing.T) {
 	g := newGroupCommit(f.store)
 	const calls = 64
 	out := make(chan outcome, calls)
-	for id := range calls {
+	// Call 0's round outlives the others' deadline, so they give up pending; then call 0
+	// gives up in flight, and its stuck round frees its slot at its deadline.
+	goCommit(g, 0, 1, 200*time.Millisecond, out)
+	waitEntered(t, f, 1)
+	for id := 1; id < calls; id++ {
 		goCommit(g, id, 1, 50*time.Millisecond, out)
 	}
 	unknown := map[int]bool{}
@@ -150,20 +157,20 @@ func TestGroupCommitReturnsOnceItsRoundIsStoredWhileOtherCallsKeepArriving(t *te
 	out := make(chan outcome, maxInFlight+waves*perWave)
 	next := 0
 	for ; next < maxInFlight; next++ {
-		goCommit(g, next, 1, time.Minute, out)
+		goCommit(g, next, overlapAt, time.Minute, out)
 		waitEntered(t, f, 1)
 	}
 	for r := range waves {
 		// New calls arrive while every slot is busy, so they wait in pending.
 		for range perWave {
-			goCommit(g, next, 1, time.Minute, out)
+			goCommit(g, next, overlapAt, time.Minute, out)
 			next++
 		}
 		eventually(t, "new calls pending", func() bool { return pendingCalls(g) == perWave })
 
 		f.finish(r, nil)
 		waitEntered(t, f, 1) // the freed slot starts a round of the pending calls
-		want := roundsOf(t, f.recorded()[r:r+1], ones(next))[0]
+		want := roundsOf(t, f.recorded()[r:r+1], sized(next, overlapAt))[0]
 		got := collect(t, out, len(want))
 		for _, id := range want {
 			require.Contains(t, got, id, "call %d of stored round %d has not returned", id, r)
@@ -186,7 +193,7 @@ func TestGroupCommitGivesARoundsStoreErrorToEveryCallOfThatRoundOnly(t *testing.
 	f.open()
 
 	results := collect(t, out, calls)
-	rounds := roundsOf(t, f.recorded(), ones(calls))
+	rounds := roundsOf(t, f.recorded(), sized(calls, overlapAt))
 	require.Greater(t, len(rounds[maxInFlight]), 1, "the round after the first ones combines calls")
 	for r, ids := range rounds {
 		for _, id := range ids {
@@ -200,22 +207,22 @@ func TestGroupCommitStoresARoundUnderTheLatestDeadlineOfItsCallsAndNoCallsCancel
 	g := newGroupCommit(f.store)
 	out := make(chan outcome, maxInFlight+2)
 	for id := range maxInFlight {
-		goCommit(g, id, 1, time.Minute, out)
+		goCommit(g, id, overlapAt, time.Minute, out)
 		waitEntered(t, f, 1)
 	}
 	// Two calls wait for the same round: one that gives up early, one with a later deadline.
 	early, giveUp := context.WithTimeout(context.Background(), time.Minute)
 	defer giveUp()
 	go func() {
-		_, err := g.commit(early, messagesOf(maxInFlight, 1))
+		_, err := g.commit(early, messagesOf(maxInFlight, overlapAt))
 		out <- outcome{id: maxInFlight, err: err}
 	}()
 	eventually(t, "the early call pending", func() bool { return pendingCalls(g) == 1 })
-	goCommit(g, maxInFlight+1, 1, 2*time.Minute, out)
+	goCommit(g, maxInFlight+1, overlapAt, 2*time.Minute, out)
 	eventually(t, "the late call pending", func() bool { return pendingCalls(g) == 2 })
 	f.finish(0, nil)
 	waitEntered(t, f, 1)
-	require.Equal(t, [][]int{{maxInFlight, maxInFlight + 1}}, roundsOf(t, f.recorded()[maxInFlight:], map[int]int{maxInFlight: 1, maxInFlight + 1: 1}))
+	require.Equal(t, [][]int{{maxInFlight, maxInFlight + 1}}, roundsOf(t, f.recorded()[maxInFlight:], map[int]int{maxInFlight: overlapAt, maxInFlight + 1: overlapAt}))
 
 	giveUp()
 	gaveUp := collect(t, out, 2) // call 0, whose round was stored, and the early call
@@ -354,10 +361,13 @@ func messagesOf(id, n int) []outgoing {
 }
 
 // ones returns the sizes of calls 0 to n-1 that commit one message each.
-func ones(n int) map[int]int {
+func ones(n int) map[int]int { return sized(n, 1) }
+
+// sized returns the sizes of calls 0 to n-1 that commit size messages each.
+func sized(n, size int) map[int]int {
 	sizes := make(map[int]int, n)
 	for id := range n {
-		sizes[id] = 1
+		sizes[id] = size
 	}
 	return sizes
 }
@@ -437,13 +447,14 @@ func TestPublisherForgetsIdleQueuesPastTheBound(t *testing.T) {
 	require.Equal(t, int64(n), p.queueCount.Load())
 }
 
-// fillSlots starts calls one-message commits with a minute's deadline and waits until the
-// first maxInFlight rounds are in the store and every call is pending or in one of them.
+// fillSlots starts calls commits of overlapAt messages each (enough to start a round while
+// others are under way) with a minute's deadline and waits until the first maxInFlight rounds
+// are in the store and every call is pending or in one of them.
 func fillSlots(t *testing.T, g *groupCommit, f *fakeStore, calls int) chan outcome {
 	t.Helper()
 	out := make(chan outcome, calls)
 	for id := range calls {
-		goCommit(g, id, 1, time.Minute, out)
+		goCommit(g, id, overlapAt, time.Minute, out)
 	}
 	waitEntered(t, f, maxInFlight)
 	eventually(t, "every call pending or in a round", func() bool {
@@ -471,4 +482,37 @@ func TestGroupCommitFreesAStuckRoundsSlotAtItsDeadline(t *testing.T) {
 	next := collect(t, out, 1)[1]
 	require.NoError(t, next.err, "the call after the stuck round is stored in a round of its own")
 	require.Equal(t, [][]int{{1}}, roundsOf(t, f.recorded()[1:], map[int]int{1: 1}))
+}
+
+// Calls of fewer than overlapAt messages in all wait for the round under way, so that the calls
+// arriving meanwhile share the next round.
+func TestGroupCommitStartsNoSecondRoundForFewMessages(t *testing.T) {
+	f := newFakeStore(t)
+	g := newGroupCommit(f.store)
+	const calls = 20 // of one message: fewer than overlapAt
+	out := make(chan outcome, calls)
+	goCommit(g, 0, 1, time.Minute, out)
+	waitEntered(t, f, 1)
+	for id := 1; id < calls; id++ {
+		goCommit(g, id, 1, time.Minute, out)
+	}
+	eventually(t, "every later call pending", func() bool { return pendingCalls(g) == calls-1 })
+	require.Len(t, f.recorded(), 1, "no second round while fewer than overlapAt messages wait")
+	f.open()
+	for id, o := range collect(t, out, calls) {
+		require.NoError(t, o.err, "call %d", id)
+	}
+	rounds := roundsOf(t, f.recorded(), ones(calls))
+	require.Len(t, rounds, 2)
+	require.Equal(t, []int{0}, rounds[0])
+	require.ElementsMatch(t, ids(1, calls), rounds[1], "the waiting calls share one round")
+}
+
+// ids returns from, from+1, …, to-1.
+func ids(from, to int) []int {
+	var out []int
+	for id := from; id < to; id++ {
+		out = append(out, id)
+	}
+	return out
 }
