@@ -20,7 +20,7 @@ import (
 	"github.com/watermill-redisdelay/redisdelay"
 )
 
-var scenarioNames = []string{"publish", "batch", "consume", "lateness", "burst", "idle", "scale"}
+var scenarioNames = []string{"publish", "batch", "consume", "wmbench", "lateness", "burst", "idle", "scale", "cluster"}
 
 var runStart = time.Now()
 
@@ -41,7 +41,7 @@ func run() int {
 		claimBatch = flag.Int("claim-batch", 0, fmt.Sprintf("redisdelay SubscriberConfig.ClaimBatchSize (0 = library default, %d)", redisdelay.DefaultClaimBatchSize))
 		lateSubs   = flag.Int("lateness-subs", 0, "subscribers (asynq: Concurrency) in the lateness scenario (0 = 1)")
 		redisStats = flag.Bool("redis-stats", false, "print redis-server CPU use and the costliest commands of each measurement to stderr")
-		burstSubs  = flag.Int("burst-subs", 0, "subscribers (asynq: Concurrency) in the due-burst scenario (0 = 4)")
+		burstSubs  = flag.Int("burst-subs", 0, "subscribers (asynq: Concurrency) in the due-burst scenario (0 = 1)")
 		cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of this process to `file`")
 	)
 	flag.Parse()
@@ -150,11 +150,11 @@ func run() int {
 
 	failed := false
 	for _, sc := range scenarios {
-		for _, sys := range systems {
+		for _, sys := range b.rounds(sc, systems) { // -rounds times over the systems (rounds.go)
 			if (sc == "lateness" || sc == "burst") && !sys.supportsDelay() {
 				continue
 			}
-			if sc == "scale" && sys.name() == sysRedisStream {
+			if (sc == "scale" && sys.name() == sysRedisStream) || (sc == "cluster" && sys.name() != sysRedisDelay) {
 				continue
 			}
 			progress("%s: %s", sc, sys.name())
@@ -166,6 +166,8 @@ func run() int {
 				err = b.runPublish(sys, true)
 			case "consume":
 				err = b.runConsume(sys)
+			case "wmbench":
+				err = b.runWMBench(sys)
 			case "lateness":
 				err = b.runLateness(sys)
 			case "burst":
@@ -174,6 +176,8 @@ func run() int {
 				err = b.runIdle(sys)
 			case "scale":
 				err = b.runScale(sys)
+			case "cluster":
+				err = b.runCluster(sys) // cluster.go; redisdelay only
 			}
 			if err != nil {
 				failed = true

@@ -48,6 +48,8 @@ func startRedis() (*redisServer, error) {
 	s.cmd = exec.Command(bin,
 		"--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--dir", dir,
 		"--save", "", "--appendonly", "no", "--daemonize", "no",
+		// No memory limit: the scale scenario holds 10M messages (about 3 GB).
+		"--maxmemory", "0",
 		"--logfile", filepath.Join(dir, "redis.log"),
 		// 1000 idle subscriptions of redisstream each hold a blocked connection.
 		"--maxclients", "10000",

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -21,22 +22,38 @@ type figure struct {
 var figures = []figure{
 	{id: "publish", title: "publish, 1 msg/Publish, 16 goroutines", unit: "msg/s"},
 	{id: "publish_batched", title: "publish, 100 msg/Publish, 16 goroutines", unit: "msg/s"},
+	{id: "publish_64", title: "publish, 1 msg/Publish, 64 goroutines", unit: "msg/s"},
 	{id: "consume_1", title: "consume+ack, 1 subscriber", unit: "msg/s"},
 	{id: "consume_4", title: "consume+ack, 4 subscribers, 1 group", unit: "msg/s"},
 	{id: "consume_scaling", title: "consume scaling 4 subs / 1 sub", unit: "x"},
+	{id: "cpu_publish_1", title: "Redis CPU per msg: publish, 1 msg/Publish", unit: "µs/msg", lowerBetter: true},
+	{id: "cpu_publish_100", title: "Redis CPU per msg: publish, 100 msg/Publish", unit: "µs/msg", lowerBetter: true},
+	{id: "cpu_claim_ack", title: "Redis CPU per msg: claim+ack (consume_1)", unit: "µs/msg", lowerBetter: true},
+	{id: "cpu_nack", title: "Redis CPU per msg: nack path", unit: "µs/msg", lowerBetter: true},
+	{id: "wm_publish_16", title: "watermill-benchmark publish, 16 B, 64 goroutines", unit: "msg/s"},
+	{id: "wm_subscribe_16", title: "watermill-benchmark subscribe (router), 16 B", unit: "msg/s"},
+	{id: "wm_publish_64", title: "watermill-benchmark publish, 64 B, 64 goroutines", unit: "msg/s"},
+	{id: "wm_subscribe_64", title: "watermill-benchmark subscribe (router), 64 B", unit: "msg/s"},
+	{id: "wm_publish_256", title: "watermill-benchmark publish, 256 B, 64 goroutines", unit: "msg/s"},
+	{id: "wm_subscribe_256", title: "watermill-benchmark subscribe (router), 256 B", unit: "msg/s"},
 	{id: "lateness_p50", title: "delayed lateness p50", unit: "ms", lowerBetter: true},
 	{id: "lateness_p99", title: "delayed lateness p99", unit: "ms", lowerBetter: true},
 	{id: "lateness_p999", title: "delayed lateness p99.9", unit: "ms", lowerBetter: true},
 	{id: "lateness_max", title: "delayed lateness max", unit: "ms", lowerBetter: true},
 	{id: "lateness_early", title: "delayed early deliveries", unit: "count", lowerBetter: true},
-	{id: "due_burst", title: "due burst: due time -> last delivery", unit: "ms", lowerBetter: true},
+	{id: "due_burst_1m_ms", title: "due burst, 1M due in one ms, 1 sub: due -> last delivery", unit: "ms", lowerBetter: true},
+	{id: "due_burst_rate", title: "due burst delivery rate (counts differ, see notes)", unit: "msg/s"},
+	{id: "due_burst_early", title: "due burst early deliveries", unit: "count", lowerBetter: true},
 	{id: "idle_total", title: "idle Redis commands, total", unit: "cmd/s", lowerBetter: true},
 	{id: "idle_per_sub", title: "idle Redis commands per subscriber", unit: "cmd/s", lowerBetter: true},
 	{id: "mem_per_msg", title: "memory per scheduled message", unit: "B", lowerBetter: true},
 	{id: "mem_beyond_payload", title: "memory per scheduled msg beyond 100 B payload", unit: "B", lowerBetter: true},
+	{id: "publish_10m_seconds", title: "schedule 10M msgs (-scale-n) a year ahead", unit: "s", lowerBetter: true, oursOnly: true},
+	{id: "redis_used_memory_rss_mib", title: "Redis used_memory_rss with 10M scheduled", unit: "MiB", lowerBetter: true, oursOnly: true},
+	{id: "redis_vmrss_mib", title: "redis-server VmRSS with 10M scheduled", unit: "MiB", lowerBetter: true, oursOnly: true},
 	{id: "claim_1k", title: "claim+ack, 1 sub, 1k scheduled present", unit: "msg/s", oursOnly: true},
-	{id: "claim_1m", title: "claim+ack, 1 sub, 1M scheduled present", unit: "msg/s", oursOnly: true},
-	{id: "claim_1m_vs_1k", title: "claim throughput 1M / 1k", unit: "x", oursOnly: true},
+	{id: "claim_10m", title: "claim+ack, 1 sub, 10M scheduled present", unit: "msg/s", oursOnly: true},
+	{id: "claim_10m_vs_1k", title: "claim throughput 10M / 1k", unit: "x", oursOnly: true},
 }
 
 func figureByID(id string) figure {
@@ -55,21 +72,21 @@ type result struct {
 }
 
 type results struct {
-	systems []string
-	values  map[string]map[string]result // figure -> system -> result
-	notes   []string
+	systems  []string
+	values   map[string]map[string]result // figure -> system -> median of the rounds
+	notes    []string
+	round    int                                // current round, from 0 (see rounds.go)
+	perRound map[string]map[string][]roundValue // figure -> system -> each round's value
 }
 
 func newResults(systems []string) *results {
 	return &results{systems: systems, values: map[string]map[string]result{}}
 }
 
+// set records the current round's value; the figure's value is the median of its rounds.
 func (r *results) set(fig, sys string, v float64, note string) {
 	figureByID(fig)
-	if r.values[fig] == nil {
-		r.values[fig] = map[string]result{}
-	}
-	r.values[fig][sys] = result{value: v, note: note}
+	r.record(fig, sys, v, note)
 }
 
 func (r *results) note(format string, args ...any) {
@@ -98,22 +115,7 @@ func (r *results) ratio(f figure) (float64, bool) {
 	if !found {
 		return 0, false
 	}
-	if f.lowerBetter {
-		if ours.value == 0 {
-			if best == 0 {
-				return 1, true
-			}
-			return math.Inf(1), true
-		}
-		return best / ours.value, true
-	}
-	if best == 0 {
-		if ours.value == 0 {
-			return 1, true
-		}
-		return math.Inf(1), true
-	}
-	return ours.value / best, true
+	return betterRatio(ours.value, best, f.lowerBetter), true
 }
 
 func formatValue(v float64) string {
@@ -139,6 +141,10 @@ func (r *results) printTable(w io.Writer) {
 	header := []string{"figure", "unit", "better"}
 	header = append(header, r.systems...)
 	header = append(header, "ratio_to_best_peer")
+	withStream := slices.Contains(r.systems, sysRedisStream) && slices.Contains(r.systems, sysRedisDelay)
+	if withStream {
+		header = append(header, "ratio_to_redisstream")
+	}
 	fmt.Fprintln(tw, strings.Join(header, "\t")+"\t")
 	for _, f := range figures {
 		if !r.hasFigure(f) {
@@ -161,10 +167,23 @@ func (r *results) printTable(w io.Writer) {
 		} else {
 			row = append(row, "n/a")
 		}
+		if withStream {
+			if q, ok := r.ratioToStream(f); ok && !f.oursOnly {
+				row = append(row, formatValue(q))
+			} else {
+				row = append(row, "n/a")
+			}
+		}
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	_ = tw.Flush()
 	fmt.Fprintln(w, "ratio_to_best_peer: redisdelay / best peer, or best peer / redisdelay for \"lower\" figures; > 1 means redisdelay is better.")
+	if withStream {
+		fmt.Fprintln(w, "ratio_to_redisstream: the same against watermill-redisstream alone.")
+	}
+	if r.multiRound() {
+		fmt.Fprintln(w, "Values are the median of the rounds (listed after the notes); ratios are computed from the medians.")
+	}
 	var notes []string
 	for _, f := range figures {
 		for _, sys := range r.systems {
@@ -173,13 +192,18 @@ func (r *results) printTable(w io.Writer) {
 			}
 		}
 	}
-	notes = append(notes, r.notes...)
+	for _, n := range r.notes { // scenarios may add the same note in every round
+		if !slices.Contains(notes, n) {
+			notes = append(notes, n)
+		}
+	}
 	if len(notes) > 0 {
 		fmt.Fprintln(w, "notes:")
 		for _, n := range notes {
 			fmt.Fprintln(w, "  - "+n)
 		}
 	}
+	r.printRounds(w)
 }
 
 // printBench writes one machine-readable line per figure and system.
@@ -202,6 +226,12 @@ func (r *results) printBench(w io.Writer) {
 					rs = formatValue(q)
 				}
 				line += " ratio_to_best_peer=" + rs
+				if q, ok := r.ratioToStream(f); ok && !f.oursOnly {
+					line += " ratio=" + formatValue(q)
+				}
+			}
+			if ok {
+				line += " rounds=" + r.roundValues(f.id, sys)
 			}
 			fmt.Fprintln(w, line)
 		}

@@ -42,9 +42,9 @@ var fullSizes = sizes{
 	publishN: 100_000, batchN: 200_000, publishCap: 5 * time.Second,
 	consumeN: 200_000, consumeCap: 20 * time.Second, asynqConsumeN: 200_000,
 	lateN: 20_000, latePublish: 5 * time.Second, lateMaxD: 5 * time.Second, lateSubs: 1,
-	burstN: 100_000, burstSubs: 4,
+	burstN: 1_000_000, burstSubs: 1,
 	idleTopics: 100, idleSubs: 10, idleWindow: 10 * time.Second,
-	scaleN: 1_000_000, scaleSmallN: 1_000, scaleDueN: 100_000,
+	scaleN: 10_000_000, scaleSmallN: 1_000, scaleDueN: 100_000,
 	asynqMemN: 100_000,
 }
 
@@ -52,7 +52,7 @@ var quickSizes = sizes{
 	publishN: 5_000, batchN: 10_000, publishCap: 2 * time.Second,
 	consumeN: 5_000, consumeCap: 5 * time.Second, asynqConsumeN: 5_000,
 	lateN: 1_000, latePublish: time.Second, lateMaxD: time.Second, lateSubs: 1,
-	burstN: 5_000, burstSubs: 4,
+	burstN: 20_000, burstSubs: 1,
 	idleTopics: 10, idleSubs: 3, idleWindow: 2 * time.Second,
 	scaleN: 20_000, scaleSmallN: 1_000, scaleDueN: 5_000,
 	asynqMemN: 5_000,
@@ -126,36 +126,14 @@ func (b *bench) plainItem(seq int) item { return item{seq: seq, payload: b.paylo
 // ---- publish figures ----
 
 func (b *bench) runPublish(sys system, batched bool) error {
-	if err := b.reset(); err != nil {
-		return err
-	}
-	prod, err := sys.newProducer(b.addr)
-	if err != nil {
-		return err
-	}
-	defer prod.close()
-	fig, total, batch, name := "publish", b.sz.publishN, 1, "publish"
 	if batched {
-		fig, total, batch, name = "publish_batched", b.sz.batchN, 100, "publish-batched"
+		return b.publishFigure(sys, "publish_batched", "cpu_publish_100", "publish-batched", b.sz.batchN, 16, 100)
 	}
-	if sys.name() == sysAsynq {
-		batch = 1 // asynq has no batch call: the batched figure is its per-task Enqueue
-	}
-	w := b.watch()
-	n, took, err := publishN(prod, b.topic(name), total, 16, batch, b.sz.publishCap, b.plainItem)
-	if err != nil {
+	if err := b.publishFigure(sys, "publish", "cpu_publish_1", "publish", b.sz.publishN, 16, 1); err != nil {
 		return err
 	}
-	w(sys.name() + " " + fig)
-	note := ""
-	if n < total {
-		note = fmt.Sprintf("time-capped: %d of %d messages in %s", n, total, took.Round(time.Millisecond))
-	}
-	if batched && sys.name() == sysAsynq {
-		note = joinNote(note, "no batch API: one Enqueue per task")
-	}
-	b.res.set(fig, sys.name(), float64(n)/took.Seconds(), note)
-	return nil
+	// The same with 64 goroutines, as watermill-benchmark publishes (see cpu.go).
+	return b.publishFigure(sys, "publish_64", "", "publish-64", b.sz.publishN, 64, 1)
 }
 
 func joinNote(a, b string) string {
@@ -201,6 +179,7 @@ func (c *counter) wait(deadline time.Time) (int, time.Time, bool) {
 
 func (b *bench) runConsume(sys system) error {
 	var rates [2]float64
+	claimAck := -1.0 // cpu_claim_ack of this round, µs/msg; < 0 when not measured
 	for i, subs := range []int{1, 4} {
 		if err := b.reset(); err != nil {
 			return err
@@ -228,6 +207,7 @@ func (b *bench) runConsume(sys system) error {
 		cnt := newCounter(total)
 		inst, workers := sys.group(subs)
 		w := b.watch()
+		meter := b.cpuMeter(sys.name())
 		start := time.Now()
 		stop, err := sys.startConsumers(b.addr, consumerSpec{
 			topics: []string{topic}, instances: inst, workers: workers,
@@ -239,6 +219,9 @@ func (b *bench) runConsume(sys system) error {
 		got, end, complete := cnt.wait(start.Add(b.sz.consumeCap))
 		w(fmt.Sprintf("%s consume %d", sys.name(), subs))
 		stop()
+		if subs == 1 {
+			claimAck = b.setClaimAckCPU(sys, meter, got)
+		}
 		rates[i] = float64(got) / end.Sub(start).Seconds()
 		note := ""
 		if !complete {
@@ -254,7 +237,7 @@ func (b *bench) runConsume(sys system) error {
 		progress("  %s: %d subscriber(s): %.0f msg/s", sys.name(), subs, rates[i])
 	}
 	b.res.set("consume_scaling", sys.name(), rates[1]/rates[0], "")
-	return nil
+	return b.runNackCost(sys, claimAck) // cpu_nack, nack.go
 }
 
 // ---- delayed delivery lateness ----
@@ -374,7 +357,11 @@ func (b *bench) runBurst(sys system) error {
 		return err
 	}
 	topic := b.topic("burst")
-	total := b.sz.burstN
+	total := b.burstCount(sys) // burst1m.go
+	if total == 0 {
+		b.res.note("due_burst / %s: skipped (-asynq-burst-n 0)", sys.name())
+		return nil
+	}
 	prod, err := sys.newProducer(b.addr)
 	if err != nil {
 		return err
@@ -436,7 +423,7 @@ func (b *bench) runBurst(sys system) error {
 	pubEnd := time.Now()
 	time.Sleep(time.Until(due))
 	w := b.watch()
-	got, end, complete := cnt.wait(due.Add(60 * time.Second))
+	got, end, complete := cnt.wait(due.Add(burstCap(sys)))
 	w(sys.name() + " burst")
 	mu.Lock()
 	defer mu.Unlock()
@@ -448,7 +435,7 @@ func (b *bench) runBurst(sys system) error {
 		note = joinNote(note, fmt.Sprintf("INVALID: publishing ended %s after the due time", pubEnd.Sub(due).Round(time.Millisecond)))
 	}
 	if !complete {
-		note = joinNote(note, fmt.Sprintf("only %d of %d delivered within 60 s", got, total))
+		note = joinNote(note, fmt.Sprintf("only %d of %d delivered within %s", got, total, burstCap(sys)))
 	}
 	if early > 0 {
 		note = joinNote(note, fmt.Sprintf("%d delivered before due", early))
@@ -457,7 +444,7 @@ func (b *bench) runBurst(sys system) error {
 		note = joinNote(note, fmt.Sprintf("%d duplicates ignored", seen.dups))
 	}
 	took2 := end.Sub(due)
-	b.res.set("due_burst", sys.name(), float64(took2)/1e6, note)
+	b.setBurst(sys, total, got, complete, took2, early, note) // burst1m.go
 	progress("  %s: %d delivered %s after due", sys.name(), got, took2.Round(time.Millisecond))
 	return nil
 }
@@ -649,53 +636,7 @@ func (b *bench) runScale(sys system) error {
 		return nil
 	}
 
-	if err := b.reset(); err != nil {
-		return err
-	}
-	big := b.topic("scale-big")
-	if err := initialize(sys, b.addr, big); err != nil {
-		return err
-	}
-	per, err := b.measureMemory(sys, big, b.sz.scaleN)
-	if err != nil {
-		return err
-	}
-	stored := storedSize(b)
-	b.res.set("mem_per_msg", sys.name(), per, fmt.Sprintf("%d scheduled; stored message blob %d B (100 B payload + UUID + delay metadata), so %.0f B beyond the blob", b.sz.scaleN, stored, per-float64(stored)))
-	b.res.set("mem_beyond_payload", sys.name(), per-float64(len(b.payload)), "")
-	progress("  %s: %.0f B per scheduled message (blob %d B)", sys.name(), per, stored)
-
-	rateBig, allBig, err := b.bestClaimRate(sys, big, b.sz.scaleDueN)
-	if err != nil {
-		return err
-	}
-	progress("  %s: claim+ack with %d scheduled: %s msg/s", sys.name(), b.sz.scaleN, fmtRates(allBig))
-
-	if err := b.reset(); err != nil {
-		return err
-	}
-	small := b.topic("scale-small")
-	if err := initialize(sys, b.addr, small); err != nil {
-		return err
-	}
-	prod, err := sys.newProducer(b.addr)
-	if err != nil {
-		return err
-	}
-	_, _, err = publishN(prod, small, b.sz.scaleSmallN, 16, 100, 10*time.Minute, b.futureItem)
-	prod.close()
-	if err != nil {
-		return err
-	}
-	rateSmall, allSmall, err := b.bestClaimRate(sys, small, b.sz.scaleDueN)
-	if err != nil {
-		return err
-	}
-	progress("  %s: claim+ack with %d scheduled: %s msg/s", sys.name(), b.sz.scaleSmallN, fmtRates(allSmall))
-	b.res.set("claim_1k", sys.name(), rateSmall, fmt.Sprintf("%d scheduled + %d due consumed, best of %s msg/s", b.sz.scaleSmallN, b.sz.scaleDueN, fmtRates(allSmall)))
-	b.res.set("claim_1m", sys.name(), rateBig, fmt.Sprintf("%d scheduled + %d due consumed, best of %s msg/s", b.sz.scaleN, b.sz.scaleDueN, fmtRates(allBig)))
-	b.res.set("claim_1m_vs_1k", sys.name(), rateBig/rateSmall, "")
-	return nil
+	return b.scaleRedisDelay(sys) // scale10m.go
 }
 
 // storedSize is the size of the blob redisdelay stores for a scale message.
