@@ -516,3 +516,46 @@ func ids(from, to int) []int {
 	}
 	return out
 }
+
+// After a round, the next one waits for as many calls as were active when it finished (its own
+// and those pending then), so that the callers it woke up join the calls that waited.
+func TestGroupCommitWaitsForTheCallersOfTheLastRound(t *testing.T) {
+	f := newFakeStore(t)
+	g := newGroupCommit(f.store)
+	g.lingerMax = time.Minute // only the callers' return starts the next round
+	out := make(chan outcome, 3)
+	goCommit(g, 0, 1, time.Minute, out)
+	waitEntered(t, f, 1)
+	goCommit(g, 1, 1, time.Minute, out)
+	eventually(t, "call 1 pending", func() bool { return pendingCalls(g) == 1 })
+	f.finish(0, nil)
+	require.NoError(t, collect(t, out, 1)[0].err)
+	require.Len(t, f.recorded(), 1, "call 1 waits for call 0's caller to come back")
+
+	goCommit(g, 2, 1, time.Minute, out) // call 0's caller publishes again
+	waitEntered(t, f, 1)
+	f.open()
+	require.Len(t, collect(t, out, 2), 2)
+	rounds := roundsOf(t, f.recorded(), ones(3))
+	require.Equal(t, []int{1, 2}, rounds[1], "the waiting call and the returning caller share a round")
+}
+
+// A caller that does not come back delays the next round by lingerMax only.
+func TestGroupCommitLingersAtMostLingerMax(t *testing.T) {
+	f := newFakeStore(t)
+	g := newGroupCommit(f.store)
+	g.lingerMax = 50 * time.Millisecond
+	out := make(chan outcome, 2)
+	goCommit(g, 0, 1, time.Minute, out)
+	waitEntered(t, f, 1)
+	goCommit(g, 1, 1, time.Minute, out)
+	eventually(t, "call 1 pending", func() bool { return pendingCalls(g) == 1 })
+	f.finish(0, nil)
+	finished := time.Now()
+	f.open()
+	got := collect(t, out, 2)
+	require.NoError(t, got[1].err)
+	waited := time.Since(finished)
+	require.GreaterOrEqual(t, waited, 50*time.Millisecond, "call 1 waited for call 0's caller")
+	require.Less(t, waited, 2*time.Second, "but no longer than about lingerMax")
+}
