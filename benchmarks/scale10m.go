@@ -51,7 +51,8 @@ func scaleCap(n int) time.Duration {
 	return 2*time.Minute + time.Duration(n/10_000)*time.Second // 10M: about 19 min
 }
 
-// publishWithProgress is publishN with a progress line every 10 s, for long runs.
+// publishWithProgress is publishN over several producers (worker w uses prods[w % len]), with a
+// progress line every 10 s for long runs unless label is empty.
 func publishWithProgress(prods []producer, topic string, total, workers, batch int, capDur time.Duration, mk func(seq int) item, label string) (int, time.Duration, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), capDur+30*time.Second)
 	defer cancel()
@@ -67,6 +68,10 @@ func publishWithProgress(prods []producer, topic string, total, workers, batch i
 	progressDone := make(chan struct{})
 	go func() {
 		defer close(progressDone)
+		if label == "" {
+			<-stopProgress
+			return
+		}
 		t := time.NewTicker(10 * time.Second)
 		defer t.Stop()
 		for {

@@ -85,40 +85,7 @@ func (b *bench) reset() error {
 // publishN publishes total messages from workers goroutines, batch messages per call, until
 // all are published or cap passes. It returns how many were published and the time taken.
 func publishN(prod producer, topic string, total, workers, batch int, capDur time.Duration, mk func(seq int) item) (int, time.Duration, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), capDur+30*time.Second)
-	defer cancel()
-	var (
-		next, done atomic.Int64
-		firstErr   error
-		errOnce    sync.Once
-		wg         sync.WaitGroup
-	)
-	start := time.Now()
-	deadline := start.Add(capDur)
-	for range workers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			items := make([]item, 0, batch)
-			for time.Now().Before(deadline) {
-				first := int(next.Add(int64(batch))) - batch
-				if first >= total {
-					return
-				}
-				items = items[:0]
-				for seq := first; seq < min(first+batch, total); seq++ {
-					items = append(items, mk(seq))
-				}
-				if err := prod.publish(ctx, topic, items); err != nil {
-					errOnce.Do(func() { firstErr = err })
-					return
-				}
-				done.Add(int64(len(items)))
-			}
-		}()
-	}
-	wg.Wait()
-	return int(done.Load()), time.Since(start), firstErr
+	return publishWithProgress([]producer{prod}, topic, total, workers, batch, capDur, mk, "")
 }
 
 func (b *bench) plainItem(seq int) item { return item{seq: seq, payload: b.payload} }
