@@ -78,8 +78,17 @@ func TestGroupCommitReturnsWithinItsDeadlineWhenTheStoreHangs(t *testing.T) {
 	g := newGroupCommit(f.store)
 	const calls, deadline, slack = 64, 200 * time.Millisecond, 100 * time.Millisecond
 	out := make(chan outcome, calls)
+	// The first calls hold every slot past the others' deadline, so that those give up pending.
+	deadlines := map[int]time.Duration{}
 	for id := range calls {
-		goCommit(g, id, 1, deadline, out)
+		deadlines[id] = deadline
+		if id < smallInFlight {
+			deadlines[id] = 2 * deadline
+		}
+		goCommit(g, id, 1, deadlines[id], out)
+		if id < smallInFlight {
+			waitEntered(t, f, 1)
+		}
 	}
 
 	results := collect(t, out, calls)
@@ -92,7 +101,7 @@ func TestGroupCommitReturnsWithinItsDeadlineWhenTheStoreHangs(t *testing.T) {
 	require.NotEmpty(t, inRound)
 	require.Less(t, len(inRound), calls, "some calls were still pending")
 	for id, o := range results {
-		require.LessOrEqual(t, o.elapsed, deadline+slack, "call %d", id)
+		require.LessOrEqual(t, o.elapsed, deadlines[id]+slack, "call %d", id)
 		require.ErrorIs(t, o.err, context.DeadlineExceeded, "call %d", id)
 		if inRound[id] {
 			require.ErrorIs(t, o.err, ErrOutcomeUnknown, "call %d was in a round", id)
@@ -109,11 +118,14 @@ func TestGroupCommitLeaksNoSlotWhenCallsGiveUp(t *testing.T) {
 	g := newGroupCommit(f.store)
 	const calls = 64
 	out := make(chan outcome, calls)
-	// Call 0's round outlives the others' deadline, so they give up pending; then call 0
-	// gives up in flight, and its stuck round frees its slot at its deadline.
-	goCommit(g, 0, 1, 200*time.Millisecond, out)
-	waitEntered(t, f, 1)
-	for id := 1; id < calls; id++ {
+	// The rounds of the first smallInFlight calls outlive the others' deadline, so they give up
+	// pending; then the first calls give up in flight, and their stuck rounds free their slots
+	// at their deadline.
+	for id := range smallInFlight {
+		goCommit(g, id, 1, 200*time.Millisecond, out)
+		waitEntered(t, f, 1)
+	}
+	for id := smallInFlight; id < calls; id++ {
 		goCommit(g, id, 1, 50*time.Millisecond, out)
 	}
 	unknown := map[int]bool{}
@@ -484,28 +496,32 @@ func TestGroupCommitFreesAStuckRoundsSlotAtItsDeadline(t *testing.T) {
 	require.Equal(t, [][]int{{1}}, roundsOf(t, f.recorded()[1:], map[int]int{1: 1}))
 }
 
-// Calls of fewer than overlapAt messages in all wait for the round under way, so that the calls
-// arriving meanwhile share the next round.
-func TestGroupCommitStartsNoSecondRoundForFewMessages(t *testing.T) {
+// Calls of fewer than overlapAt messages in all run in at most smallInFlight rounds at once:
+// the calls arriving meanwhile wait and share the next round.
+func TestGroupCommitRunsSmallInFlightRoundsForFewMessages(t *testing.T) {
 	f := newFakeStore(t)
 	g := newGroupCommit(f.store)
 	const calls = 20 // of one message: fewer than overlapAt
 	out := make(chan outcome, calls)
-	goCommit(g, 0, 1, time.Minute, out)
-	waitEntered(t, f, 1)
-	for id := 1; id < calls; id++ {
+	for id := range smallInFlight {
+		goCommit(g, id, 1, time.Minute, out)
+		waitEntered(t, f, 1)
+	}
+	for id := smallInFlight; id < calls; id++ {
 		goCommit(g, id, 1, time.Minute, out)
 	}
-	eventually(t, "every later call pending", func() bool { return pendingCalls(g) == calls-1 })
-	require.Len(t, f.recorded(), 1, "no second round while fewer than overlapAt messages wait")
+	eventually(t, "every later call pending", func() bool { return pendingCalls(g) == calls-smallInFlight })
+	require.Len(t, f.recorded(), smallInFlight, "no further round while fewer than overlapAt messages wait")
 	f.open()
 	for id, o := range collect(t, out, calls) {
 		require.NoError(t, o.err, "call %d", id)
 	}
 	rounds := roundsOf(t, f.recorded(), ones(calls))
-	require.Len(t, rounds, 2)
-	require.Equal(t, []int{0}, rounds[0])
-	require.ElementsMatch(t, ids(1, calls), rounds[1], "the waiting calls share one round")
+	require.Len(t, rounds, smallInFlight+1)
+	for id := range smallInFlight {
+		require.Equal(t, []int{id}, rounds[id])
+	}
+	require.ElementsMatch(t, ids(smallInFlight, calls), rounds[smallInFlight], "the waiting calls share one round")
 }
 
 // ids returns from, from+1, …, to-1.
@@ -517,27 +533,51 @@ func ids(from, to int) []int {
 	return out
 }
 
-// After a round, the next one waits for as many calls as were active when it finished (its own
-// and those pending then), so that the callers it woke up join the calls that waited.
+// startCohorts brings g to where a round waits for the callers of the last one: calls 0 and 1
+// run in rounds 0 and 1, calls 2 and 3 in round 2, started when round 0 finished. Call 0's
+// caller then publishes again (call 4) and round 1 finishes: of the 4 active calls (round 1's,
+// round 2's and call 4), a round waits for its share of 2 (smallInFlight rounds), so call 4
+// waits for call 1's caller to come back.
+func startCohorts(t *testing.T, g *groupCommit, f *fakeStore, out chan outcome) time.Time {
+	t.Helper()
+	require.Equal(t, 2, smallInFlight, "the steps below assume two rounds at once")
+	goCommit(g, 0, 1, time.Minute, out)
+	waitEntered(t, f, 1)
+	goCommit(g, 1, 1, time.Minute, out)
+	waitEntered(t, f, 1)
+	goCommit(g, 2, 1, time.Minute, out)
+	goCommit(g, 3, 1, time.Minute, out)
+	eventually(t, "calls 2 and 3 pending", func() bool { return pendingCalls(g) == 2 })
+	f.finish(0, nil)
+	require.NoError(t, collect(t, out, 1)[0].err)
+	waitEntered(t, f, 1) // round 2: calls 2 and 3, its share of the 4 active calls
+	goCommit(g, 4, 1, time.Minute, out)
+	eventually(t, "call 4 pending", func() bool { return pendingCalls(g) == 1 })
+	f.finish(1, nil)
+	finished := time.Now()
+	require.NoError(t, collect(t, out, 1)[1].err)
+	return finished
+}
+
+// After a round, the next one waits for its share of the active calls, so that the callers the
+// round woke up join the calls that waited and the two cohorts keep their size.
 func TestGroupCommitWaitsForTheCallersOfTheLastRound(t *testing.T) {
 	f := newFakeStore(t)
 	g := newGroupCommit(f.store)
 	g.lingerMax = time.Minute // only the callers' return starts the next round
-	out := make(chan outcome, 3)
-	goCommit(g, 0, 1, time.Minute, out)
-	waitEntered(t, f, 1)
-	goCommit(g, 1, 1, time.Minute, out)
-	eventually(t, "call 1 pending", func() bool { return pendingCalls(g) == 1 })
-	f.finish(0, nil)
-	require.NoError(t, collect(t, out, 1)[0].err)
-	require.Len(t, f.recorded(), 1, "call 1 waits for call 0's caller to come back")
+	out := make(chan outcome, 6)
+	startCohorts(t, g, f, out)
+	require.Len(t, f.recorded(), 3, "call 4 waits for call 1's caller to come back")
 
-	goCommit(g, 2, 1, time.Minute, out) // call 0's caller publishes again
+	goCommit(g, 5, 1, time.Minute, out) // call 1's caller publishes again
 	waitEntered(t, f, 1)
 	f.open()
-	require.Len(t, collect(t, out, 2), 2)
-	rounds := roundsOf(t, f.recorded(), ones(3))
-	require.Equal(t, []int{1, 2}, rounds[1], "the waiting call and the returning caller share a round")
+	require.Len(t, collect(t, out, 4), 4)
+	rounds := roundsOf(t, f.recorded(), ones(6))
+	require.Len(t, rounds, 4)
+	require.Equal(t, [][]int{{0}, {1}}, rounds[:2])
+	require.ElementsMatch(t, []int{2, 3}, rounds[2])
+	require.Equal(t, []int{4, 5}, rounds[3], "the waiting call and the returning caller share a round")
 }
 
 // A caller that does not come back delays the next round by lingerMax only.
@@ -545,17 +585,14 @@ func TestGroupCommitLingersAtMostLingerMax(t *testing.T) {
 	f := newFakeStore(t)
 	g := newGroupCommit(f.store)
 	g.lingerMax = 50 * time.Millisecond
-	out := make(chan outcome, 2)
-	goCommit(g, 0, 1, time.Minute, out)
-	waitEntered(t, f, 1)
-	goCommit(g, 1, 1, time.Minute, out)
-	eventually(t, "call 1 pending", func() bool { return pendingCalls(g) == 1 })
-	f.finish(0, nil)
-	finished := time.Now()
+	out := make(chan outcome, 5)
+	finished := startCohorts(t, g, f, out)
 	f.open()
-	got := collect(t, out, 2)
-	require.NoError(t, got[1].err)
+	got := collect(t, out, 3)
+	require.NoError(t, got[4].err)
 	waited := time.Since(finished)
-	require.GreaterOrEqual(t, waited, 50*time.Millisecond, "call 1 waited for call 0's caller")
+	require.GreaterOrEqual(t, waited, 50*time.Millisecond, "call 4 waited for call 1's caller")
 	require.Less(t, waited, 2*time.Second, "but no longer than about lingerMax")
+	rounds := roundsOf(t, f.recorded(), ones(5))
+	require.Equal(t, []int{4}, rounds[3])
 }

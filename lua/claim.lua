@@ -78,13 +78,14 @@ if redis.call('EXISTS', KEYS[8]) == 1 then return {now, -1, -1, refused, 0, 0} e
 -- claimed before messages that came due later; its member keeps the attempt count.
 local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 if #expired > 0 then
-  local members, back = {}, {}
+  local back = {}
   for i = 1, #expired, 2 do
-    members[#members + 1] = expired[i]
     back[#back + 1] = expired[i + 1]
     back[#back + 1] = expired[i]
   end
-  each_chunk('ZREM', KEYS[2], members)
+  -- They are the set's first members by rank (the marker sorts last): a range removal spares
+  -- a lookup per member.
+  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #expired / 2 - 1)
   each_chunk('ZADD', KEYS[1], back)
 end
 
@@ -92,10 +93,9 @@ local result = {now, -1, -1, refused, 0, #expired / 2}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 if #due == 0 then return finish(result) end
 
-local members, ids, attempts, scores, embedded, moved, malformed = {}, {}, {}, {}, {}, {}, 0
+local ids, attempts, scores, embedded, moved, malformed = {}, {}, {}, {}, {}, 0
 for i = 1, #due, 2 do
   local id, n, message = split(due[i])
-  members[#members + 1] = due[i]
   if n == nil or not string.match(id, '^%x%x%x%x%x%x%x%x%x%x%x%x') then
     malformed = malformed + 1
   else
@@ -109,7 +109,9 @@ for i = 1, #due, 2 do
     end
   end
 end
-each_chunk('ZREM', KEYS[1], members)
+-- The claimed members are the set's first by rank: removing the range spares a lookup per
+-- member, which in a set of millions is a cache miss or two each.
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due / 2 - 1)
 -- A claimed message lives in the messages hash until its group is done with it.
 if #moved > 0 then each_chunk('HSET', KEYS[3], moved) end
 local data = {}
