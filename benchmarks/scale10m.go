@@ -282,11 +282,11 @@ func (b *bench) scaleRedisDelay(sys system) error {
 	}
 
 	dueN := b.sz.scaleDueN
-	rateBig, allBig, err := b.bestClaimRate(sys, big, dueN)
+	rateBig, allBig, cpuBig, err := b.bestClaimRate(sys, big, dueN)
 	if err != nil {
 		return err
 	}
-	progress("  %s: claim+ack with %d scheduled: %s msg/s", sys.name(), got, fmtRates(allBig))
+	progress("  %s: claim+ack with %d scheduled: %s msg/s, %s µs/msg of Redis CPU", sys.name(), got, fmtRates(allBig), fmtCPUs(cpuBig))
 
 	flushStart := time.Now()
 	if err := b.dropBig(big); err != nil {
@@ -306,13 +306,13 @@ func (b *bench) scaleRedisDelay(sys system) error {
 	if err != nil {
 		return err
 	}
-	rateSmall, allSmall, err := b.bestClaimRate(sys, small, dueN)
+	rateSmall, allSmall, cpuSmall, err := b.bestClaimRate(sys, small, dueN)
 	if err != nil {
 		return err
 	}
-	progress("  %s: claim+ack with %d scheduled: %s msg/s", sys.name(), b.sz.scaleSmallN, fmtRates(allSmall))
-	b.res.set("claim_1k", sys.name(), rateSmall, fmt.Sprintf("%d scheduled + %d due consumed, best of %s msg/s", b.sz.scaleSmallN, dueN, fmtRates(allSmall)))
-	b.res.set("claim_10m", sys.name(), rateBig, fmt.Sprintf("%d scheduled + %d due consumed, best of %s msg/s", got, dueN, fmtRates(allBig)))
+	progress("  %s: claim+ack with %d scheduled: %s msg/s, %s µs/msg of Redis CPU", sys.name(), b.sz.scaleSmallN, fmtRates(allSmall), fmtCPUs(cpuSmall))
+	b.res.set("claim_1k", sys.name(), rateSmall, fmt.Sprintf("%d scheduled + %d due consumed, best of %s msg/s; Redis CPU %s µs/msg", b.sz.scaleSmallN, dueN, fmtRates(allSmall), fmtCPUs(cpuSmall)))
+	b.res.set("claim_10m", sys.name(), rateBig, fmt.Sprintf("%d scheduled + %d due consumed, best of %s msg/s; Redis CPU %s µs/msg", got, dueN, fmtRates(allBig), fmtCPUs(cpuBig)))
 	b.res.set("claim_10m_vs_1k", sys.name(), rateBig/rateSmall, "target >= 0.8")
 	return nil
 }

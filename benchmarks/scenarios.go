@@ -526,19 +526,30 @@ func (b *bench) futureItem(seq int) item {
 // shared machine interference only ever slows a round down.
 const claimRounds = 2
 
-// bestClaimRate runs claimRate claimRounds times and returns the best and all rates.
-func (b *bench) bestClaimRate(sys system, topic string, dueN int) (float64, []float64, error) {
+// bestClaimRate runs claimRate claimRounds times and returns the best rate, all rates and the
+// Redis CPU per message (µs) of each run.
+func (b *bench) bestClaimRate(sys system, topic string, dueN int) (float64, []float64, []float64, error) {
 	var best float64
-	var all []float64
+	var all, cpus []float64
 	for range claimRounds {
-		r, err := b.claimRate(sys, topic, dueN)
+		r, c, err := b.claimRate(sys, topic, dueN)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
 		all = append(all, r)
+		cpus = append(cpus, c)
 		best = max(best, r)
 	}
-	return best, all, nil
+	return best, all, cpus, nil
+}
+
+// fmtCPUs formats Redis CPU figures in µs per message.
+func fmtCPUs(cpus []float64) string {
+	parts := make([]string, len(cpus))
+	for i, c := range cpus {
+		parts[i] = fmt.Sprintf("%.2f", c)
+	}
+	return strings.Join(parts, ", ")
 }
 
 func fmtRates(rates []float64) string {
@@ -549,36 +560,42 @@ func fmtRates(rates []float64) string {
 	return strings.Join(parts, ", ")
 }
 
-// claimRate publishes dueN messages due now to topic (which already holds scheduled ones) and
-// consumes them with one subscriber.
-func (b *bench) claimRate(sys system, topic string, dueN int) (float64, error) {
+// claimRate publishes dueN messages due now to topic (which already holds scheduled ones),
+// consumes them with one subscriber and returns the rate (msg/s) and the Redis CPU per message
+// (µs, the counted commands' commandstats usec; see cpu.go).
+func (b *bench) claimRate(sys system, topic string, dueN int) (float64, float64, error) {
 	prod, err := sys.newProducer(b.addr)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	_, _, err = publishN(prod, topic, dueN, 16, 100, 10*time.Minute, b.plainItem)
 	prod.close()
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	cnt := newCounter(dueN)
 	inst, workers := sys.group(1)
 	w := b.watch()
+	cpu := b.cpuMeter(sys.name())
 	start := time.Now()
 	stop, err := sys.startConsumers(b.addr, consumerSpec{
 		topics: []string{topic}, instances: inst, workers: workers,
 		handle: func(delivery) { cnt.add() },
 	})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	got, end, ok := cnt.wait(start.Add(2 * b.sz.consumeCap))
 	w(sys.name() + " claim " + topic)
 	stop()
 	if !ok {
-		return 0, fmt.Errorf("only %d of %d consumed", got, dueN)
+		return 0, 0, fmt.Errorf("only %d of %d consumed", got, dueN)
 	}
-	return float64(got) / end.Sub(start).Seconds(), nil
+	cost, err := cpu.done()
+	if err != nil {
+		return 0, 0, err
+	}
+	return float64(got) / end.Sub(start).Seconds(), cost.usec / float64(got), nil
 }
 
 func (b *bench) runScale(sys system) error {
