@@ -20,6 +20,10 @@ var (
 	// ErrNotFound is wrapped by the Inspector's errors for a topic, consumer group or message
 	// that does not exist; the error names it.
 	ErrNotFound = errors.New("not found")
+	// ErrGroupRemoved stops a subscription whose consumer group was removed
+	// (Inspector.RemoveGroup) while it ran, even when the group was registered again since: what
+	// it held was dropped with the group. It is logged, and the subscription's channel closes.
+	ErrGroupRemoved = errors.New("consumer group was removed")
 	// ErrInvalidKey is wrapped by the error for a message key that cannot be used; see
 	// ValidateKey. Publish returns it inside a *MessageError.
 	ErrInvalidKey = errors.New("invalid message key")

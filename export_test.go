@@ -41,3 +41,13 @@ func ScheduledForTest(ctx context.Context, client redis.UniversalClient, topic s
 	}
 	return n
 }
+
+// GroupLifecycleKeysForTest returns the keys of a consumer group that its registration and
+// its removal create: its epoch and the removal's due and lease sets.
+func GroupLifecycleKeysForTest(prefix, topic, group string) []string {
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	g := keySpace{prefix: prefix}.group(topic, group)
+	return []string{g.epoch, g.removedDue, g.removedLease}
+}

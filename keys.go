@@ -70,6 +70,12 @@ func firstPart(name string) string {
 //	P{T}:g:G:wake      channel Pub/Sub channel that carries the new earliest due time
 //	P{T}:g:G:claim:S   string  subscription S's last claim, to answer it again when its reply
 //	                           was lost (expires after the lease timeout; see claim.lua)
+//	P{T}:g:G:epoch     string  the group's registration: an ID from seq, new each time the group
+//	                           is registered after a removal; claims name it, so a subscription
+//	                           of a removed group stops (see register.lua, claim.lua)
+//	P{T}:g:G:due:removed    zset  a removed group's due and lease sets, renamed there by the
+//	P{T}:g:G:lease:removed  zset  removal's first step and emptied in chunks (removegroup.lua);
+//	                              no other key of any group ends in ":removed"
 //
 //	Ptopics            hash    topic -> partitions, every topic published to or subscribed
 //
@@ -94,6 +100,11 @@ type topicKeys struct {
 type groupKeys struct {
 	due, lease, keyed, paused string
 	wakeChannel               string
+	// epoch holds the group's registration (see register.lua).
+	epoch string
+	// removedDue and removedLease hold the messages of a removed group until its removal has
+	// dropped them (see removegroup.lua).
+	removedDue, removedLease string
 }
 
 // partitionName names partition n of a topic for the key space: the topic itself for partition
@@ -175,10 +186,13 @@ func (k keySpace) claimRecord(topic, group, id string) string {
 func (k keySpace) group(topic, group string) groupKeys {
 	g := k.tag(topic) + ":g:" + group
 	return groupKeys{
-		due:         g + ":due",
-		lease:       g + ":lease",
-		keyed:       g + ":keyed",
-		paused:      g + ":paused",
-		wakeChannel: g + ":wake",
+		due:          g + ":due",
+		lease:        g + ":lease",
+		keyed:        g + ":keyed",
+		paused:       g + ":paused",
+		wakeChannel:  g + ":wake",
+		epoch:        g + ":epoch",
+		removedDue:   g + ":due:removed",
+		removedLease: g + ":lease:removed",
 	}
 }

@@ -295,58 +295,49 @@ func (i *Inspector) setPaused(ctx context.Context, topic, group string, paused b
 // no call blocks Redis for long.
 const removeGroupChunk = 1000
 
-// RemoveGroup removes consumer group from topic with all its keys: at once it is no longer
-// registered, so publishes stop going to it (a publish that races the removal is refused by
-// the publish script and retried without it, so it never brings the group back); then the
-// messages it held are dropped, removeGroupChunk per script call, each stored message once no
-// other group holds it. Subscribers of the group that still run receive nothing more and their
-// acks are refused; a new Subscribe registers the group again, empty. Its dead-letter topic is
-// a topic of its own and stays. It returns how many messages were dropped. Errors: an error
+// RemoveGroup removes consumer group from topic with all its keys. Its first step, one script
+// call per partition, unregisters the group at once, so publishes stop going to it (a publish
+// that races the removal is refused by the publish script and retried without it, so it never
+// brings the group back), and moves what the group held aside; then those messages are dropped,
+// removeGroupChunk per script call, each stored message once no other group holds it.
+// Subscriptions of the group that still run stop at their next claim with ErrGroupRemoved
+// (logged; their channel closes), and their acks are refused. A Subscribe of the group during
+// or after the removal registers it again, empty: it receives what is published after its
+// Subscribe returned, and the removal's later steps leave it alone. Its dead-letter topic is a
+// topic of its own and stays. It returns how many messages were dropped. Errors: an error
 // wrapping ErrNotFound for an unknown topic or group, or the Redis error; a call cut short by
-// OperationTimeout can be repeated.
+// OperationTimeout can be repeated, and the repeat finishes dropping what the first moved aside.
 func (i *Inspector) RemoveGroup(ctx context.Context, topic, group string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	info, err := i.group(ctx, topic, group)
+	if err := ValidateName("consumer group", group); err != nil {
+		return 0, err
+	}
+	info, err := i.topic(ctx, topic)
 	if err != nil {
 		return 0, err
 	}
 	var dropped int64
+	found := false
 	for n := 0; n < info.Partitions; n++ {
 		part := partitionName(topic, n)
-		for {
-			before, err := i.holding(ctx, part, group)
-			if err != nil {
-				return dropped, err
-			}
-			_, left, err := i.store.removeGroup(ctx, part, group, removeGroupChunk)
+		for first := true; ; first = false {
+			removed, d, left, err := i.store.removeGroup(ctx, part, group, first, removeGroupChunk)
+			dropped += d
 			if err != nil {
 				return dropped, fmt.Errorf("redisdelay: remove group %s from topic %s: %w", quote(group), quote(topic), err)
 			}
-			dropped += max(before-left, 0)
+			found = found || removed || d > 0
 			if left == 0 {
 				break
 			}
 		}
 	}
 	i.groups.forget(topic, info.Partitions)
+	if !found {
+		return 0, fmt.Errorf("redisdelay: consumer group %s on topic %s: %w", quote(group), quote(topic), ErrNotFound)
+	}
 	return dropped, nil
-}
-
-// holding returns how many messages group holds on a topic partition, due or leased.
-func (i *Inspector) holding(ctx context.Context, part, group string) (int64, error) {
-	gk := i.store.keys.group(part, group)
-	return bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) (int64, error) {
-		due, err := i.config.Client.ZCard(ctx, gk.due).Result()
-		if err != nil {
-			return 0, classify(err)
-		}
-		lease, err := i.config.Client.ZCount(ctx, gk.lease, "-inf", "(1e300").Result() // not the marker
-		if err != nil {
-			return 0, classify(err)
-		}
-		return due + lease, nil
-	})
 }
 
 // ListState selects which messages of a consumer group List returns.

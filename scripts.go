@@ -59,13 +59,13 @@ var (
 	// Every script that drains the queue may run on a full Redis, so that consumers can always
 	// empty it.
 	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 8, variadic: true})
-	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack"}, keys: 8, allowOOM: true})
+	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack"}, keys: 10, allowOOM: true})
 	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 5, allowOOM: true})
 	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "schedule", "held"}, keys: 4, allowOOM: true})
 	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "schedule", "drop"}, keys: 6, allowOOM: true})
 	extendScript     = mustScript(scriptSpec{file: "extend", fragments: []string{"now_us", "split", "each_chunk", "held"}, keys: 1, allowOOM: true})
 	deadLetterScript = mustScript(scriptSpec{file: "deadletter", fragments: []string{"now_us", "publish_to", "drop", "ended"}, keys: 13, variadic: true, allowOOM: true})
-	registerScript   = mustScript(scriptSpec{file: "register", fragments: []string{"head", "wake"}, keys: 3, allowOOM: true})
+	registerScript   = mustScript(scriptSpec{file: "register", fragments: []string{"head", "wake"}, keys: 5, allowOOM: true})
 	// deadLetterPublishScript is publish.lua for the first step of a move to a dead-letter topic
 	// in another hash slot; like the rest of dead-lettering, it may run on a full Redis.
 	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 8, variadic: true, allowOOM: true})
@@ -75,7 +75,7 @@ var (
 	statusScript     = mustScript(scriptSpec{file: "status", fragments: []string{"locate"}, keys: 3, variadic: true, allowOOM: true})
 	// The Inspector's scripts. Those that only read or free memory may run on a full Redis.
 	pauseScript       = mustScript(scriptSpec{file: "pause", fragments: []string{"now_us", "wake"}, keys: 2, allowOOM: true})
-	removeGroupScript = mustScript(scriptSpec{file: "removegroup", fragments: []string{"split", "each_chunk", "drop"}, keys: 8, allowOOM: true})
+	removeGroupScript = mustScript(scriptSpec{file: "removegroup", fragments: []string{"split", "each_chunk", "drop", "close_batch", "wake"}, keys: 12, allowOOM: true})
 	statsScript       = mustScript(scriptSpec{file: "stats", fragments: []string{"now_us", "head"}, keys: 4, variadic: true, allowOOM: true})
 	listScript        = mustScript(scriptSpec{file: "list", fragments: []string{"now_us", "split", "stored"}, keys: 2, allowOOM: true})
 	showScript        = mustScript(scriptSpec{file: "show", fragments: []string{"now_us", "split", "stored"}, keys: 3, allowOOM: true})

@@ -345,20 +345,25 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 	}
 }
 
-// registerGroup registers a consumer group on a topic (register.lua). From then on every
-// message published to the topic is scheduled for the group too; the first group of a topic
-// also takes over the messages published before any group was registered. It writes nothing
-// when the group is registered already.
-func (s store) registerGroup(ctx context.Context, part, group string) error {
+// registerGroup registers a consumer group on a topic (register.lua) and returns its epoch (see
+// register.lua). From then on every message published to the topic is scheduled for the group
+// too; the first group of a topic also takes over the messages published before any group was
+// registered. It writes nothing when the group is registered already.
+func (s store) registerGroup(ctx context.Context, part, group string) (string, error) {
 	tk, gk := s.keys.topic(part), s.keys.group(part, group)
-	res, err := s.run(ctx, s.client, registerScript, []string{tk.groups, tk.parked, gk.due}, group, gk.wakeChannel)
+	res, err := s.run(ctx, s.client, registerScript, []string{tk.groups, tk.parked, gk.due, tk.seq, gk.epoch}, group, gk.wakeChannel)
 	if err != nil {
-		return err
+		return "", err
 	}
-	if n, ok := res.(int64); !ok || n < 0 || n > 2 {
-		return fmt.Errorf("script %s: unexpected reply %v", registerScript.name, res)
+	r, _ := res.([]any)
+	if len(r) != 2 {
+		return "", fmt.Errorf("script %s: unexpected reply %v", registerScript.name, res)
 	}
-	return nil
+	epoch, _ := r[1].(string)
+	if n, ok := r[0].(int64); !ok || n < 0 || n > 2 || epoch == "" {
+		return "", fmt.Errorf("script %s: unexpected reply %v", registerScript.name, res)
+	}
+	return epoch, nil
 }
 
 // claimed is one message a subscription holds a lease on.
@@ -390,20 +395,25 @@ type claimCall struct {
 	record, token string
 }
 
-// claim runs claim.lua: it acknowledges acks, then claims up to limit due messages. A claim
-// whose token the record holds already ran; it is answered again from the record.
-func (s store) claim(ctx context.Context, part, group string, call claimCall, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
+// claim runs claim.lua: it acknowledges acks, then claims up to limit due messages for the
+// group registered as epoch. A claim whose token the record holds already ran; it is answered
+// again from the record. It returns an error wrapping ErrGroupRemoved when the group's epoch
+// changed: the group was removed.
+func (s store) claim(ctx context.Context, part, group, epoch string, call claimCall, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
 	tk, gk := s.keys.topic(part), s.keys.group(part, group)
-	args := make([]any, 0, 4+len(acks))
-	args = append(args, limit, lease.Microseconds(), call.token, group)
+	args := make([]any, 0, 5+len(acks))
+	args = append(args, limit, lease.Microseconds(), call.token, group, epoch)
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
-	reply, err := s.run(ctx, s.client, claimScript, []string{gk.due, gk.lease, tk.messages, tk.refs, call.record, gk.keyed, tk.history, gk.paused}, args...)
+	reply, err := s.run(ctx, s.client, claimScript, []string{gk.due, gk.lease, tk.messages, tk.refs, call.record, gk.keyed, tk.history, gk.paused, tk.batches, gk.epoch}, args...)
 	if err != nil {
 		return claimResult{}, err
 	}
 	res, _ := reply.([]any)
+	if len(res) == 1 && asInt(res[0]) == -1 {
+		return claimResult{}, fmt.Errorf("consumer group %s on %s: %w", quote(group), quote(part), ErrGroupRemoved)
+	}
 	if len(res) < 6 || (len(res)-6)%4 != 0 {
 		return claimResult{}, fmt.Errorf("script %s: unexpected reply of %d values", claimScript.name, len(res))
 	}
@@ -693,19 +703,26 @@ func (s store) setPaused(ctx context.Context, part, group string, paused bool) (
 	return false, fmt.Errorf("script %s: unexpected reply %v", pauseScript.name, res)
 }
 
-// removeGroup runs removegroup.lua once: it unregisters the group and drops up to limit of the
-// messages it holds. It returns whether this call unregistered it, and how many are left.
-func (s store) removeGroup(ctx context.Context, part, group string, limit int) (bool, int64, error) {
+// removeGroup runs removegroup.lua once: the first step (first) unregisters the group and
+// moves what it holds to the removal's keys, every step drops up to limit of those messages.
+// It returns whether this call unregistered the group, how many messages it dropped and how
+// many are left.
+func (s store) removeGroup(ctx context.Context, part, group string, first bool, limit int) (bool, int64, int64, error) {
 	tk, gk := s.keys.topic(part), s.keys.group(part, group)
-	res, err := s.run(ctx, s.client, removeGroupScript, []string{tk.groups, tk.messages, tk.refs, gk.due, gk.lease, gk.keyed, gk.paused, tk.history}, group, limit)
+	op := "drain"
+	if first {
+		op = "remove"
+	}
+	keys := []string{tk.groups, tk.messages, tk.refs, gk.due, gk.lease, gk.keyed, gk.paused, tk.history, gk.epoch, gk.removedDue, gk.removedLease, tk.batches}
+	res, err := s.run(ctx, s.client, removeGroupScript, keys, group, limit, op, gk.wakeChannel)
 	if err != nil {
-		return false, 0, err
+		return false, 0, 0, err
 	}
 	r, _ := res.([]any)
 	if len(r) != 3 {
-		return false, 0, fmt.Errorf("script %s: unexpected reply %v", removeGroupScript.name, res)
+		return false, 0, 0, fmt.Errorf("script %s: unexpected reply %v", removeGroupScript.name, res)
 	}
-	return asInt(r[0]) == 1, asInt(r[2]), nil
+	return asInt(r[0]) == 1, asInt(r[1]), asInt(r[2]), nil
 }
 
 // groupCounts is what stats.lua returns for one group of one partition.

@@ -2,6 +2,7 @@ package redisdelay
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -22,19 +23,20 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 		ctx := context.Background()
 		const topic, group = "fencing", DefaultConsumerGroup
 		data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("m"))
-		require.NoError(t, s.registerGroup(ctx, topic, group))
-		_, err := s.publish(ctx, topic, testCall(), []string{group}, []outgoing{{data: data}})
+		epoch, err := s.registerGroup(ctx, topic, group)
+		require.NoError(t, err)
+		_, err = s.publish(ctx, topic, testCall(), []string{group}, []outgoing{{data: data}})
 		require.NoError(t, err)
 
 		const lease = 100 * time.Millisecond
-		a, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, lease, nil)
+		a, err := s.claim(ctx, topic, group, epoch, testClaim(s, topic, group), 10, lease, nil)
 		require.NoError(t, err)
 		require.Len(t, a.messages, 1)
 		stale := a.messages[0]
 		require.EqualValues(t, 1, stale.attempt)
 
 		time.Sleep(lease + 20*time.Millisecond)
-		b, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, time.Minute, nil)
+		b, err := s.claim(ctx, topic, group, epoch, testClaim(s, topic, group), 10, time.Minute, nil)
 		require.NoError(t, err)
 		require.Len(t, b.messages, 1, "the expired lease makes the message due again")
 		current := b.messages[0]
@@ -89,20 +91,21 @@ func TestClaimRunAgainIsAnsweredFromTheRecord(t *testing.T) {
 		s := testStore(client)
 		ctx := context.Background()
 		const topic, group = "replay", DefaultConsumerGroup
-		require.NoError(t, s.registerGroup(ctx, topic, group))
+		epoch, err := s.registerGroup(ctx, topic, group)
+		require.NoError(t, err)
 		var msgs []outgoing
 		for _, id := range []string{"a", "b", "c"} {
 			data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID(id))
 			msgs = append(msgs, outgoing{data: data})
 		}
-		_, err := s.publish(ctx, topic, testCall(), []string{group}, msgs)
+		_, err = s.publish(ctx, topic, testCall(), []string{group}, msgs)
 		require.NoError(t, err)
 
 		call := testClaim(s, topic, group)
-		first, err := s.claim(ctx, topic, group, call, 2, time.Minute, nil)
+		first, err := s.claim(ctx, topic, group, epoch, call, 2, time.Minute, nil)
 		require.NoError(t, err)
 		require.Len(t, first.messages, 2)
-		again, err := s.claim(ctx, topic, group, call, 2, time.Minute, nil)
+		again, err := s.claim(ctx, topic, group, epoch, call, 2, time.Minute, nil)
 		require.NoError(t, err)
 		require.Len(t, again.messages, 2, "the same claim is answered again")
 		for i := range first.messages {
@@ -116,7 +119,7 @@ func TestClaimRunAgainIsAnsweredFromTheRecord(t *testing.T) {
 
 		require.NoError(t, s.release(ctx, topic, group, call, nil))
 		assert.Zero(t, client.ZCount(ctx, gk.lease, "-inf", "(1e300").Val(), "the lost claim's messages are released")
-		next, err := s.claim(ctx, topic, group, testClaim(s, topic, group), 10, time.Minute, nil)
+		next, err := s.claim(ctx, topic, group, epoch, testClaim(s, topic, group), 10, time.Minute, nil)
 		require.NoError(t, err)
 		require.Len(t, next.messages, 3)
 		for _, c := range next.messages {
@@ -135,4 +138,59 @@ func forStoreBackends(t *testing.T, f func(t *testing.T, client *redis.Client)) 
 			f(t, client)
 		})
 	}
+}
+
+// TestRegistrationDuringARemovalIsKeptAndStartsEmpty: the removal's first step moves the
+// group's messages aside and ends its epoch; a registration between the removal's steps gets a
+// new epoch and an empty group, which the later steps leave registered, while a claim that
+// names the old epoch is refused.
+func TestRegistrationDuringARemovalIsKeptAndStartsEmpty(t *testing.T) {
+	forStoreBackends(t, func(t *testing.T, client *redis.Client) {
+		s := testStore(client)
+		ctx := context.Background()
+		const topic, group = "reregister", DefaultConsumerGroup
+		old, err := s.registerGroup(ctx, topic, group)
+		require.NoError(t, err)
+		var msgs []outgoing
+		for i := range 25 {
+			data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("old"+strconv.Itoa(i)))
+			msgs = append(msgs, outgoing{data: data})
+		}
+		_, err = s.publish(ctx, topic, testCall(), []string{group}, msgs)
+		require.NoError(t, err)
+		claimed, err := s.claim(ctx, topic, group, old, testClaim(s, topic, group), 5, time.Minute, nil)
+		require.NoError(t, err)
+		require.Len(t, claimed.messages, 5)
+
+		removed, dropped, left, err := s.removeGroup(ctx, topic, group, true, 10)
+		require.NoError(t, err)
+		assert.True(t, removed)
+		assert.EqualValues(t, 10, dropped)
+		assert.EqualValues(t, 15, left)
+
+		fresh, err := s.registerGroup(ctx, topic, group)
+		require.NoError(t, err)
+		assert.NotEqual(t, old, fresh, "a registration after a removal is a new epoch")
+		data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("new"))
+		_, err = s.publish(ctx, topic, testCall(), []string{group}, []outgoing{{data: data}})
+		require.NoError(t, err)
+		for left > 0 {
+			removed, _, left, err = s.removeGroup(ctx, topic, group, false, 10)
+			require.NoError(t, err)
+			assert.False(t, removed, "a later step never unregisters")
+		}
+		assert.True(t, client.SIsMember(ctx, s.keys.topic(topic).groups, group).Val(), "the new registration stands")
+
+		_, err = s.claim(ctx, topic, group, old, testClaim(s, topic, group), 10, time.Minute, claimed.messages)
+		assert.ErrorIs(t, err, ErrGroupRemoved, "a claim of the old epoch")
+		got, err := s.claim(ctx, topic, group, fresh, testClaim(s, topic, group), 10, time.Minute, nil)
+		require.NoError(t, err)
+		require.Len(t, got.messages, 1, "the new registration holds only what was published after it")
+		m, err := DefaultMarshalerUnmarshaler{}.Unmarshal(topic, got.messages[0].data)
+		require.NoError(t, err)
+		assert.Equal(t, "new", m.UUID)
+		refused, err := s.ack(ctx, topic, group, claimed.messages)
+		require.NoError(t, err)
+		assert.Len(t, refused, 5, "acks of the removed group's leases are refused")
+	})
 }

@@ -85,27 +85,30 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	if closed {
 		return ErrSubscriberClosed
 	}
-	return s.register(context.Background(), topic)
+	_, err := s.register(context.Background(), topic)
+	return err
 }
 
 // register adds the consumer group to every partition of topic, once Redis is known not to
-// evict keys.
-func (s *Subscriber) register(ctx context.Context, topic string) error {
+// evict keys, and returns the group's epoch on each partition (see register.lua).
+func (s *Subscriber) register(ctx context.Context, topic string) ([]string, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.config.OperationTimeout)
 	defer cancel()
 	if err := s.eviction.check(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	for n := 0; n < s.config.Partitions; n++ {
-		if err := s.store.registerGroup(ctx, partitionName(topic, n), s.config.ConsumerGroup); err != nil {
-			return fmt.Errorf("redisdelay: register consumer group %s on topic %s partition %d: %w", quote(s.config.ConsumerGroup), quote(topic), n, err)
+	epochs := make([]string, s.config.Partitions)
+	for n := range epochs {
+		var err error
+		if epochs[n], err = s.store.registerGroup(ctx, partitionName(topic, n), s.config.ConsumerGroup); err != nil {
+			return nil, fmt.Errorf("redisdelay: register consumer group %s on topic %s partition %d: %w", quote(s.config.ConsumerGroup), quote(topic), n, err)
 		}
 	}
 	s.topics.ensure(ctx, s.store, topic, s.config.Partitions, s.logger)
 	if dlt, err := s.deadLetterTopic(topic); err == nil {
 		s.topics.ensure(ctx, s.store, dlt, s.config.Partitions, s.logger)
 	}
-	return nil
+	return epochs, nil
 }
 
 // Subscribe registers the consumer group on topic and returns an unbuffered channel of its
@@ -138,13 +141,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Unlock()
 
 	logger := s.logger.With(watermill.LogFields{"topic": topic})
-	registered := true
-	if err := s.register(ctx, topic); errors.Is(err, ErrEvictingRedis) {
+	epochs, err := s.register(ctx, topic)
+	if errors.Is(err, ErrEvictingRedis) {
 		s.wg.Add(-(s.config.Partitions + 1))
 		return nil, err
 	} else if err != nil {
 		logger.Error("Cannot register consumer group yet, retrying in the background", err, nil)
-		registered = false
+		epochs = make([]string, s.config.Partitions)
 	}
 	// One context per Subscribe call: it ends with ctx or with Close.
 	ctx, cancel := context.WithCancel(ctx)
@@ -157,7 +160,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		go func() {
 			defer s.wg.Done()
 			defer running.Done()
-			sub.run(registered)
+			sub.run(epochs[sub.partition])
 		}()
 	}
 	go func() {

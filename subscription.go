@@ -32,13 +32,18 @@ type partitionConsumer struct {
 	store            store
 	wakeHub          *wakeHub
 	deadLetterGroups *groupCache
-	register         func(ctx context.Context) error // registers the group on the topic
+	// register registers the group on every partition of the topic and returns its epochs.
+	register func(ctx context.Context) ([]string, error)
 	// ctx ends when the Subscribe context is cancelled or the Subscriber closes; it is the
 	// subscription's only stop signal, and every Redis call but the final release derives
 	// from it.
-	ctx             context.Context
-	topic           string // the topic, for messages and logs
-	part            string // the partition's name in the key space
+	ctx       context.Context
+	topic     string // the topic, for messages and logs
+	part      string // the partition's name in the key space
+	partition int    // the partition's number
+	// epoch is the group's registration on the partition that the subscription claims for,
+	// "" until it has registered (see register.lua).
+	epoch           string
 	deadLetterTopic string
 	deadLetterPart  string
 	group           string
@@ -65,10 +70,11 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 		store:            s.store,
 		wakeHub:          s.wakeHub,
 		deadLetterGroups: &s.deadLetterGroups,
-		register:         func(ctx context.Context) error { return s.register(ctx, topic) },
+		register:         func(ctx context.Context) ([]string, error) { return s.register(ctx, topic) },
 		ctx:              ctx,
 		topic:            topic,
 		part:             part,
+		partition:        partition,
 		deadLetterTopic:  deadLetterTopic,
 		deadLetterPart:   partitionName(deadLetterTopic, partition),
 		group:            group,
@@ -86,10 +92,11 @@ func (s *partitionConsumer) callContext() (context.Context, context.CancelFunc) 
 	return context.WithTimeout(s.ctx, s.cfg.OperationTimeout)
 }
 
-// run is the claim loop: register the group if Subscribe could not, claim, hand out, and sleep
-// until the next due time when the group has nothing due. It releases what it holds when the
-// subscription stops.
-func (s *partitionConsumer) run(registered bool) {
+// run is the claim loop: register the group if Subscribe could not (epoch is then ""), claim,
+// hand out, and sleep until the next due time when the group has nothing due. It releases what
+// it holds when the subscription stops, and stops when the group was removed.
+func (s *partitionConsumer) run(epoch string) {
+	s.epoch = epoch
 	s.book = newLeaseBook(s.cfg.LeaseTimeout)
 	defer s.book.stop()
 	channel := s.store.keys.group(s.part, s.group).wakeChannel
@@ -105,18 +112,24 @@ func (s *partitionConsumer) run(registered bool) {
 
 	defer s.stop()
 	for s.ctx.Err() == nil {
-		if !registered {
-			if err := s.register(s.ctx); errors.Is(err, ErrEvictingRedis) {
+		if s.epoch == "" {
+			epochs, err := s.register(s.ctx)
+			if errors.Is(err, ErrEvictingRedis) {
 				s.logger.Error("Subscription stopped: Redis evicts keys", err, nil)
 				return
 			} else if err != nil {
 				s.backoff(err, "register consumer group")
 				continue
 			}
-			registered = true
+			s.epoch = epochs[s.partition]
 		}
 		limit := s.limit
 		res, receivedAt, err := s.claimNext()
+		if errors.Is(err, ErrGroupRemoved) {
+			// What it holds was dropped by the removal: stop() finds no lease to release.
+			s.logger.Error("Subscription stopped: its consumer group was removed", err, nil)
+			return
+		}
 		if err != nil {
 			s.backoff(err, "claim")
 			continue
@@ -142,7 +155,7 @@ func (s *partitionConsumer) run(registered bool) {
 func (s *partitionConsumer) claimNext() (claimResult, time.Time, error) {
 	ctx, cancel := s.callContext()
 	defer cancel()
-	res, err := s.store.claim(ctx, s.part, s.group, s.claim, s.limit, s.cfg.LeaseTimeout, s.book.acks)
+	res, err := s.store.claim(ctx, s.part, s.group, s.epoch, s.claim, s.limit, s.cfg.LeaseTimeout, s.book.acks)
 	if err != nil {
 		return res, time.Time{}, err
 	}

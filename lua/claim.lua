@@ -21,13 +21,17 @@
 -- KEYS[7] history   prefix  of the history keys of keyed messages (see ended in lib)
 -- KEYS[8] paused    string  exists while the group is paused: acks are confirmed, nothing is
 --                           claimed, and no next due time is given (Resume wakes the group)
+-- KEYS[9] batches   hash    batch key -> its open batch (see publish_to)
+-- KEYS[10] epoch    string  the group's registration (see register.lua)
 -- ARGV[1] N, the most messages to claim
 -- ARGV[2] lease timeout in µs
 -- ARGV[3] the claim's token
 -- ARGV[4] the group's name
--- ARGV[5..] lease members (ID:attempt) the caller acked
+-- ARGV[5] the group's epoch when the subscription registered it
+-- ARGV[6..] lease members (ID:attempt) the caller acked
 --
--- Returns {now µs, next due µs or -1, next lease deadline µs or -1, {IDs whose ack was refused},
+-- Returns {-1} when the group's epoch is not ARGV[5]: the group was removed since (and maybe
+-- registered anew), so nothing is acked or claimed and the subscription stops. Else {now µs, next due µs or -1, next lease deadline µs or -1, {IDs whose ack was refused},
 --          vanished count, expired lease count, then per claimed message: ID, attempt, due µs,
 --          marshaled message}.
 -- An ack is refused when its lease was lost (fencing). A claimed ID whose stored message has
@@ -48,6 +52,8 @@ local function finish(result)
   result[3] = head(KEYS[2]) or -1
   return result
 end
+
+if redis.call('GET', KEYS[10]) ~= ARGV[5] then return {-1} end
 
 local record = redis.call('GET', KEYS[5])
 if record and string.sub(record, 1, #token + 1) == token .. ' ' then
@@ -70,7 +76,7 @@ if record and string.sub(record, 1, #token + 1) == token .. ' ' then
 end
 
 local acked = {}
-for i = 5, #ARGV do acked[#acked + 1] = ARGV[i] end
+for i = 6, #ARGV do acked[#acked + 1] = ARGV[i] end
 local refused = ack(KEYS[2], KEYS[3], KEYS[4], group, acked, 'acked')
 if redis.call('EXISTS', KEYS[8]) == 1 then return {now, -1, -1, refused, 0, 0} end
 

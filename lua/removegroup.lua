@@ -1,25 +1,53 @@
--- removegroup.lua: removes a consumer group from a topic, in steps: the first call takes it out
--- of the registered groups, so publishes stop going to it at once (publish_to refuses a view
--- that names a group that is not registered), and every call drops up to N of the messages it
--- still holds, due or leased, until none is left; then its keyed hash and paused flag go.
+-- removegroup.lua: removes a consumer group from a topic, in steps. The first step (ARGV[3]
+-- remove) takes the group out of the registered groups, so publishes stop going to it at once
+-- (publish_to refuses a view that names a group that is not registered), deletes its epoch
+-- (claims of its running subscriptions are refused from then on, see claim.lua), its paused
+-- flag and its keyed hash, and renames its due and lease sets to the removal's own keys. So a
+-- group registered again while the removal runs starts empty and is left alone by the later
+-- steps. Every step (ARGV[3] drain) drops up to N of the messages the removal holds, each stored
+-- message once no other group holds it, until none is left.
 --
--- KEYS[1] groups    set     registered consumer groups
--- KEYS[2] messages  hash    field (see scripts.go) -> marshaled message
--- KEYS[3] refs      hash    field -> groups still holding it
--- KEYS[4] due       zset    the group's due set
--- KEYS[5] lease     zset    the group's lease set
--- KEYS[6] keyed     hash    the group's claimed keyed messages
--- KEYS[7] paused    string  the group's paused flag
--- KEYS[8] history   prefix  of the history keys of keyed messages
+-- KEYS[1]  groups    set     registered consumer groups
+-- KEYS[2]  messages  hash    field (see scripts.go) -> marshaled message
+-- KEYS[3]  refs      hash    field -> groups still holding it
+-- KEYS[4]  due       zset    the group's due set
+-- KEYS[5]  lease     zset    the group's lease set
+-- KEYS[6]  keyed     hash    the group's claimed keyed messages
+-- KEYS[7]  paused    string  the group's paused flag
+-- KEYS[8]  history   prefix  of the history keys of keyed messages
+-- KEYS[9]  epoch     string  the group's registration (see register.lua)
+-- KEYS[10] rdue      zset    the removal's due set
+-- KEYS[11] rlease    zset    the removal's lease set
+-- KEYS[12] batches   hash    batch key -> its open batch (see publish_to)
 -- ARGV[1] the group's name
 -- ARGV[2] N, the most messages to drop in this call
+-- ARGV[3] remove (the first step) or drain
+-- ARGV[4] the group's wake channel: the first step wakes its sleeping subscriptions, so they
+--         claim, are refused, and stop at once
 --
 -- Returns {1 if this call unregistered the group else 0, messages dropped, messages left}.
 
-local removed = redis.call('SREM', KEYS[1], ARGV[1])
+local removed = 0
+if ARGV[3] == 'remove' and redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
+  redis.call('SREM', KEYS[1], ARGV[1])
+  redis.call('DEL', KEYS[9], KEYS[7], KEYS[6])
+  for _, move in ipairs({{KEYS[4], KEYS[10]}, {KEYS[5], KEYS[11]}}) do
+    if redis.call('EXISTS', move[1]) == 1 then
+      if redis.call('EXISTS', move[2]) == 1 then
+        -- An earlier removal of the group is unfinished: this one takes its messages over.
+        redis.call('ZUNIONSTORE', move[2], 2, move[2], move[1])
+        redis.call('DEL', move[1])
+      else
+        redis.call('RENAME', move[1], move[2])
+      end
+    end
+  end
+  wake(ARGV[4], nil, 0)
+  removed = 1
+end
 local left = tonumber(ARGV[2])
 local ids = {}
-for _, set in ipairs({KEYS[4], KEYS[5]}) do
+for _, set in ipairs({KEYS[10], KEYS[11]}) do
   if left > 0 then
     local members = redis.call('ZRANGEBYSCORE', set, '-inf', '(1e300', 'LIMIT', 0, left)
     if #members > 0 then
@@ -29,8 +57,9 @@ for _, set in ipairs({KEYS[4], KEYS[5]}) do
     end
   end
 end
+for _, id in ipairs(ids) do close_batch(KEYS[12], id) end
 drop(KEYS[2], KEYS[3], ids, KEYS[8])
 -- The lease set's marker (see scripts.go) is not a message: ZCOUNT below +inf leaves it out.
-local remaining = redis.call('ZCARD', KEYS[4]) + redis.call('ZCOUNT', KEYS[5], '-inf', '(1e300')
-if remaining == 0 then redis.call('DEL', KEYS[5], KEYS[6], KEYS[7]) end
+local remaining = redis.call('ZCARD', KEYS[10]) + redis.call('ZCOUNT', KEYS[11], '-inf', '(1e300')
+if remaining == 0 then redis.call('DEL', KEYS[10], KEYS[11]) end
 return {removed, #ids, remaining}

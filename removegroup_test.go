@@ -1,0 +1,106 @@
+package redisdelay_test
+
+import (
+	"context"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+// TestSubscriptionOfARemovedGroupStopsWithAnError: RemoveGroup wakes the group's running
+// subscriptions, whose next claim is refused, so their channels close; registering the group
+// again later does not bring them back to life.
+func TestSubscriptionOfARemovedGroupStopsWithAnError(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		old := subscribe(t, newSubscriber(t, b, inGroup("g")), topic)
+		publishDelayed(t, pub, topic, "before", 1, 0)
+		receive(t, old, 5*time.Second).Ack()
+
+		_, err := in.RemoveGroup(context.Background(), topic, "g")
+		require.NoError(t, err)
+		select {
+		case msg, ok := <-old:
+			require.False(t, ok, "the removed group's subscription handed out %v", msg)
+		case <-time.After(5 * time.Second):
+			t.Fatal("the removed group's subscription still runs 5 s after RemoveGroup returned")
+		}
+		due, lease := redisdelay.GroupKeysForTest("", topic, "g")
+		left, err := b.client.Exists(context.Background(), append(redisdelay.GroupLifecycleKeysForTest("", topic, "g"), due, lease)...).Result()
+		require.NoError(t, err)
+		assert.Zero(t, left, "the removal leaves none of the group's keys")
+
+		fresh := subscribe(t, newSubscriber(t, b, inGroup("g")), topic)
+		publishDelayed(t, pub, topic, "after", 3, 0)
+		for range 3 {
+			msg := receive(t, fresh, 5*time.Second)
+			assert.Contains(t, msg.UUID, "after")
+			msg.Ack()
+		}
+	})
+}
+
+// TestSubscribeRacingRemoveGroupReceivesEverythingPublishedAfterIt: a Subscribe whose
+// registration lands while RemoveGroup is still dropping the group's old messages ends with
+// the group registered, and its subscription receives every message published after Subscribe
+// returned; the removal's later steps do not undo the registration.
+func TestSubscribeRacingRemoveGroupReceivesEverythingPublishedAfterIt(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		in := newInspector(t, b, 1)
+		pub := newPublisher(t, b)
+		overlapped := 0
+		for round := 0; round < 3; round++ {
+			topic := newTopic()
+			require.NoError(t, newSubscriber(t, b, inGroup("g")).SubscribeInitialize(topic))
+			// 20 chunks to drop, so the removal takes many script calls.
+			for range 20 {
+				publishDelayed(t, pub, topic, "old", 1000, time.Hour)
+			}
+			var removalDone atomic.Bool
+			removal := make(chan error, 1)
+			go func() {
+				_, err := in.RemoveGroup(ctx, topic, "g")
+				removalDone.Store(true)
+				removal <- err
+			}()
+			// Subscribe as soon as the group is unregistered, while its messages are dropped.
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				topics, err := in.Stats(ctx, topic)
+				require.NoError(t, err)
+				if !slices.ContainsFunc(topics, func(s redisdelay.GroupStats) bool { return s.Group == "g" }) {
+					break
+				}
+				require.True(t, time.Now().Before(deadline), "the removal never unregistered the group")
+			}
+			ch := subscribe(t, newSubscriber(t, b, inGroup("g")), topic)
+			if !removalDone.Load() {
+				overlapped++
+			}
+			require.NoError(t, <-removal)
+
+			publishDelayed(t, pub, topic, "new", 20, 0)
+			got := map[string]bool{}
+			for len(got) < 20 {
+				msg := receive(t, ch, 5*time.Second)
+				assert.Contains(t, msg.UUID, "new", "nothing of before the removal")
+				got[msg.UUID] = true
+				msg.Ack()
+			}
+			stats, err := in.Stats(ctx, topic)
+			require.NoError(t, err)
+			require.Len(t, stats, 1, "the group is registered once the removal is over")
+		}
+		t.Logf("%s: %d of 3 Subscribe calls landed while the removal ran", b.name, overlapped)
+		require.Positive(t, overlapped, "no Subscribe raced the removal: the test proved nothing")
+	})
+}
