@@ -51,3 +51,16 @@ func GroupLifecycleKeysForTest(prefix, topic, group string) []string {
 	g := keySpace{prefix: prefix}.group(topic, group)
 	return []string{g.epoch, g.removedDue, g.removedLease}
 }
+
+// RequeueUncheckedForTest runs Inspector.Requeue on a topic of one partition without its check
+// in Go that the group is registered: as when RemoveGroup runs between that check and the
+// script, which then has to refuse the group itself.
+func RequeueUncheckedForTest(ctx context.Context, in *Inspector, topic, group string, refs ...string) (int64, error) {
+	return in.requeue(ctx, TopicInfo{Topic: topic, Partitions: 1}, group, refs)
+}
+
+// PurgeUncheckedForTest runs Inspector.Purge on a topic of one partition without its check in
+// Go that the group is registered (see RequeueUncheckedForTest).
+func PurgeUncheckedForTest(ctx context.Context, in *Inspector, topic, group string, state ListState) (int64, error) {
+	return in.purge(ctx, TopicInfo{Topic: topic, Partitions: 1}, group, state)
+}

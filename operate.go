@@ -577,9 +577,11 @@ func (i *Inspector) show(ctx context.Context, topic, group string, p int, member
 // name (MessageInfo.Ref from List with ListDead), or, with no refs, every dead letter waiting
 // on its dead-letter topic (DefaultDeadLetterTopic) for a first consumer group, in chunks of
 // 500 per script call. Each is stored anew for that group only, with its dead-letter metadata,
-// without a key. It returns how many were requeued; refs that no longer name a dead letter are
-// skipped. Errors: an error wrapping ErrNotFound for an unknown topic or group, or the Redis
-// error; requeued messages stay requeued when a later chunk fails.
+// without a key; a keyed dead letter (a message published with a key to the dead-letter topic)
+// frees its key there. It returns how many were requeued; refs that no longer name a dead
+// letter are skipped. Errors: an error wrapping ErrNotFound for an unknown topic or group,
+// also when the group is removed while Requeue runs, or the Redis error. A chunk that fails
+// leaves its dead letters where they were; those of earlier chunks stay requeued.
 func (i *Inspector) Requeue(ctx context.Context, topic, group string, refs ...string) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
@@ -587,6 +589,13 @@ func (i *Inspector) Requeue(ctx context.Context, topic, group string, refs ...st
 	if err != nil {
 		return 0, err
 	}
+	return i.requeue(ctx, info, group, refs)
+}
+
+// requeue is Requeue once group was found on the topic of info. The script checks the group
+// again: it may have been removed since.
+func (i *Inspector) requeue(ctx context.Context, info TopicInfo, group string, refs []string) (int64, error) {
+	topic := info.Topic
 	byPartition := map[int][]string{}
 	for _, ref := range refs {
 		p, member, ok := parseRef(ref, info.Partitions)
@@ -601,7 +610,7 @@ func (i *Inspector) Requeue(ctx context.Context, topic, group string, refs ...st
 		deadPart := partitionName(DefaultDeadLetterTopic(topic, group), p)
 		dead := i.store.keys.topic(deadPart).parked
 		requeue := func(members []string) error {
-			n, err := i.store.requeue(ctx, part, group, deadPart, dead, members)
+			n, err := i.store.requeue(ctx, part, group, deadPart, members)
 			moved += n
 			if err != nil {
 				return fmt.Errorf("redisdelay: requeue dead letters of group %s on topic %s: %w", quote(group), quote(topic), err)
@@ -641,9 +650,10 @@ const requeueChunk = 500
 
 // Purge drops the messages of consumer group on topic in one state (ListScheduled, ListDue or
 // ListInFlight), for that group only, removeGroupChunk per script call; each stored message
-// goes once no other group holds it. It returns how many were dropped. Errors: an error
-// wrapping ErrNotFound for an unknown topic or group, a bad state, or the Redis error; a purge
-// cut short by OperationTimeout can be repeated.
+// goes once no other group holds it, and a batch it drops is closed, so that the next item of
+// its batch key opens a new batch. It returns how many were dropped. Errors: an error wrapping
+// ErrNotFound for an unknown topic or group (also when the group is removed while Purge runs),
+// a bad state, or the Redis error; a purge cut short by OperationTimeout can be repeated.
 func (i *Inspector) Purge(ctx context.Context, topic, group string, state ListState) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
@@ -651,6 +661,13 @@ func (i *Inspector) Purge(ctx context.Context, topic, group string, state ListSt
 	if err != nil {
 		return 0, err
 	}
+	return i.purge(ctx, info, group, state)
+}
+
+// purge is Purge once group was found on the topic of info. The script checks the group
+// again: it may have been removed since.
+func (i *Inspector) purge(ctx context.Context, info TopicInfo, group string, state ListState) (int64, error) {
+	topic := info.Topic
 	if state == ListDead {
 		return 0, fmt.Errorf("redisdelay: purge: dead letters are a topic of their own (%s): %w", quote(DefaultDeadLetterTopic(topic, group)), ErrInvalidName)
 	}
@@ -737,6 +754,16 @@ func parseMember(m string) (string, int, bool) {
 	}
 	n, err := strconv.Atoi(m[j+1:])
 	return m[:j], n, err == nil
+}
+
+// memberID returns the ID of a member name as split in lua/lib/split.lua reads it: the whole
+// name when it is malformed, so that a script and its caller agree on the key of any member.
+func memberID(m string) string {
+	id, _, ok := parseMember(m)
+	if !ok {
+		return m
+	}
+	return id
 }
 
 // preview returns the first PreviewLength bytes of payload as text.

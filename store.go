@@ -813,12 +813,17 @@ func (s store) show(ctx context.Context, due, lease, messages, member string) (l
 }
 
 // purge runs purge.lua once on set: it drops up to limit messages of the part ("due",
-// "scheduled" or "all") for the group and returns how many it dropped and how many are left.
+// "scheduled" or "all") for the group, closing the batches it drops, and returns how many it
+// dropped and how many are left. It returns an error wrapping ErrNotFound, having changed
+// nothing, when the group is not registered on the topic partition.
 func (s store) purge(ctx context.Context, part, group, set, which string, limit int) (int64, int64, error) {
 	tk, gk := s.keys.topic(part), s.keys.group(part, group)
-	res, err := s.run(ctx, s.client, purgeScript, []string{set, tk.messages, tk.refs, gk.keyed, tk.history}, which, limit)
+	res, err := s.run(ctx, s.client, purgeScript, []string{set, tk.messages, tk.refs, gk.keyed, tk.history, tk.groups, tk.batches}, which, limit, group)
 	if err != nil {
 		return 0, 0, err
+	}
+	if n, ok := res.(int64); ok && n == -1 {
+		return 0, 0, fmt.Errorf("consumer group %s: %w", quote(group), ErrNotFound)
 	}
 	r, _ := res.([]any)
 	if len(r) != 2 {
@@ -827,22 +832,34 @@ func (s store) purge(ctx context.Context, part, group, set, which string, limit 
 	return asInt(r[0]), asInt(r[1]), nil
 }
 
-// requeue runs requeue.lua: members of the dead-letter set dead (of the dead-letter topic
-// partition deadPart) go back to group on the topic partition part, due at once.
-func (s store) requeue(ctx context.Context, part, group, deadPart, dead string, members []string) (int64, error) {
+// requeue runs requeue.lua: members of the parked set of the dead-letter topic partition
+// deadPart go back to group on the topic partition part, due at once, without a key. Each keyed
+// member's history key on the dead-letter topic goes in KEYS, so that the script touches no
+// other key. It returns how many were requeued; on an error (ErrNotFound wrapped when the group
+// is not registered, or a Redis error such as a key of the wrong type) nothing changed.
+func (s store) requeue(ctx context.Context, part, group, deadPart string, members []string) (int64, error) {
 	tk, gk, dk := s.keys.topic(part), s.keys.group(part, group), s.keys.topic(deadPart)
-	args := make([]any, 0, 1+len(members))
-	args = append(args, gk.wakeChannel)
+	keys := []string{dk.parked, dk.messages, dk.refs, tk.seq, tk.messages, gk.due, tk.groups}
+	args := make([]any, 0, 3+2*len(members))
+	args = append(args, group, gk.wakeChannel, dk.history)
 	for _, m := range members {
-		args = append(args, m)
+		at := 0
+		if key, ok := keyOfID(memberID(m)); ok {
+			keys = append(keys, dk.history+key)
+			at = len(keys)
+		}
+		args = append(args, m, at)
 	}
-	res, err := s.run(ctx, s.client, requeueScript, []string{dead, dk.messages, dk.refs, tk.seq, tk.messages, gk.due}, args...)
+	res, err := s.run(ctx, s.client, requeueScript, keys, args...)
 	if err != nil {
 		return 0, err
 	}
 	n, ok := res.(int64)
-	if !ok {
+	switch {
+	case !ok || n < -1:
 		return 0, fmt.Errorf("script %s: unexpected reply %v", requeueScript.name, res)
+	case n == -1:
+		return 0, fmt.Errorf("consumer group %s: %w", quote(group), ErrNotFound)
 	}
 	return n, nil
 }

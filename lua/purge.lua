@@ -1,16 +1,22 @@
 -- purge.lua: drops up to N messages of one part of a consumer group's set, for the group only:
--- each stored message goes once no other group holds it.
+-- each stored message goes once no other group holds it. A batch it drops is closed (see
+-- close_batch), so the next item of its batch key opens a new batch.
 --
 -- KEYS[1] set       zset    the group's due or lease set
 -- KEYS[2] messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[3] refs      hash    field -> groups still holding it
 -- KEYS[4] keyed     hash    the group's claimed keyed messages
 -- KEYS[5] history   prefix  of the history keys of keyed messages
+-- KEYS[6] groups    set     registered consumer groups
+-- KEYS[7] batches   hash    batch key -> "hex count bytes due" of its open batch
 -- ARGV[1] which part: due (score <= now), scheduled (score > now) or all
 -- ARGV[2] N, the most messages to drop in this call
+-- ARGV[3] the group's name
 --
--- Returns {messages dropped, messages of that part left}.
+-- Returns {messages dropped, messages of that part left}, or -1 when the group is not
+-- registered (nothing changed).
 
+if redis.call('SISMEMBER', KEYS[6], ARGV[3]) == 0 then return -1 end
 local now = now_us()
 -- '(1e300' leaves out the lease set's marker (see scripts.go).
 local min, max = '-inf', '(1e300'
@@ -21,7 +27,10 @@ for i, m in ipairs(members) do
   local id = split(m)
   ids[i] = id
   local key = key_of(id)
-  if key then redis.call('HDEL', KEYS[4], key) end
+  if key then
+    redis.call('HDEL', KEYS[4], key)
+    close_batch(KEYS[7], id)
+  end
 end
 if #members > 0 then each_chunk('ZREM', KEYS[1], members) end
 drop(KEYS[2], KEYS[3], ids, KEYS[5])
