@@ -53,7 +53,7 @@ func (f scriptFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 
 func isPublishCall(keys []string) bool { return strings.Contains(keys[0], ":call:") }
-func isClaimCall(keys []string) bool   { return len(keys) == 8 && strings.Contains(keys[4], ":claim:") }
+func isClaimCall(keys []string) bool   { return len(keys) >= 8 && strings.Contains(keys[4], ":claim:") }
 
 // faultyClient returns a new client like b's with the hook installed.
 func faultyClient(t *testing.T, b backend, hook redis.Hook) redis.UniversalClient {
