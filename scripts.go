@@ -59,7 +59,7 @@ var (
 	// Every script that drains the queue may run on a full Redis, so that consumers can always
 	// empty it.
 	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 8, variadic: true})
-	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack"}, keys: 8, allowOOM: true})
+	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack", "close_batch"}, keys: 9, allowOOM: true})
 	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 5, allowOOM: true})
 	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "schedule", "held"}, keys: 4, allowOOM: true})
 	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "schedule", "drop"}, keys: 6, allowOOM: true})

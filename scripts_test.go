@@ -30,7 +30,7 @@ func TestScriptsIncludeOnlyTheFragmentsTheyNeedOnce(t *testing.T) {
 }
 
 func TestScriptCallWithTheWrongNumberOfKeysIsRefused(t *testing.T) {
-	assert.ErrorContains(t, claimScript.checkKeys([]string{"a"}), "script claim: 1 keys, want 8")
+	assert.ErrorContains(t, claimScript.checkKeys([]string{"a"}), "script claim: 1 keys, want 9")
 	assert.NoError(t, publishScript.checkKeys(make([]string, 8)))
 	assert.Error(t, publishScript.checkKeys(make([]string, 5)))
 }

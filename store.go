@@ -390,8 +390,9 @@ type claimCall struct {
 	record, token string
 }
 
-// claim runs claim.lua: it acknowledges acks, then claims up to limit due messages. A claim
-// whose token the record holds already ran; it is answered again from the record.
+// claim runs claim.lua: it acknowledges acks, then claims up to limit due messages, closing each
+// claimed batch that was still its batch key's open batch. A claim whose token the record holds
+// already ran; it is answered again from the record.
 func (s store) claim(ctx context.Context, part, group string, call claimCall, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
 	tk, gk := s.keys.topic(part), s.keys.group(part, group)
 	args := make([]any, 0, 4+len(acks))
@@ -399,7 +400,7 @@ func (s store) claim(ctx context.Context, part, group string, call claimCall, li
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
-	reply, err := s.run(ctx, s.client, claimScript, []string{gk.due, gk.lease, tk.messages, tk.refs, call.record, gk.keyed, tk.history, gk.paused}, args...)
+	reply, err := s.run(ctx, s.client, claimScript, []string{gk.due, gk.lease, tk.messages, tk.refs, call.record, gk.keyed, tk.history, gk.paused, tk.batches}, args...)
 	if err != nil {
 		return claimResult{}, err
 	}
