@@ -821,10 +821,13 @@ func slicesChunk(s []string, n int) func(func([]string) bool) {
 
 // CancelRef cancels the message that ref (MessageInfo.Ref) names, in its consumer group only,
 // with or without a key: KeyDone when it was due, KeyInFlight when a consumer held it (its
-// lease is removed, as Cancel does), KeyNotFound when the group no longer holds it. A second
-// run of the script after a lost reply returns the first run's outcome. Errors: an error
-// wrapping ErrNotFound for an unknown topic, group or malformed ref, or the Redis error, within
-// OperationTimeout.
+// lease is removed, as Cancel does), KeyNotFound when the group no longer holds it. A batch
+// still open for its batch key is closed (as by RescheduleRef and RunNowRef): later items of
+// the key open a new batch, and the other groups receive this one, with the items it has, at
+// its due time. A second run of the script after a lost reply returns the first run's outcome.
+// Errors: an error wrapping ErrNotFound for an unknown topic, group or malformed ref, also when
+// the group is removed while the call runs (checked in the same script as the write, which
+// then writes nothing), or the Redis error, within OperationTimeout.
 func (i *Inspector) CancelRef(ctx context.Context, topic, group, ref string) (KeyOutcome, error) {
 	o, _, err := i.refOp(ctx, topic, group, ref, "cancel", outgoing{})
 	return o, err
@@ -832,13 +835,15 @@ func (i *Inspector) CancelRef(ctx context.Context, topic, group, ref string) (Ke
 
 // RescheduleRef makes the message that ref names due at dueAt (Redis clock; past means at once)
 // in its consumer group only, keeping its attempt count; it returns the outcome and the new due
-// time. A message in flight is left alone (KeyInFlight). Errors as for CancelRef.
+// time. A message in flight is left alone (KeyInFlight). A batch still open for its batch key
+// is closed, earlier or later: later items of the key open a new batch, so none joins a batch
+// whose delivery has moved. Errors as for CancelRef.
 func (i *Inspector) RescheduleRef(ctx context.Context, topic, group, ref string, dueAt time.Time) (KeyOutcome, time.Time, error) {
 	return i.refOp(ctx, topic, group, ref, "reschedule", outgoing{at: dueAt})
 }
 
-// RunNowRef makes the message that ref names due at once in its consumer group. Errors as for
-// CancelRef.
+// RunNowRef makes the message that ref names due at once in its consumer group. A batch still
+// open for its batch key is closed, as by RescheduleRef. Errors as for CancelRef.
 func (i *Inspector) RunNowRef(ctx context.Context, topic, group, ref string) (KeyOutcome, time.Time, error) {
 	return i.refOp(ctx, topic, group, ref, "reschedule", outgoing{})
 }

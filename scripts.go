@@ -59,7 +59,7 @@ var (
 	// Every script that drains the queue may run on a full Redis, so that consumers can always
 	// empty it.
 	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 8, variadic: true})
-	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack"}, keys: 10, allowOOM: true})
+	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack", "close_batch"}, keys: 10, allowOOM: true})
 	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 5, allowOOM: true})
 	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "schedule", "held"}, keys: 4, allowOOM: true})
 	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "schedule", "drop"}, keys: 6, allowOOM: true})
@@ -81,7 +81,7 @@ var (
 	showScript        = mustScript(scriptSpec{file: "show", fragments: []string{"now_us", "split", "stored"}, keys: 3, allowOOM: true})
 	purgeScript       = mustScript(scriptSpec{file: "purge", fragments: []string{"now_us", "split", "each_chunk", "drop", "close_batch"}, keys: 7, allowOOM: true})
 	flushBatchScript  = mustScript(scriptSpec{file: "flushbatch", fragments: []string{"now_us", "wake", "stale"}, keys: 7, variadic: true, allowOOM: true})
-	refOpScript       = mustScript(scriptSpec{file: "refop", fragments: []string{"now_us", "split", "schedule", "drop", "ended"}, keys: 7, allowOOM: true})
+	refOpScript       = mustScript(scriptSpec{file: "refop", fragments: []string{"now_us", "split", "schedule", "drop", "ended", "close_batch"}, keys: 9, allowOOM: true})
 	requeueScript     = mustScript(scriptSpec{file: "requeue", fragments: []string{"now_us", "split", "each_chunk", "hmget", "stored", "schedule"}, keys: 7, variadic: true})
 )
 

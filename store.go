@@ -396,9 +396,10 @@ type claimCall struct {
 }
 
 // claim runs claim.lua: it acknowledges acks, then claims up to limit due messages for the
-// group registered as epoch. A claim whose token the record holds already ran; it is answered
-// again from the record. It returns an error wrapping ErrGroupRemoved when the group's epoch
-// changed: the group was removed.
+// group registered as epoch, closing each claimed batch that was still its batch key's open
+// batch. A claim whose token the record holds already ran; it is answered again from the
+// record. It returns an error wrapping ErrGroupRemoved when the group's epoch changed: the
+// group was removed.
 func (s store) claim(ctx context.Context, part, group, epoch string, call claimCall, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
 	tk, gk := s.keys.topic(part), s.keys.group(part, group)
 	args := make([]any, 0, 5+len(acks))
@@ -887,10 +888,12 @@ func (s store) keyedID(ctx context.Context, part, group, key string) (string, er
 }
 
 // refOp runs refop.lua: op is "cancel" or "reschedule" (to m's schedule) for the message named
-// member in group. It returns the state letter and the new due time (µs, -1 if unchanged).
+// member in group; either closes the batch it names if that batch is still open. It returns the
+// state letter and the new due time (µs, -1 if unchanged), or an error wrapping ErrNotFound,
+// with nothing written, when group is not registered on the partition.
 func (s store) refOp(ctx context.Context, part, group, op, member string, call publishCall, m outgoing) (string, int64, error) {
 	tk, gk := s.keys.topic(part), s.keys.group(part, group)
-	keys := []string{s.keys.call(part, call.token), gk.due, gk.lease, tk.messages, tk.refs, gk.keyed, tk.history}
+	keys := []string{s.keys.call(part, call.token), gk.due, gk.lease, tk.messages, tk.refs, gk.keyed, tk.history, tk.groups, tk.batches}
 	res, err := s.run(ctx, s.client, refOpScript, keys, call.ttl.Milliseconds(), op, member, group, m.scheduleArg(), gk.wakeChannel)
 	if err != nil {
 		return "", 0, err
@@ -900,7 +903,13 @@ func (s store) refOp(ctx context.Context, part, group, op, member string, call p
 		return "", 0, fmt.Errorf("script %s: unexpected reply %v", refOpScript.name, res)
 	}
 	state, _ := r[0].(string)
-	return state, asInt(r[1]), nil
+	switch state {
+	case "g":
+		return "", 0, fmt.Errorf("consumer group %s: %w", quote(group), ErrNotFound)
+	case "d", "i", "n":
+		return state, asInt(r[1]), nil
+	}
+	return "", 0, fmt.Errorf("script %s: unexpected reply %v", refOpScript.name, res)
 }
 
 // batchOp runs flushbatch.lua (op "flush" or "cancel") and returns the items of the batch.

@@ -21,7 +21,8 @@
 -- KEYS[7] history   prefix  of the history keys of keyed messages (see ended in lib)
 -- KEYS[8] paused    string  exists while the group is paused: acks are confirmed, nothing is
 --                           claimed, and no next due time is given (Resume wakes the group)
--- KEYS[9] batches   hash    batch key -> its open batch (see publish_to)
+-- KEYS[9] batches   hash    batch key -> "hex count bytes due" of its open batch: a claimed
+--                           batch is closed (close_batch)
 -- KEYS[10] epoch    string  the group's registration (see register.lua)
 -- ARGV[1] N, the most messages to claim
 -- ARGV[2] lease timeout in µs
@@ -136,6 +137,7 @@ for i, id in ipairs(ids) do
     if key then
       keyed[#keyed + 1] = key
       keyed[#keyed + 1] = member(id, attempts[i])
+      close_batch(KEYS[9], id)
     end
     result[#result + 1] = id
     result[#result + 1] = attempts[i]

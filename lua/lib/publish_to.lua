@@ -1,4 +1,4 @@
--- fragment publish_to; needs: now_us, each_chunk, schedule, locate, stale
+-- fragment publish_to; needs: now_us, each_chunk, schedule, wake, locate, stale
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic: in the messages hash, or, with one group and at most MAX_EMBEDDED bytes, in the due
 -- member itself (a larger member would make every ZRANGE of the set's head copy it). The
@@ -17,7 +17,9 @@
 -- its stored value is those hex digits, a trigger letter (t time, s size, f flush) and its items,
 -- each as its length in decimal, ":" and the item. The first item opens a batch, scheduled
 -- MaxWait after it in every group; the item that fills it releases it at once (due now,
--- trigger s). A batch whose due time has come is closed: the next item opens another.
+-- trigger s), in the groups that hold it: those registered when it opened, which its reference
+-- count covers. A batch whose due time has come is closed: the next item opens another; so is
+-- one that a group claimed, or that an operation by ref moved or cancelled (close_batch).
 --
 -- A keyed message is never embedded: it lives in the messages hash under "=" and its key, its
 -- ID's 12 hex digits before the marshaled message, so that the key finds it. Its ID is the hex
@@ -139,11 +141,15 @@ local function publish_to(k, a)
       redis.call('HSET', messages, b.hfield, b.value)
       if b.slot then
         scheduled[b.slot] = now
-      elseif ngroups == 0 then
-        redis.call('ZADD', parked, 'XX', now, b.hex .. b.hfield .. ':0')
       else
+        -- The batch goes to the groups registered when it opened, which its reference count
+        -- covers: it moves where it is (XX), and a group that registered since gets nothing.
+        local m = b.hex .. b.hfield .. ':0'
+        redis.call('ZADD', parked, 'XX', now, m)
         for g = 1, ngroups do
-          schedule(KEYS[k + 7 + g], ARGV[a + 1 + ngroups + g], {now, b.hex .. b.hfield .. ':0'}, now)
+          if redis.call('ZADD', KEYS[k + 7 + g], 'XX', 'CH', now, m) == 1 then
+            wake(ARGV[a + 1 + ngroups + g], nil, now)
+          end
         end
       end
       redis.call('HDEL', batches, bk)
