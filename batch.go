@@ -76,10 +76,10 @@ func batchKeyOfID(id string) (string, bool) {
 	return bk, ok
 }
 
-// batchMessage builds the message of a released batch from its stored value: a trigger letter
-// and the length-prefixed items. Its UUID is "batch-" and the batch's hex ID, the same on every
-// attempt; its payload is the items as stored (UnpackBatch reads them).
-func batchMessage(id, batchKey string, data []byte) (*message.Message, error) {
+// batchMessage builds the message of a released batch of topic partition partition from its
+// stored value: a trigger letter and the length-prefixed items. Its UUID is batchUUID's, the
+// same on every attempt; its payload is the items as stored (UnpackBatch reads them).
+func batchMessage(id, batchKey string, partition int, data []byte) (*message.Message, error) {
 	if len(data) < 1 {
 		return nil, fmt.Errorf("%w: empty batch %s", ErrCorruptMessage, quote(batchKey))
 	}
@@ -88,11 +88,21 @@ func batchMessage(id, batchKey string, data []byte) (*message.Message, error) {
 	if err != nil || trigger == "" {
 		return nil, fmt.Errorf("%w: batch %s: %v", ErrCorruptMessage, quote(batchKey), err)
 	}
-	msg := message.NewMessage("batch-"+id[:12], data[1:])
+	msg := message.NewMessage(batchUUID(id, partition), data[1:])
 	msg.Metadata.Set(BatchKeyMetadataKey, batchKey)
 	msg.Metadata.Set(BatchItemsMetadataKey, strconv.Itoa(len(items)))
 	msg.Metadata.Set(BatchTriggerMetadataKey, trigger)
 	return msg, nil
+}
+
+// batchUUID is the UUID of the batch with internal ID id on a topic partition: "batch-" and the
+// ID's 12 hex digits, and for partition n >= 1 "-" and n, since each partition counts its IDs:
+// unique per topic across partitions and over time, and the same on every attempt.
+func batchUUID(id string, partition int) string {
+	if partition == 0 {
+		return "batch-" + id[:12]
+	}
+	return "batch-" + id[:12] + "-" + strconv.Itoa(partition)
 }
 
 // batchItems splits a batch payload into its items: each is its length in decimal, ':' and

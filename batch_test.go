@@ -187,3 +187,41 @@ func TestBadBatchInputIsRefusedAndNothingIsStored(t *testing.T) {
 		expectNone(t, ch, 200*time.Millisecond)
 	})
 }
+
+// TestBatchUUIDsAreUniqueAcrossPartitions: each partition counts its internal IDs, but the UUID
+// of a batch, which Watermill's deduplicator and users' idempotency tables key on, is unique per
+// topic, and the same on every attempt.
+func TestBatchUUIDsAreUniqueAcrossPartitions(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		const partitions, batches = 3, 12
+		pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) {
+			c.Partitions = partitions
+			c.Batching = map[string]redisdelay.BatchConfig{topic: {MaxItems: 1, MaxWait: time.Hour}}
+		})
+		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.Partitions = partitions }), topic)
+		for i := range batches {
+			require.NoError(t, pub.Publish(topic, parcel("area-"+strconv.Itoa(i), i)))
+		}
+		// The first delivery is nacked once: its second attempt keeps its UUID.
+		acked, nacked := map[string]bool{}, ""
+		for len(acked) < batches {
+			msg := receive(t, ch, 5*time.Second)
+			switch {
+			case nacked == "":
+				nacked = msg.UUID
+				msg.Nack()
+				continue
+			case msg.UUID == nacked:
+				assert.Equal(t, "2", msg.Metadata.Get(redisdelay.AttemptMetadataKey), "the nacked batch again")
+			default:
+				assert.Equal(t, "1", msg.Metadata.Get(redisdelay.AttemptMetadataKey), "batch UUID %s delivered for two batches", msg.UUID)
+			}
+			assert.False(t, acked[msg.UUID], "batch UUID %s delivered for two batches", msg.UUID)
+			acked[msg.UUID] = true
+			msg.Ack()
+		}
+		seen := acked
+		assert.Len(t, seen, batches)
+	})
+}

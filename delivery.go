@@ -43,7 +43,7 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 	var msg *message.Message
 	var err error
 	if bk, ok := batchKeyOfID(c.id); ok {
-		msg, err = batchMessage(c.id, bk, c.data)
+		msg, err = batchMessage(c.id, bk, s.partition, c.data)
 	} else {
 		msg, err = s.cfg.Marshaler.Unmarshal(s.topic, c.data)
 	}

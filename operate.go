@@ -500,7 +500,7 @@ func (i *Inspector) describe(topic, group string, partition int, r listed, lease
 	var msg *message.Message
 	var err error
 	if isBatch {
-		msg, err = batchMessage(id, bk, r.data)
+		msg, err = batchMessage(id, bk, partition, r.data)
 	} else {
 		msg, err = i.config.Unmarshaler.Unmarshal(topic, r.data)
 	}
