@@ -73,6 +73,11 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 		return false
 	}
 	defer func() { <-s.turn }()
+	if !s.stillLeased(c) {
+		s.logger.Info("Not handing out a message whose lease was lost while it waited: it expired and another consumer claimed it, the message was cancelled, or its group was removed", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt})
+		s.book.dropLost(c)
+		return true
+	}
 	if !sendHolding(s, s.out, msg) {
 		return false
 	}
@@ -84,6 +89,9 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 		case <-msg.Nacked():
 		case <-s.book.heartbeat.C:
 			s.extendLeases()
+			continue
+		case due := <-s.wake.due:
+			s.woke(due)
 			continue
 		case <-s.book.ackTimer.C:
 			s.confirmAcks()
@@ -113,6 +121,26 @@ func (s *partitionConsumer) finished(c *claimed, msg *message.Message) bool {
 	}
 }
 
+// stillLeased is the fencing check before a hand-over: c may have waited for its Subscribe
+// call's turn behind another partition's handler. Its lease is taken as held when no
+// extension reported it lost and the leases were last set less than LeaseTimeout/3 ago (the
+// heartbeat's period); else they are extended now, and c is handed out only when Redis
+// confirms its lease, or, when Redis cannot be reached, while its lease surely lasts.
+func (s *partitionConsumer) stillLeased(c *claimed) bool {
+	select {
+	case due := <-s.wake.due: // a removal's "check now" may have just arrived
+		s.woke(due)
+	default:
+	}
+	if !c.lost && time.Since(s.book.extendedAt) < s.cfg.LeaseTimeout/3 {
+		return true
+	}
+	if !c.lost {
+		s.extendLeases()
+	}
+	return !c.lost && time.Since(s.book.extendedAt) < s.cfg.LeaseTimeout
+}
+
 // sendHolding sends v on ch while keeping the subscription's leases and acks going. It returns
 // false when the subscription stops first.
 func sendHolding[T any](s *partitionConsumer, ch chan<- T, v T) bool {
@@ -122,6 +150,8 @@ func sendHolding[T any](s *partitionConsumer, ch chan<- T, v T) bool {
 			return true
 		case <-s.book.heartbeat.C:
 			s.extendLeases()
+		case due := <-s.wake.due:
+			s.woke(due)
 		case <-s.book.ackTimer.C:
 			s.confirmAcks()
 		case <-s.ctx.Done():

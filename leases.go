@@ -17,9 +17,16 @@ const ackDelay = 50 * time.Millisecond
 // makes no Redis call: the subscription tells it what Redis answered. One goroutine uses it, so
 // it has no lock.
 type leaseBook struct {
-	pending  []*claimed
+	pending []*claimed
+	// handing is the message taken from pending and being handed out, which may wait for the
+	// turn of its Subscribe call behind another partition's handler: its lease is kept too.
+	handing  *claimed
 	inflight *claimed
 	acks     []*claimed
+	// extendedAt is when the leases of every held message were last set, by their claim or a
+	// successful extension (the client clock before the call: the deadlines are at least
+	// LeaseTimeout after it).
+	extendedAt time.Time
 
 	heartbeat *time.Ticker
 	ackTimer  *time.Timer
@@ -38,26 +45,49 @@ func (b *leaseBook) stop() {
 	b.ackTimer.Stop()
 }
 
-// claimed records a claim's messages, in due order, to be handed out.
-func (b *leaseBook) claimed(msgs []*claimed) { b.pending = append(b.pending, msgs...) }
+// claimed records a claim's messages, in due order, to be handed out; the claim was sent at
+// sent, so their leases last at least LeaseTimeout from then.
+func (b *leaseBook) claimed(msgs []*claimed, sent time.Time) {
+	if len(b.pending) == 0 && b.handing == nil && b.inflight == nil {
+		b.extendedAt = sent
+	}
+	b.pending = append(b.pending, msgs...)
+}
 
-// next takes the next message to hand out, or nil.
+// extended records a successful extension of every held lease, sent at sent.
+func (b *leaseBook) extended(sent time.Time) { b.extendedAt = sent }
+
+// next takes the next message to hand out, or nil; it is held as handing until it is handed
+// out, put back or finished.
 func (b *leaseBook) next() *claimed {
 	if len(b.pending) == 0 {
 		return nil
 	}
 	c := b.pending[0]
 	b.pending = b.pending[1:]
+	b.handing = c
 	return c
 }
 
 // putBack returns a message that was taken but not handed out to the head of the queue.
-func (b *leaseBook) putBack(c *claimed) { b.pending = append([]*claimed{c}, b.pending...) }
+func (b *leaseBook) putBack(c *claimed) {
+	b.handing = nil
+	b.pending = append([]*claimed{c}, b.pending...)
+}
 
 // handedOut records c as the message in flight: from now on its attempt counts.
 func (b *leaseBook) handedOut(c *claimed) {
 	c.delivered = true
+	b.handing = nil
 	b.inflight = c
+}
+
+// dropLost forgets c, taken to be handed out, whose lease was lost: it is neither handed out
+// nor released.
+func (b *leaseBook) dropLost(c *claimed) {
+	if b.handing == c {
+		b.handing = nil
+	}
 }
 
 // acked queues c's ack (the message in flight, or one the subscription finished without
@@ -65,6 +95,9 @@ func (b *leaseBook) handedOut(c *claimed) {
 func (b *leaseBook) acked(c *claimed) {
 	if b.inflight == c {
 		b.inflight = nil
+	}
+	if b.handing == c {
+		b.handing = nil
 	}
 	if len(b.acks) == 0 {
 		b.ackTimer.Reset(ackDelay)
@@ -76,6 +109,9 @@ func (b *leaseBook) acked(c *claimed) {
 func (b *leaseBook) finished(c *claimed) {
 	if b.inflight == c {
 		b.inflight = nil
+	}
+	if b.handing == c {
+		b.handing = nil
 	}
 }
 
@@ -97,18 +133,25 @@ func (b *leaseBook) acksConfirmed(refused []string) []*claimed {
 func (b *leaseBook) ackRetry() { b.ackTimer.Reset(ackDelay) }
 
 // held returns every message whose lease the subscription keeps: the one in flight first, then
-// those waiting to be handed out.
+// the one being handed out, then those waiting to be handed out.
 func (b *leaseBook) held() []*claimed {
-	if b.inflight == nil {
-		return slices.Clone(b.pending)
+	held := make([]*claimed, 0, 2+len(b.pending))
+	for _, c := range []*claimed{b.inflight, b.handing} {
+		if c != nil {
+			held = append(held, c)
+		}
 	}
-	return append([]*claimed{b.inflight}, b.pending...)
+	return append(held, b.pending...)
 }
 
 // leasesLost drops the waiting messages whose lease Redis reported lost, so that they are not
-// handed out twice, and returns the message in flight if its lease was lost too.
+// handed out twice, marks the one being handed out lost, and returns the message in flight if
+// its lease was lost too.
 func (b *leaseBook) leasesLost(ids []string) (inflight *claimed) {
 	b.pending = slices.DeleteFunc(b.pending, func(c *claimed) bool { return slices.Contains(ids, c.id) })
+	if b.handing != nil && slices.Contains(ids, b.handing.id) {
+		b.handing.lost = true
+	}
 	if b.inflight != nil && slices.Contains(ids, b.inflight.id) {
 		return b.inflight
 	}

@@ -13,7 +13,7 @@ func TestLeaseBookTracksWhatTheSubscriptionHolds(t *testing.T) {
 	defer b.stop()
 	m := func(id string) *claimed { return &claimed{id: id, attempt: 1} }
 	a, c, d := m("a"), m("c"), m("d")
-	b.claimed([]*claimed{a, c, d})
+	b.claimed([]*claimed{a, c, d}, time.Now())
 	assert.Equal(t, []*claimed{a, c, d}, b.held())
 
 	got := b.next()
@@ -51,7 +51,7 @@ func TestLeaseBookClearsConfirmedAcksAndStopsTheTimer(t *testing.T) {
 	b := newLeaseBook(time.Hour)
 	defer b.stop()
 	x := &claimed{id: "x", attempt: 2}
-	b.claimed([]*claimed{x})
+	b.claimed([]*claimed{x}, time.Now())
 	b.handedOut(b.next())
 	b.acked(x)
 	assert.Empty(t, b.acksConfirmed(nil))
@@ -60,7 +60,7 @@ func TestLeaseBookClearsConfirmedAcksAndStopsTheTimer(t *testing.T) {
 		t.Fatal("confirmed acks leave no timer running")
 	case <-time.After(2 * ackDelay):
 	}
-	b.claimed([]*claimed{{id: "y"}})
+	b.claimed([]*claimed{{id: "y"}}, time.Now())
 	b.clear()
 	assert.Empty(t, b.held())
 }

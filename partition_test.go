@@ -153,3 +153,70 @@ func TestNoPartitionIsStarved(t *testing.T) {
 		assert.Equal(t, 5, quiet)
 	})
 }
+
+// TestAMessageWaitingForItsTurnKeepsItsLease: a subscription claims per partition, and a
+// message claimed for one partition may wait for its Subscribe call's turn behind another
+// partition's slow handler. Its lease is extended while it waits, so the group's other
+// subscription never gets it too: no duplicate with 1, 2 or 3 partitions, even with a lease
+// shorter than the handler.
+func TestAMessageWaitingForItsTurnKeepsItsLease(t *testing.T) {
+	for _, partitions := range []int{1, 2, 3} {
+		t.Run(strconv.Itoa(partitions)+"-partitions", func(t *testing.T) {
+			forEachBackend(t, func(t *testing.T, b backend) {
+				const n, lease, slow = 30, 300 * time.Millisecond, time.Second
+				topic := newTopic()
+				pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: b.client, Partitions: partitions}, nil)
+				require.NoError(t, err)
+				edit := func(c *redisdelay.SubscriberConfig) { c.Partitions, c.LeaseTimeout = partitions, lease }
+				type delivery struct{ uuid, attempt string }
+				deliveries := make(chan delivery, 4*n)
+				s1 := subscribe(t, newSubscriber(t, b, edit), topic)
+				s2 := subscribe(t, newSubscriber(t, b, edit), topic)
+				var first atomic.Bool
+				consume := func(ch <-chan *message.Message, holdFirst bool) {
+					for msg := range ch {
+						if holdFirst && first.CompareAndSwap(false, true) {
+							time.Sleep(slow) // the slow handler of the test's subject
+						}
+						deliveries <- delivery{msg.UUID, msg.Metadata.Get(redisdelay.AttemptMetadataKey)}
+						msg.Ack()
+					}
+				}
+				go consume(s1, true)
+				go consume(s2, false)
+				for i := range n {
+					require.NoError(t, pub.Publish(topic, message.NewMessage(fmt.Sprintf("m%02d", i), nil)))
+				}
+				seen := map[string]int{}
+				timeout := time.After(15 * time.Second)
+				for len(seen) < n {
+					select {
+					case d := <-deliveries:
+						seen[d.uuid]++
+					case <-timeout:
+						t.Fatalf("%d of %d messages delivered", len(seen), n)
+					}
+				}
+				// The slow handler's message is among them; anything still held is handed out
+				// within a lease, and would be a duplicate.
+				quiet := time.After(2 * lease)
+				for done := false; !done; {
+					select {
+					case d := <-deliveries:
+						seen[d.uuid]++
+					case <-quiet:
+						done = true
+					}
+				}
+				duplicates := 0
+				for uuid, count := range seen {
+					if count > 1 {
+						duplicates += count - 1
+						t.Errorf("%s delivered %d times", uuid, count)
+					}
+				}
+				t.Logf("%s, %d partitions: %d duplicates", b.name, partitions, duplicates)
+			})
+		})
+	}
+}

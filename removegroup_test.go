@@ -104,3 +104,45 @@ func TestSubscribeRacingRemoveGroupReceivesEverythingPublishedAfterIt(t *testing
 		require.Positive(t, overlapped, "no Subscribe raced the removal: the test proved nothing")
 	})
 }
+
+// TestRemoveGroupDropsWhatRunningSubscriptionsHoldBuffered: a subscription that claimed 100
+// messages at once and hands them out one by one hands out none of them once RemoveGroup has
+// returned (and its wake-up has crossed Pub/Sub: the test allows 50 ms): the removal's wake-up
+// makes it check its leases, which are gone, and its next claim stops it.
+func TestRemoveGroupDropsWhatRunningSubscriptionsHoldBuffered(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) {
+			c.ConsumerGroup, c.ClaimBatchSize = "g", 100
+		}), topic)
+		// Warm up so that the claim size grows to 100 (it doubles per claim while handlers are
+		// fast), then one claim takes them all.
+		publishDelayed(t, pub, topic, "warm", 127, 0)
+		for range 127 {
+			receive(t, ch, 5*time.Second).Ack()
+		}
+		publishDelayed(t, pub, topic, "held", 100, 0)
+		first := receive(t, ch, 5*time.Second)
+		_, err := in.RemoveGroup(context.Background(), topic, "g")
+		require.NoError(t, err)
+		removed := time.Now()
+		time.Sleep(50 * time.Millisecond) // the wake-up's Pub/Sub hop, see above
+		first.Ack()
+		after := 0
+		for closed := false; !closed; {
+			select {
+			case msg, ok := <-ch:
+				if closed = !ok; ok {
+					after++
+					msg.Ack()
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("the subscription still runs 5 s after RemoveGroup returned; it handed out %d since", after)
+			}
+		}
+		t.Logf("%s: %d handed out after RemoveGroup returned; the channel closed after %s", b.name, after, time.Since(removed))
+		assert.Zero(t, after, "messages handed out after RemoveGroup returned")
+	})
+}

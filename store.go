@@ -374,6 +374,7 @@ type claimed struct {
 	data      []byte // the stored message
 	uuid      string // the message UUID, once decoded, for logs
 	delivered bool   // handed to the application
+	lost      bool   // its lease was found lost before it was handed out: it never will be
 }
 
 // member is the message's name in the lease sorted set, ID:attempt: the lease's fencing token.

@@ -51,7 +51,13 @@ type partitionConsumer struct {
 	out             chan *message.Message
 	turn            chan struct{} // holds a token while a message of the Subscribe call is in flight
 
-	book  *leaseBook
+	book *leaseBook
+	// wake is the watch of the group's wake channel. A wake-up that arrives while the
+	// subscription hands messages out is kept in woken (the earliest due time, Unix µs; -1 for
+	// none) for the next sleep; a "check now" (0, which RemoveGroup sends) makes it check its
+	// leases at once, so that it drops what a removal took away.
+	wake  *wakeWatch
+	woken int64
 	limit int // how many messages the next claim takes
 	// claim names the next claim: the subscription's claim record and a token that stays the
 	// same until a claim's reply arrives, so a claim whose reply was lost is answered again.
@@ -102,6 +108,7 @@ func (s *partitionConsumer) run(epoch string) {
 	channel := s.store.keys.group(s.part, s.group).wakeChannel
 	wake := s.wakeHub.watch(channel)
 	defer s.wakeHub.unwatch(channel, wake)
+	s.wake, s.woken = wake, -1
 	// Claim only once wake-ups are flowing, so none published in between is missed; the
 	// recheck interval covers a confirmation that does not come.
 	select {
@@ -124,7 +131,7 @@ func (s *partitionConsumer) run(epoch string) {
 			s.epoch = epochs[s.partition]
 		}
 		limit := s.limit
-		res, receivedAt, err := s.claimNext()
+		res, sent, receivedAt, err := s.claimNext()
 		if errors.Is(err, ErrGroupRemoved) {
 			// What it holds was dropped by the removal: stop() finds no lease to release.
 			s.logger.Error("Subscription stopped: its consumer group was removed", err, nil)
@@ -136,7 +143,7 @@ func (s *partitionConsumer) run(epoch string) {
 		}
 		s.retry.Reset()
 		if len(res.messages) > 0 {
-			s.book.claimed(res.messages)
+			s.book.claimed(res.messages, sent)
 			start := time.Now()
 			n := s.deliverPending()
 			s.adaptLimit(n, time.Since(start))
@@ -152,12 +159,13 @@ func (s *partitionConsumer) run(epoch string) {
 
 // claimNext confirms the queued acks and claims the next batch in one round trip. When the
 // reply is lost, the claim keeps its token, and the next try is answered from the claim record.
-func (s *partitionConsumer) claimNext() (claimResult, time.Time, error) {
+func (s *partitionConsumer) claimNext() (claimResult, time.Time, time.Time, error) {
 	ctx, cancel := s.callContext()
 	defer cancel()
+	sent := time.Now()
 	res, err := s.store.claim(ctx, s.part, s.group, s.epoch, s.claim, s.limit, s.cfg.LeaseTimeout, s.book.acks)
 	if err != nil {
-		return res, time.Time{}, err
+		return res, sent, time.Time{}, err
 	}
 	s.claim.token = newToken()
 	s.cfg.Metrics.claim(s.topic, s.group, res)
@@ -165,7 +173,7 @@ func (s *partitionConsumer) claimNext() (claimResult, time.Time, error) {
 	if res.dropped > 0 {
 		s.logger.Error("Dropped due entries that were malformed or whose stored message had vanished", nil, watermill.LogFields{"dropped": res.dropped})
 	}
-	return res, time.Now(), nil
+	return res, sent, time.Now(), nil
 }
 
 // adaptLimit sizes the next claim so that claimed messages wait about prefetchWindow of
@@ -190,6 +198,14 @@ func (s *partitionConsumer) sleep(res claimResult, receivedAt time.Time, wake *w
 	}
 	// Acks are confirmed at once when nothing is left to hand out; batching is for busy times.
 	s.confirmAcks()
+	if due := s.woken; due >= 0 {
+		// A wake-up came while messages were handed out.
+		s.woken = -1
+		if due == 0 || until(due) <= 0 {
+			return
+		}
+		res.nextDueUs = minDue(res.nextDueUs, due)
+	}
 	// Jitter keeps the rechecks of many idle subscriptions from coming in the same instant.
 	wait := time.Duration(float64(s.cfg.RecheckInterval) * (1 - recheckJitter*rand.Float64()))
 	for _, next := range []int64{res.nextDueUs, res.nextLeaseUs} {
@@ -221,6 +237,23 @@ func (s *partitionConsumer) sleep(res claimResult, receivedAt time.Time, wake *w
 		case <-s.ctx.Done():
 			return
 		}
+	}
+}
+
+// minDue is the earlier of two due times, -1 meaning none.
+func minDue(a, b int64) int64 {
+	if a < 0 || (b >= 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// woke notes a wake-up that arrived while the subscription was handing messages out (see
+// partitionConsumer.wake).
+func (s *partitionConsumer) woke(due int64) {
+	s.woken = minDue(s.woken, due)
+	if due == 0 {
+		s.extendLeases()
 	}
 }
 
@@ -270,11 +303,13 @@ func (s *partitionConsumer) extendLeases() {
 	}
 	ctx, cancel := s.callContext()
 	defer cancel()
+	sent := time.Now()
 	lost, err := s.store.extend(ctx, s.part, s.group, s.cfg.LeaseTimeout, held)
 	if err != nil {
 		s.logger.Error("Lease extension failed, will retry", err, watermill.LogFields{"held": len(held)})
 		return
 	}
+	s.book.extended(sent)
 	if c := s.book.leasesLost(lost); c != nil {
 		s.logger.Info("Lease lost while the handler runs: it expired and another consumer claimed the message, or the message was cancelled", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
 	}
