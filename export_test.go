@@ -41,3 +41,12 @@ func ScheduledForTest(ctx context.Context, client redis.UniversalClient, topic s
 	}
 	return n
 }
+
+// WindowKeysForTest returns the keys of a topic's parked set and new-group window flag.
+func WindowKeysForTest(prefix, topic string) (parked, window string) {
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	tk := keySpace{prefix: prefix}.topic(topic)
+	return tk.parked, tk.window
+}

@@ -22,7 +22,8 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 		ctx := context.Background()
 		const topic, group = "fencing", DefaultConsumerGroup
 		data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("m"))
-		require.NoError(t, s.registerGroup(ctx, topic, group))
+		_, registerErr := s.registerGroup(ctx, topic, group, 0)
+		require.NoError(t, registerErr)
 		_, err := s.publish(ctx, topic, testCall(), []string{group}, []outgoing{{data: data}})
 		require.NoError(t, err)
 
@@ -89,7 +90,8 @@ func TestClaimRunAgainIsAnsweredFromTheRecord(t *testing.T) {
 		s := testStore(client)
 		ctx := context.Background()
 		const topic, group = "replay", DefaultConsumerGroup
-		require.NoError(t, s.registerGroup(ctx, topic, group))
+		_, registerErr := s.registerGroup(ctx, topic, group, 0)
+		require.NoError(t, registerErr)
 		var msgs []outgoing
 		for _, id := range []string{"a", "b", "c"} {
 			data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID(id))

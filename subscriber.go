@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -85,27 +87,40 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 	if closed {
 		return ErrSubscriberClosed
 	}
-	return s.register(context.Background(), topic)
+	_, err := s.register(context.Background(), topic)
+	return err
 }
 
 // register adds the consumer group to every partition of topic, once Redis is known not to
-// evict keys.
-func (s *Subscriber) register(ctx context.Context, topic string) error {
+// evict keys. It returns, per partition, when the partition's new-group window ends on the
+// local clock (no earlier than on the Redis clock), or the zero time when none is open.
+func (s *Subscriber) register(ctx context.Context, topic string) ([]time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.config.OperationTimeout)
 	defer cancel()
 	if err := s.eviction.check(ctx); err != nil {
-		return err
+		return nil, err
 	}
+	// A dead-letter topic's parked set holds its dead letters, which List and Requeue read:
+	// it keeps them for its first group as it always did.
+	window := s.config.NewGroupWindow
+	if window < 0 || strings.Contains(topic, DeadLetterInfix) {
+		window = 0
+	}
+	windowEnds := make([]time.Time, s.config.Partitions)
 	for n := 0; n < s.config.Partitions; n++ {
-		if err := s.store.registerGroup(ctx, partitionName(topic, n), s.config.ConsumerGroup); err != nil {
-			return fmt.Errorf("redisdelay: register consumer group %s on topic %s partition %d: %w", quote(s.config.ConsumerGroup), quote(topic), n, err)
+		left, err := s.store.registerGroup(ctx, partitionName(topic, n), s.config.ConsumerGroup, window)
+		if err != nil {
+			return nil, fmt.Errorf("redisdelay: register consumer group %s on topic %s partition %d: %w", quote(s.config.ConsumerGroup), quote(topic), n, err)
+		}
+		if left >= 0 {
+			windowEnds[n] = time.Now().Add(left)
 		}
 	}
 	s.topics.ensure(ctx, s.store, topic, s.config.Partitions, s.logger)
 	if dlt, err := s.deadLetterTopic(topic); err == nil {
 		s.topics.ensure(ctx, s.store, dlt, s.config.Partitions, s.logger)
 	}
-	return nil
+	return windowEnds, nil
 }
 
 // Subscribe registers the consumer group on topic and returns an unbuffered channel of its
@@ -139,7 +154,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 	logger := s.logger.With(watermill.LogFields{"topic": topic})
 	registered := true
-	if err := s.register(ctx, topic); errors.Is(err, ErrEvictingRedis) {
+	windowEnds, err := s.register(ctx, topic)
+	if errors.Is(err, ErrEvictingRedis) {
 		s.wg.Add(-(s.config.Partitions + 1))
 		return nil, err
 	} else if err != nil {
@@ -154,6 +170,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	running.Add(s.config.Partitions)
 	for n := 0; n < s.config.Partitions; n++ {
 		sub := newPartitionConsumer(s, ctx, topic, deadLetterTopic, n, out, turn, logger)
+		if registered {
+			sub.windowEnd = windowEnds[n]
+		}
 		go func() {
 			defer s.wg.Done()
 			defer running.Done()

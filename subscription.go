@@ -32,12 +32,15 @@ type partitionConsumer struct {
 	store            store
 	wakeHub          *wakeHub
 	deadLetterGroups *groupCache
-	register         func(ctx context.Context) error // registers the group on the topic
+	// register registers the group on the topic and returns when each partition's new-group
+	// window ends (see Subscriber.register).
+	register func(ctx context.Context) ([]time.Time, error)
 	// ctx ends when the Subscribe context is cancelled or the Subscriber closes; it is the
 	// subscription's only stop signal, and every Redis call but the final release derives
 	// from it.
 	ctx             context.Context
 	topic           string // the topic, for messages and logs
+	partition       int
 	part            string // the partition's name in the key space
 	deadLetterTopic string
 	deadLetterPart  string
@@ -52,6 +55,10 @@ type partitionConsumer struct {
 	// same until a claim's reply arrives, so a claim whose reply was lost is answered again.
 	claim claimCall
 	retry *backoff.ExponentialBackOff
+	// windowEnd is when the partition's new-group window ends, on the local clock, once the
+	// subscription registered while it was open; zero when there is nothing to clean up. From
+	// then on the claim loop drops what the window left (see closeWindow).
+	windowEnd time.Time
 }
 
 // newSubscription returns the subscription of one partition of topic.
@@ -65,9 +72,10 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 		store:            s.store,
 		wakeHub:          s.wakeHub,
 		deadLetterGroups: &s.deadLetterGroups,
-		register:         func(ctx context.Context) error { return s.register(ctx, topic) },
+		register:         func(ctx context.Context) ([]time.Time, error) { return s.register(ctx, topic) },
 		ctx:              ctx,
 		topic:            topic,
+		partition:        partition,
 		part:             part,
 		deadLetterTopic:  deadLetterTopic,
 		deadLetterPart:   partitionName(deadLetterTopic, partition),
@@ -106,14 +114,19 @@ func (s *partitionConsumer) run(registered bool) {
 	defer s.stop()
 	for s.ctx.Err() == nil {
 		if !registered {
-			if err := s.register(s.ctx); errors.Is(err, ErrEvictingRedis) {
+			windowEnds, err := s.register(s.ctx)
+			if errors.Is(err, ErrEvictingRedis) {
 				s.logger.Error("Subscription stopped: Redis evicts keys", err, nil)
 				return
 			} else if err != nil {
 				s.backoff(err, "register consumer group")
 				continue
 			}
+			s.windowEnd = windowEnds[s.partition]
 			registered = true
+		}
+		if !s.windowEnd.IsZero() && !time.Now().Before(s.windowEnd) {
+			s.closeWindow()
 		}
 		limit := s.limit
 		res, receivedAt, err := s.claimNext()
@@ -155,6 +168,26 @@ func (s *partitionConsumer) claimNext() (claimResult, time.Time, error) {
 	return res, time.Now(), nil
 }
 
+// closeWindow drops, in one bounded call, up to closeWindowLimit of the messages the
+// partition's new-group window left once it ended, and keeps windowEnd set (in the past) while
+// more are left, so that the next turn of the claim loop drops more; a window that is open
+// again moves windowEnd to its new end. Publishes and registrations drop them too; this is for
+// a topic nobody publishes to.
+func (s *partitionConsumer) closeWindow() {
+	ctx, cancel := s.callContext()
+	defer cancel()
+	left, open, err := s.store.closeWindow(ctx, s.part)
+	switch {
+	case err != nil:
+		s.logger.Error("Dropping what the new-group window kept failed, will retry", err, nil)
+		s.windowEnd = time.Now().Add(s.cfg.RecheckInterval)
+	case open >= 0:
+		s.windowEnd = time.Now().Add(open)
+	case left == 0:
+		s.windowEnd = time.Time{}
+	}
+}
+
 // adaptLimit sizes the next claim so that claimed messages wait about prefetchWindow of
 // handler time at most, growing at most twofold per batch.
 func (s *partitionConsumer) adaptLimit(delivered int, took time.Duration) {
@@ -183,6 +216,9 @@ func (s *partitionConsumer) sleep(res claimResult, receivedAt time.Time, wake *w
 		if next >= 0 {
 			wait = min(wait, until(next))
 		}
+	}
+	if !s.windowEnd.IsZero() {
+		wait = min(wait, time.Until(s.windowEnd))
 	}
 	if wait <= 0 {
 		return
