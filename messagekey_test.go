@@ -94,7 +94,9 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		in := newInspector(t, b, 1)
-		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ClaimBatchSize = 1 }), topic)
+		// No new-group window: it would keep each acked message, so that a cancel would find it
+		// finished rather than gone.
+		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ClaimBatchSize, c.NewGroupWindow = 1, -1 }), topic)
 
 		const n = 200
 		const spacing = 3 * time.Millisecond
@@ -311,7 +313,8 @@ func TestKeyIsFreeOnceDoneOrOnceItsRetentionEnds(t *testing.T) {
 			t.Run(retention.String(), func(t *testing.T) {
 				topic := newTopic()
 				pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.KeyRetention = retention })
-				ch := subscribe(t, newSubscriber(t, b, nil), topic)
+				// No new-group window, which keeps the key taken while it keeps the message.
+				ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.NewGroupWindow = -1 }), topic)
 				require.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("k", 0, "1")))
 				msg := receive(t, ch, 5*time.Second)
 				require.Equal(t, redisdelay.Duplicate, publishOne(t, pub, topic, keyed("k", 0, "2")), "in flight: the key is taken")
