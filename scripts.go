@@ -22,7 +22,8 @@ import (
 //
 //	ID          due, never claimed, stored in the messages hash
 //	ID|message  due, never claimed, the only group of its topic (or parked for the first group):
-//	            the marshaled message is part of the member, saving a hash entry
+//	            the marshaled message is part of the member, saving a hash entry; never while
+//	            the new-group window keeps the message too (see register.lua)
 //	ID:N        due after N attempts, or leased for attempt N; a keyed ID always has the :N, so
 //	            the member of a keyed message is known from its key and attempt count
 //

@@ -72,7 +72,9 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 // SubscribeInitialize registers the subscriber's consumer group on topic (register.lua: SADD
 // to the topic's group set), so that every message published from then on is kept for the
 // group, even while none of its subscribers runs. The first group registered on a topic also
-// receives the messages published while the topic had no group. Registering a group that is
+// receives the messages published while the topic had no group, and a group registered within
+// the topic's new-group window receives those and the messages published since the first
+// group registered (see SubscriberConfig.NewGroupWindow). Registering a group that is
 // registered already writes nothing, so it works on a full Redis. Subscribe does the same.
 // Errors: ErrSubscriberClosed, an error wrapping ErrInvalidName, ErrEvictingRedis (see
 // SubscriberConfig.AllowEvictingRedis), or the Redis error wrapped with topic and group, within
