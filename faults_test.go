@@ -373,7 +373,11 @@ func TestFullRedisRefusesPublishesAndCanBeDrained(t *testing.T) {
 	b := backend{name: "redis", client: srv.Client(t)}
 	topic := newTopic()
 	// No new-group window, which would keep the drained messages in memory while it lasts.
-	cfg := func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "billing"; c.MaxAttempts = 1; c.NewGroupWindow = -1 }
+	cfg := func(c *redisdelay.SubscriberConfig) {
+		c.ConsumerGroup = "billing"
+		c.MaxAttempts = 1
+		c.NewGroupWindow = -1
+	}
 	require.NoError(t, newSubscriber(t, b, cfg).SubscribeInitialize(topic))
 	require.NoError(t, newSubscriber(t, b, cfg).SubscribeInitialize(redisdelay.DefaultDeadLetterTopic(topic, "billing")))
 	pub := newPublisher(t, b)
