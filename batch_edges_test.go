@@ -111,7 +111,9 @@ func scheduledRefs(t *testing.T, in *redisdelay.Inspector, topic, group string) 
 }
 
 // A batch is delivered to the groups registered when it opened, whatever releases it: a group
-// that registers while the batch is open neither receives it nor takes it from the others.
+// that registers while the batch is open neither receives it nor takes it from the others. (The
+// new-group window is off here: within it, a later group counts as registered from the start;
+// see TestBatchReachesAGroupThatRegisteredWithinTheNewGroupWindow.)
 func TestBatchFilledAfterANewGroupRegisteredReachesOnlyTheGroupsOfItsOpen(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		for _, tc := range []struct {
@@ -128,12 +130,12 @@ func TestBatchFilledAfterANewGroupRegisteredReachesOnlyTheGroupsOfItsOpen(t *tes
 				in := newInspector(t, b, 1)
 				// early is registered well before the batch, with a message before it, and
 				// consumes only once late has had every chance to take the batch.
-				earlySub := newSubscriber(t, b, inGroup("early"))
+				earlySub := newSubscriber(t, b, inGroupWithoutWindow("early"))
 				require.NoError(t, earlySub.SubscribeInitialize(topic))
 				require.NoError(t, pub.Publish(topic, message.NewMessage("warm-up", nil)))
 
 				publishScheduled(t, pub, topic, item("zone", "i1"))
-				lateSub := newSubscriber(t, b, inGroup("late"))
+				lateSub := newSubscriber(t, b, inGroupWithoutWindow("late"))
 				require.NoError(t, lateSub.SubscribeInitialize(topic))
 				late := subscribe(t, lateSub, topic)
 				publishScheduled(t, pub, topic, item("zone", "i2"))
@@ -290,5 +292,26 @@ func TestOperationByRefOnAnUnregisteredGroupIsRefusedAndWritesNothing(t *testing
 		}
 		assert.Equal(t, before, keysOfTopic(t, b, topic, false), "no key written, not even a call token")
 		assert.Len(t, scheduledRefs(t, in, topic, "stays"), 1, "the other group keeps its message")
+	})
+}
+
+// TestBatchReachesAGroupThatRegisteredWithinTheNewGroupWindow: within the new-group window a
+// group registered after a batch opened receives it like every message kept by the window, and
+// each group gets it exactly once, with all its items, whichever group acks first.
+func TestBatchReachesAGroupThatRegisteredWithinTheNewGroupWindow(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: 2, MaxWait: time.Hour})
+		early := subscribe(t, newSubscriber(t, b, inGroup("early")), topic)
+		publishScheduled(t, pub, topic, item("zone", "i1"))
+		late := subscribe(t, newSubscriber(t, b, inGroup("late")), topic)
+		publishScheduled(t, pub, topic, item("zone", "i2"))
+		for _, ch := range []<-chan *message.Message{late, early} {
+			batch := receive(t, ch, 5*time.Second)
+			assert.Equal(t, []string{"i1", "i2"}, itemsOf(t, batch))
+			batch.Ack()
+		}
+		expectNone(t, early, 200*time.Millisecond)
+		expectNone(t, late, 100*time.Millisecond)
 	})
 }

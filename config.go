@@ -39,6 +39,12 @@ const (
 	// UnlimitedAttempts as MaxAttempts means a message is delivered until it is acked and never
 	// becomes a dead letter.
 	UnlimitedAttempts = -1
+	// DefaultNewGroupWindow is the new-group window when NewGroupWindow is zero.
+	DefaultNewGroupWindow = time.Minute
+	// NewGroupWindowMaxMessages caps the messages a topic partition keeps for its new-group
+	// window: a publish that would keep more while a group is registered closes the window
+	// early, and a first group that finds more parked opens none.
+	NewGroupWindowMaxMessages = 10000
 )
 
 // DefaultNackBackoff is the backoff of a Subscriber whose NackBackoff is nil: 1 s after the
@@ -234,6 +240,19 @@ type SubscriberConfig struct {
 	// Metrics records this Subscriber's claims, lateness, acks, nacks, expired leases, dead
 	// letters and script durations; none when nil. See NewMetrics.
 	Metrics *Metrics
+	// NewGroupWindow is how long, on the Redis clock, a topic partition keeps its messages for
+	// the groups that register shortly after its first one: when this subscriber registers the
+	// first group of a partition, the partition keeps the messages published before it (parked)
+	// and those published during the window, stored once, and every group registering within
+	// the window receives them with their original due times. So the handlers of one Watermill
+	// router, subscribed one after another, miss nothing of what was published between their
+	// registrations. Past the window a group receives what is published after it registered.
+	// At most NewGroupWindowMaxMessages messages per partition; the kept messages are freed
+	// once the window has ended. Millisecond precision. DefaultNewGroupWindow when zero; a
+	// negative value opens no window (the first group takes the parked messages over, and a
+	// later group receives only what is published after it). Dead-letter topics (names with
+	// DeadLetterInfix) never have a window.
+	NewGroupWindow time.Duration
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -273,6 +292,9 @@ func (c *SubscriberConfig) setDefaults() {
 	if c.Partitions == 0 {
 		c.Partitions = 1
 	}
+	if c.NewGroupWindow == 0 {
+		c.NewGroupWindow = DefaultNewGroupWindow
+	}
 }
 
 // Validate reports the first field that is missing or out of range.
@@ -303,6 +325,9 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if c.Partitions < 1 || c.Partitions > MaxPartitions {
 		return fmt.Errorf("redisdelay: SubscriberConfig.Partitions is %d, want 1 to %d", c.Partitions, MaxPartitions)
+	}
+	if c.NewGroupWindow > 0 && c.NewGroupWindow < time.Millisecond {
+		return fmt.Errorf("redisdelay: SubscriberConfig.NewGroupWindow is %s, want at least 1ms, or negative for none", c.NewGroupWindow)
 	}
 	return nil
 }

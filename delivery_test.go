@@ -377,7 +377,8 @@ func TestPayloadIsFreedWhenTheLastGroupAcks(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
-		a := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "a" })
+		// No new-group window, which would keep the payload for groups registering later.
+		a := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup, c.NewGroupWindow = "a", -1 })
 		bb := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "b" })
 		require.NoError(t, a.SubscribeInitialize(topic))
 		require.NoError(t, bb.SubscribeInitialize(topic))

@@ -64,3 +64,12 @@ func RequeueUncheckedForTest(ctx context.Context, in *Inspector, topic, group st
 func PurgeUncheckedForTest(ctx context.Context, in *Inspector, topic, group string, state ListState) (int64, error) {
 	return in.purge(ctx, TopicInfo{Topic: topic, Partitions: 1}, group, state)
 }
+
+// WindowKeysForTest returns the keys of a topic's parked set and new-group window flag.
+func WindowKeysForTest(prefix, topic string) (parked, window string) {
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	tk := keySpace{prefix: prefix}.topic(topic)
+	return tk.parked, tk.window
+}

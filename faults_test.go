@@ -194,7 +194,8 @@ func TestMessagesPublishedBeforeAnyGroupWaitForTheFirstGroup(t *testing.T) {
 		require.NoError(t, pub.Publish(topic, message.NewMessage("early-1", nil)))
 		require.NoError(t, pub.Publish(topic, message.NewMessage("early-2", nil)))
 
-		first := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "billing" })
+		// No new-group window (see newgroupwindow_test.go for a group registering within it).
+		first := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup, c.NewGroupWindow = "billing", -1 })
 		ch := subscribe(t, first, topic)
 		for _, want := range []string{"early-1", "early-2"} {
 			msg := receive(t, ch, 5*time.Second)
@@ -371,7 +372,12 @@ func TestFullRedisRefusesPublishesAndCanBeDrained(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{Extra: []string{"--maxmemory", "4mb", "--maxmemory-policy", "noeviction"}})
 	b := backend{name: "redis", client: srv.Client(t)}
 	topic := newTopic()
-	cfg := func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "billing"; c.MaxAttempts = 1 }
+	// No new-group window, which would keep the drained messages in memory while it lasts.
+	cfg := func(c *redisdelay.SubscriberConfig) {
+		c.ConsumerGroup = "billing"
+		c.MaxAttempts = 1
+		c.NewGroupWindow = -1
+	}
 	require.NoError(t, newSubscriber(t, b, cfg).SubscribeInitialize(topic))
 	require.NoError(t, newSubscriber(t, b, cfg).SubscribeInitialize(redisdelay.DefaultDeadLetterTopic(topic, "billing")))
 	pub := newPublisher(t, b)

@@ -139,7 +139,9 @@ func (o KeyOutcome) String() string {
 }
 
 // ParkedGroup is the name under which results report messages published while no consumer group
-// was registered on the topic: they wait, parked, for the first group that registers.
+// was registered on the topic: they wait, parked, for the first group that registers. Once a
+// group is registered, the copy a topic keeps for groups that register within its new-group
+// window (SubscriberConfig.NewGroupWindow) is not reported under it: it is no group's.
 const ParkedGroup = ""
 
 // KeyResult is the result of an operation by key.
@@ -260,10 +262,11 @@ func checkTopicKey(topic, key string) error {
 }
 
 // keyOutcomes decodes the state letters of cancel.lua or reschedule.lua: the parked set's
-// first, then one per group; done is the letter of KeyDone.
+// first, then one per group; done is the letter of KeyDone. The parked set's counts only while
+// no group is registered: after that, it is the new-group window's copy (see ParkedGroup).
 func keyOutcomes(states string, groups []string, done byte) map[string]KeyOutcome {
 	out := make(map[string]KeyOutcome, len(groups)+1)
-	if states[0] == done {
+	if states[0] == done && len(groups) == 0 {
 		out[ParkedGroup] = KeyDone
 	}
 	for n, g := range groups {
@@ -344,7 +347,8 @@ type GroupStatus struct {
 // KeyStatus is the status of the message with a key on a topic.
 type KeyStatus struct {
 	Topic, Key string
-	// Live is true while a message with the key is held by some group (or parked).
+	// Live is true while a message with the key is held by some group, parked, or kept by the
+	// new-group window (SubscriberConfig.NewGroupWindow): its key is taken until then.
 	Live bool
 	// Groups holds the status in each consumer group registered on the topic, by name, and
 	// under ParkedGroup the parked message's, when it waits for a first group.
@@ -379,7 +383,7 @@ func (i *Inspector) Status(ctx context.Context, topic, key string) (KeyStatus, e
 		return st, wrap(err)
 	}
 	st.Live = live
-	if parkedUs >= 0 {
+	if parkedUs >= 0 && len(groups) == 0 {
 		st.Groups[ParkedGroup] = GroupStatus{State: StateScheduled, DueAt: time.UnixMicro(parkedUs)}
 	}
 	for n, g := range groups {

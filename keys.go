@@ -60,7 +60,11 @@ func firstPart(name string) string {
 //	                           "" -> retention (ms), group -> "outcome time attempt[ reason]"
 //	P{T}:groups        set     consumer groups registered on the topic
 //	P{T}:parked        zset    messages published while no group was registered, in the
-//	                           single-group form; the first group to register takes it over
+//	                           single-group form; the first group to register takes it over.
+//	                           While the window is open, also every message published: each
+//	                           group registering then gets a copy (see register.lua)
+//	P{T}:window        string  exists while the topic's new-group window is open, holding its
+//	                           cap (NewGroupWindowMaxMessages); expires after NewGroupWindow
 //	P{T}:call:K        string  publish call K ran, with its first ID (expires; see publish.lua)
 //	P{T}:g:G:due       zset    ID, ID|message (single group), or ID:N after N attempts,
 //	                           scored by due time (Unix µs); see scripts.go
@@ -90,6 +94,8 @@ type keySpace struct {
 // topicKeys are the keys shared by all consumer groups of a topic.
 type topicKeys struct {
 	seq, messages, refs, groups, parked string
+	// window exists while the new-group window is open (see register.lua).
+	window string
 	// history is the prefix of the history keys: history + key is the key's history.
 	history string
 	// batches holds the open batch of each batch key (see batch.lua).
@@ -163,6 +169,7 @@ func (k keySpace) topic(topic string) topicKeys {
 		refs:     t + ":refs",
 		groups:   t + ":groups",
 		parked:   t + ":parked",
+		window:   t + ":window",
 		history:  t + ":history:",
 		batches:  t + ":batches",
 	}

@@ -57,6 +57,12 @@ func inGroup(name string) func(*redisdelay.SubscriberConfig) {
 	return func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = name }
 }
 
+// inGroupWithoutWindow is inGroup with the new-group window off: for tests of the rule that a
+// group receives only what is published after it registered.
+func inGroupWithoutWindow(name string) func(*redisdelay.SubscriberConfig) {
+	return func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup, c.NewGroupWindow = name, -1 }
+}
+
 func TestCancelledMessageReachesNoGroup(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()
@@ -94,7 +100,9 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		in := newInspector(t, b, 1)
-		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ClaimBatchSize = 1 }), topic)
+		// No new-group window: it would keep each acked message, so that a cancel would find it
+		// finished rather than gone.
+		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ClaimBatchSize, c.NewGroupWindow = 1, -1 }), topic)
 
 		const n = 200
 		const spacing = 3 * time.Millisecond
@@ -311,7 +319,8 @@ func TestKeyIsFreeOnceDoneOrOnceItsRetentionEnds(t *testing.T) {
 			t.Run(retention.String(), func(t *testing.T) {
 				topic := newTopic()
 				pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.KeyRetention = retention })
-				ch := subscribe(t, newSubscriber(t, b, nil), topic)
+				// No new-group window, which keeps the key taken while it keeps the message.
+				ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.NewGroupWindow = -1 }), topic)
 				require.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("k", 0, "1")))
 				msg := receive(t, ch, 5*time.Second)
 				require.Equal(t, redisdelay.Duplicate, publishOne(t, pub, topic, keyed("k", 0, "2")), "in flight: the key is taken")

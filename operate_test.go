@@ -157,7 +157,9 @@ func TestRemovedGroupGetsNothingMoreAndPublishesNeverResurrectIt(t *testing.T) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		in := newInspector(t, b, 1)
-		require.NoError(t, newSubscriber(t, b, inGroup("stays")).SubscribeInitialize(topic))
+		// No new-group window, which would keep the messages for groups registering later.
+		noWindow := func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup, c.NewGroupWindow = "stays", -1 }
+		require.NoError(t, newSubscriber(t, b, noWindow).SubscribeInitialize(topic))
 		// The removed group has a live subscriber, which acks whatever it gets.
 		goes := subscribe(t, newSubscriber(t, b, inGroup("goes")), topic)
 		var afterRemoval atomic.Int64

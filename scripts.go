@@ -22,7 +22,8 @@ import (
 //
 //	ID          due, never claimed, stored in the messages hash
 //	ID|message  due, never claimed, the only group of its topic (or parked for the first group):
-//	            the marshaled message is part of the member, saving a hash entry
+//	            the marshaled message is part of the member, saving a hash entry; never while
+//	            the new-group window keeps the message too (see register.lua)
 //	ID:N        due after N attempts, or leased for attempt N; a keyed ID always has the :N, so
 //	            the member of a keyed message is known from its key and attempt count
 //
@@ -58,17 +59,19 @@ var (
 	// publishScript has no allow-oom flag: a full Redis refuses it before it writes anything.
 	// Every script that drains the queue may run on a full Redis, so that consumers can always
 	// empty it.
-	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 8, variadic: true})
+	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 9, variadic: true})
 	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack", "close_batch"}, keys: 10, allowOOM: true})
 	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 5, allowOOM: true})
 	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "schedule", "held"}, keys: 4, allowOOM: true})
 	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "schedule", "drop"}, keys: 6, allowOOM: true})
 	extendScript     = mustScript(scriptSpec{file: "extend", fragments: []string{"now_us", "split", "each_chunk", "held"}, keys: 1, allowOOM: true})
-	deadLetterScript = mustScript(scriptSpec{file: "deadletter", fragments: []string{"now_us", "publish_to", "drop", "ended"}, keys: 13, variadic: true, allowOOM: true})
-	registerScript   = mustScript(scriptSpec{file: "register", fragments: []string{"head", "wake"}, keys: 5, allowOOM: true})
+	deadLetterScript = mustScript(scriptSpec{file: "deadletter", fragments: []string{"now_us", "publish_to", "drop", "ended"}, keys: 14, variadic: true, allowOOM: true})
+	registerScript   = mustScript(scriptSpec{file: "register", fragments: []string{"split", "hmget", "each_chunk", "head", "wake", "drop_parked"}, keys: 9, allowOOM: true})
+	// closeWindowScript only frees memory, so it may run on a full Redis.
+	closeWindowScript = mustScript(scriptSpec{file: "closewindow", fragments: []string{"drop_parked"}, keys: 6, allowOOM: true})
 	// deadLetterPublishScript is publish.lua for the first step of a move to a dead-letter topic
 	// in another hash slot; like the rest of dead-lettering, it may run on a full Redis.
-	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 8, variadic: true, allowOOM: true})
+	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 9, variadic: true, allowOOM: true})
 	// cancelScript may run on a full Redis, since it frees memory; rescheduleScript may not.
 	cancelScript     = mustScript(scriptSpec{file: "cancel", fragments: []string{"now_us", "locate", "ended", "drop", "stale"}, keys: 6, variadic: true, allowOOM: true})
 	rescheduleScript = mustScript(scriptSpec{file: "reschedule", fragments: []string{"now_us", "locate", "schedule", "stale"}, keys: 5, variadic: true})
@@ -124,7 +127,7 @@ type fragment struct {
 }
 
 // fragmentOrder is the order fragments are put together in: each after those it needs.
-var fragmentOrder = []string{"now_us", "split", "member", "each_chunk", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "close_batch", "publish_to"}
+var fragmentOrder = []string{"now_us", "split", "member", "each_chunk", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "close_batch", "drop_parked", "publish_to"}
 
 // mustScript assembles a script from its file and the fragments it names, with the fragments
 // they need, and checks that every fragment name a script or fragment uses is included. A

@@ -18,7 +18,7 @@ func TestScriptTableRefusesAFragmentThatIsUsedButNotListed(t *testing.T) {
 }
 
 func TestScriptsIncludeOnlyTheFragmentsTheyNeedOnce(t *testing.T) {
-	sc, err := assemble(scriptSpec{file: "register", fragments: []string{"head", "wake"}, keys: 3})
+	sc, err := assemble(scriptSpec{file: "register", fragments: []string{"split", "hmget", "each_chunk", "head", "wake", "drop_parked"}, keys: 7})
 	require.NoError(t, err)
 	// assemble is deterministic: the same table gives the same script.
 	assert.Equal(t, registerScript.plain.Hash(), sc.plain.Hash())
@@ -31,7 +31,7 @@ func TestScriptsIncludeOnlyTheFragmentsTheyNeedOnce(t *testing.T) {
 
 func TestScriptCallWithTheWrongNumberOfKeysIsRefused(t *testing.T) {
 	assert.ErrorContains(t, claimScript.checkKeys([]string{"a"}), "script claim: 1 keys, want 10")
-	assert.NoError(t, publishScript.checkKeys(make([]string, 8)))
+	assert.NoError(t, publishScript.checkKeys(make([]string, 9)))
 	assert.Error(t, publishScript.checkKeys(make([]string, 5)))
 }
 
@@ -40,7 +40,7 @@ func registerFlaggedSource(t *testing.T) string {
 	body, err := luaFiles.ReadFile("lua/register.lua")
 	require.NoError(t, err)
 	var lib strings.Builder
-	for _, name := range []string{"head", "wake"} {
+	for _, name := range []string{"split", "each_chunk", "hmget", "head", "wake", "drop", "drop_parked"} {
 		f, err := readFragment(name)
 		require.NoError(t, err)
 		lib.WriteString(f.body + "\n")

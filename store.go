@@ -138,7 +138,7 @@ type publishCall struct {
 // its keys, then the call key lifetime, the groups, their wake channels and the messages.
 func (s store) publishTarget(keys []string, args []any, part string, call publishCall, groups []string, msgs []outgoing) ([]string, []any) {
 	tk := s.keys.topic(part)
-	keys = append(keys, s.keys.call(part, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches)
+	keys = append(keys, s.keys.call(part, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches, tk.window)
 	keys, args = s.groupTargets(keys, append(args, call.ttl.Milliseconds()), part, groups, false, true)
 	for _, m := range msgs {
 		args = append(args, m.data, m.scheduleArg(), m.keySpec)
@@ -208,7 +208,7 @@ func publishReply(name string, reply any) (string, error) {
 // wrong; nothing is stored then. A second run of the same call stores nothing and returns the
 // first run's outcomes.
 func (s store) publish(ctx context.Context, part string, call publishCall, groups []string, msgs []outgoing) (string, error) {
-	keys, args := s.publishTarget(make([]string, 0, 8+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), part, call, groups, msgs)
+	keys, args := s.publishTarget(make([]string, 0, 9+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), part, call, groups, msgs)
 	if s.durableReplicas > 0 {
 		return s.publishDurably(ctx, keys, args)
 	}
@@ -347,23 +347,55 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 
 // registerGroup registers a consumer group on a topic (register.lua) and returns its epoch (see
 // register.lua). From then on every message published to the topic is scheduled for the group
-// too; the first group of a topic also takes over the messages published before any group was
-// registered. It writes nothing when the group is registered already.
-func (s store) registerGroup(ctx context.Context, part, group string) (string, error) {
+// too; the first group of a topic also receives the messages published before any group was
+// registered, and opens the new-group window for window (0: none), within which every group
+// that registers receives the messages the window keeps. It writes nothing when the group is
+// registered already. It also returns how much of the window is left on the Redis clock (ms
+// precision), or -1 when no window is open.
+func (s store) registerGroup(ctx context.Context, part, group string, window time.Duration) (string, time.Duration, error) {
 	tk, gk := s.keys.topic(part), s.keys.group(part, group)
-	res, err := s.run(ctx, s.client, registerScript, []string{tk.groups, tk.parked, gk.due, tk.seq, gk.epoch}, group, gk.wakeChannel)
+	keys := []string{tk.groups, tk.parked, gk.due, tk.window, tk.refs, tk.messages, tk.history, tk.seq, gk.epoch}
+	res, err := s.run(ctx, s.client, registerScript, keys, group, gk.wakeChannel, window.Milliseconds(), NewGroupWindowMaxMessages)
 	if err != nil {
-		return "", err
+		return "", 0, err
+	}
+	r, _ := res.([]any)
+	if len(r) != 3 {
+		return "", 0, fmt.Errorf("script %s: unexpected reply %v", registerScript.name, res)
+	}
+	epoch, _ := r[2].(string)
+	if code, ok := r[0].(int64); !ok || code < 0 || code > 2 || epoch == "" {
+		return "", 0, fmt.Errorf("script %s: unexpected reply %v", registerScript.name, res)
+	}
+	return epoch, windowLeft(r[1]), nil
+}
+
+// windowLeft reads a reply's ms left of a new-group window: -1 when none is open.
+func windowLeft(v any) time.Duration {
+	if ms := asInt(v); ms >= 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return -1
+}
+
+// closeWindowLimit is how many members of a closed window's parked set one closeWindow call
+// drops.
+const closeWindowLimit = 1000
+
+// closeWindow runs closewindow.lua once on a topic partition: when its new-group window has
+// closed, it drops up to closeWindowLimit members of what the window left in the parked set.
+// It returns how many are left, and how much of the window is left (-1 when it is closed).
+func (s store) closeWindow(ctx context.Context, part string) (int64, time.Duration, error) {
+	tk := s.keys.topic(part)
+	res, err := s.run(ctx, s.client, closeWindowScript, []string{tk.groups, tk.parked, tk.window, tk.messages, tk.refs, tk.history}, closeWindowLimit)
+	if err != nil {
+		return 0, 0, err
 	}
 	r, _ := res.([]any)
 	if len(r) != 2 {
-		return "", fmt.Errorf("script %s: unexpected reply %v", registerScript.name, res)
+		return 0, 0, fmt.Errorf("script %s: unexpected reply %v", closeWindowScript.name, res)
 	}
-	epoch, _ := r[1].(string)
-	if n, ok := r[0].(int64); !ok || n < 0 || n > 2 || epoch == "" {
-		return "", fmt.Errorf("script %s: unexpected reply %v", registerScript.name, res)
-	}
-	return epoch, nil
+	return asInt(r[0]), windowLeft(r[1]), nil
 }
 
 // claimed is one message a subscription holds a lease on.

@@ -23,7 +23,7 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 		ctx := context.Background()
 		const topic, group = "fencing", DefaultConsumerGroup
 		data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("m"))
-		epoch, err := s.registerGroup(ctx, topic, group)
+		epoch, _, err := s.registerGroup(ctx, topic, group, 0)
 		require.NoError(t, err)
 		_, err = s.publish(ctx, topic, testCall(), []string{group}, []outgoing{{data: data}})
 		require.NoError(t, err)
@@ -91,7 +91,7 @@ func TestClaimRunAgainIsAnsweredFromTheRecord(t *testing.T) {
 		s := testStore(client)
 		ctx := context.Background()
 		const topic, group = "replay", DefaultConsumerGroup
-		epoch, err := s.registerGroup(ctx, topic, group)
+		epoch, _, err := s.registerGroup(ctx, topic, group, 0)
 		require.NoError(t, err)
 		var msgs []outgoing
 		for _, id := range []string{"a", "b", "c"} {
@@ -149,7 +149,7 @@ func TestRegistrationDuringARemovalIsKeptAndStartsEmpty(t *testing.T) {
 		s := testStore(client)
 		ctx := context.Background()
 		const topic, group = "reregister", DefaultConsumerGroup
-		old, err := s.registerGroup(ctx, topic, group)
+		old, _, err := s.registerGroup(ctx, topic, group, 0)
 		require.NoError(t, err)
 		var msgs []outgoing
 		for i := range 25 {
@@ -168,7 +168,7 @@ func TestRegistrationDuringARemovalIsKeptAndStartsEmpty(t *testing.T) {
 		assert.EqualValues(t, 10, dropped)
 		assert.EqualValues(t, 15, left)
 
-		fresh, err := s.registerGroup(ctx, topic, group)
+		fresh, _, err := s.registerGroup(ctx, topic, group, 0)
 		require.NoError(t, err)
 		assert.NotEqual(t, old, fresh, "a registration after a removal is a new epoch")
 		data, _ := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("new"))

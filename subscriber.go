@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -70,7 +72,9 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 // SubscribeInitialize registers the subscriber's consumer group on topic (register.lua: SADD
 // to the topic's group set), so that every message published from then on is kept for the
 // group, even while none of its subscribers runs. The first group registered on a topic also
-// receives the messages published while the topic had no group. Registering a group that is
+// receives the messages published while the topic had no group, and a group registered within
+// the topic's new-group window receives those and the messages published since the first
+// group registered (see SubscriberConfig.NewGroupWindow). Registering a group that is
 // registered already writes nothing, so it works on a full Redis. Subscribe does the same.
 // Errors: ErrSubscriberClosed, an error wrapping ErrInvalidName, ErrEvictingRedis (see
 // SubscriberConfig.AllowEvictingRedis), or the Redis error wrapped with topic and group, within
@@ -90,25 +94,46 @@ func (s *Subscriber) SubscribeInitialize(topic string) error {
 }
 
 // register adds the consumer group to every partition of topic, once Redis is known not to
-// evict keys, and returns the group's epoch on each partition (see register.lua).
-func (s *Subscriber) register(ctx context.Context, topic string) ([]string, error) {
+// evict keys. It returns the group's registration on each partition: its epoch (see
+// register.lua) and when the partition's new-group window ends on the local clock (no earlier
+// than on the Redis clock), the zero time when none is open.
+func (s *Subscriber) register(ctx context.Context, topic string) ([]registration, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.config.OperationTimeout)
 	defer cancel()
 	if err := s.eviction.check(ctx); err != nil {
 		return nil, err
 	}
-	epochs := make([]string, s.config.Partitions)
-	for n := range epochs {
-		var err error
-		if epochs[n], err = s.store.registerGroup(ctx, partitionName(topic, n), s.config.ConsumerGroup); err != nil {
+	// A dead-letter topic's parked set holds its dead letters, which List and Requeue read:
+	// it keeps them for its first group as it always did.
+	window := s.config.NewGroupWindow
+	if window < 0 || strings.Contains(topic, DeadLetterInfix) {
+		window = 0
+	}
+	regs := make([]registration, s.config.Partitions)
+	for n := range regs {
+		epoch, left, err := s.store.registerGroup(ctx, partitionName(topic, n), s.config.ConsumerGroup, window)
+		if err != nil {
 			return nil, fmt.Errorf("redisdelay: register consumer group %s on topic %s partition %d: %w", quote(s.config.ConsumerGroup), quote(topic), n, err)
+		}
+		regs[n].epoch = epoch
+		if left >= 0 {
+			regs[n].windowEnd = time.Now().Add(left)
 		}
 	}
 	s.topics.ensure(ctx, s.store, topic, s.config.Partitions, s.logger)
 	if dlt, err := s.deadLetterTopic(topic); err == nil {
 		s.topics.ensure(ctx, s.store, dlt, s.config.Partitions, s.logger)
 	}
-	return epochs, nil
+	return regs, nil
+}
+
+// registration is a consumer group's registration on one topic partition.
+type registration struct {
+	// epoch names the registration (see register.lua); "" when it has not been made.
+	epoch string
+	// windowEnd is when the partition's new-group window ends, on the local clock; zero when
+	// none is open.
+	windowEnd time.Time
 }
 
 // Subscribe registers the consumer group on topic and returns an unbuffered channel of its
@@ -141,13 +166,13 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	s.mu.Unlock()
 
 	logger := s.logger.With(watermill.LogFields{"topic": topic})
-	epochs, err := s.register(ctx, topic)
+	regs, err := s.register(ctx, topic)
 	if errors.Is(err, ErrEvictingRedis) {
 		s.wg.Add(-(s.config.Partitions + 1))
 		return nil, err
 	} else if err != nil {
 		logger.Error("Cannot register consumer group yet, retrying in the background", err, nil)
-		epochs = make([]string, s.config.Partitions)
+		regs = make([]registration, s.config.Partitions) // each registers in the background
 	}
 	// One context per Subscribe call: it ends with ctx or with Close.
 	ctx, cancel := context.WithCancel(ctx)
@@ -160,7 +185,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		go func() {
 			defer s.wg.Done()
 			defer running.Done()
-			sub.run(epochs[sub.partition])
+			sub.run(regs[sub.partition])
 		}()
 	}
 	go func() {

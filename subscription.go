@@ -32,8 +32,8 @@ type partitionConsumer struct {
 	store            store
 	wakeHub          *wakeHub
 	deadLetterGroups *groupCache
-	// register registers the group on every partition of the topic and returns its epochs.
-	register func(ctx context.Context) ([]string, error)
+	// register registers the group on every partition of the topic (see Subscriber.register).
+	register func(ctx context.Context) ([]registration, error)
 	// ctx ends when the Subscribe context is cancelled or the Subscriber closes; it is the
 	// subscription's only stop signal, and every Redis call but the final release derives
 	// from it.
@@ -63,6 +63,10 @@ type partitionConsumer struct {
 	// same until a claim's reply arrives, so a claim whose reply was lost is answered again.
 	claim claimCall
 	retry *backoff.ExponentialBackOff
+	// windowEnd is when the partition's new-group window ends, on the local clock, once the
+	// subscription registered while it was open; zero when there is nothing to clean up. From
+	// then on the claim loop drops what the window left (see closeWindow).
+	windowEnd time.Time
 }
 
 // newSubscription returns the subscription of one partition of topic.
@@ -76,7 +80,7 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 		store:            s.store,
 		wakeHub:          s.wakeHub,
 		deadLetterGroups: &s.deadLetterGroups,
-		register:         func(ctx context.Context) ([]string, error) { return s.register(ctx, topic) },
+		register:         func(ctx context.Context) ([]registration, error) { return s.register(ctx, topic) },
 		ctx:              ctx,
 		topic:            topic,
 		part:             part,
@@ -98,11 +102,11 @@ func (s *partitionConsumer) callContext() (context.Context, context.CancelFunc) 
 	return context.WithTimeout(s.ctx, s.cfg.OperationTimeout)
 }
 
-// run is the claim loop: register the group if Subscribe could not (epoch is then ""), claim,
-// hand out, and sleep until the next due time when the group has nothing due. It releases what
-// it holds when the subscription stops, and stops when the group was removed.
-func (s *partitionConsumer) run(epoch string) {
-	s.epoch = epoch
+// run is the claim loop: register the group if Subscribe could not (reg.epoch is then ""),
+// claim, hand out, and sleep until the next due time when the group has nothing due. It
+// releases what it holds when the subscription stops, and stops when the group was removed.
+func (s *partitionConsumer) run(reg registration) {
+	s.epoch, s.windowEnd = reg.epoch, reg.windowEnd
 	s.book = newLeaseBook(s.cfg.LeaseTimeout)
 	defer s.book.stop()
 	channel := s.store.keys.group(s.part, s.group).wakeChannel
@@ -120,7 +124,7 @@ func (s *partitionConsumer) run(epoch string) {
 	defer s.stop()
 	for s.ctx.Err() == nil {
 		if s.epoch == "" {
-			epochs, err := s.register(s.ctx)
+			regs, err := s.register(s.ctx)
 			if errors.Is(err, ErrEvictingRedis) {
 				s.logger.Error("Subscription stopped: Redis evicts keys", err, nil)
 				return
@@ -128,7 +132,10 @@ func (s *partitionConsumer) run(epoch string) {
 				s.backoff(err, "register consumer group")
 				continue
 			}
-			s.epoch = epochs[s.partition]
+			s.epoch, s.windowEnd = regs[s.partition].epoch, regs[s.partition].windowEnd
+		}
+		if !s.windowEnd.IsZero() && !time.Now().Before(s.windowEnd) {
+			s.closeWindow()
 		}
 		limit := s.limit
 		res, sent, receivedAt, err := s.claimNext()
@@ -176,6 +183,26 @@ func (s *partitionConsumer) claimNext() (claimResult, time.Time, time.Time, erro
 	return res, sent, time.Now(), nil
 }
 
+// closeWindow drops, in one bounded call, up to closeWindowLimit of the messages the
+// partition's new-group window left once it ended, and keeps windowEnd set (in the past) while
+// more are left, so that the next turn of the claim loop drops more; a window that is open
+// again moves windowEnd to its new end. Publishes and registrations drop them too; this is for
+// a topic nobody publishes to.
+func (s *partitionConsumer) closeWindow() {
+	ctx, cancel := s.callContext()
+	defer cancel()
+	left, open, err := s.store.closeWindow(ctx, s.part)
+	switch {
+	case err != nil:
+		s.logger.Error("Dropping what the new-group window kept failed, will retry", err, nil)
+		s.windowEnd = time.Now().Add(s.cfg.RecheckInterval)
+	case open >= 0:
+		s.windowEnd = time.Now().Add(open)
+	case left == 0:
+		s.windowEnd = time.Time{}
+	}
+}
+
 // adaptLimit sizes the next claim so that claimed messages wait about prefetchWindow of
 // handler time at most, growing at most twofold per batch.
 func (s *partitionConsumer) adaptLimit(delivered int, took time.Duration) {
@@ -212,6 +239,9 @@ func (s *partitionConsumer) sleep(res claimResult, receivedAt time.Time, wake *w
 		if next >= 0 {
 			wait = min(wait, until(next))
 		}
+	}
+	if !s.windowEnd.IsZero() {
+		wait = min(wait, time.Until(s.windowEnd))
 	}
 	if wait <= 0 {
 		return

@@ -290,7 +290,7 @@ func assertPublishWakes(t *testing.T, client redis.UniversalClient, topic string
 	s := testStore(client)
 	ctx := context.Background()
 	drainDue(wu)
-	_, err := s.registerGroup(ctx, topic, DefaultConsumerGroup)
+	_, _, err := s.registerGroup(ctx, topic, DefaultConsumerGroup, 0)
 	require.NoError(t, err)
 	data, err := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("wake"))
 	require.NoError(t, err)

@@ -9,7 +9,8 @@
 -- KEYS[3]          refs      hash    source topic: field -> groups still holding it
 -- KEYS[4]          keyed     hash    source group: key -> member, once claimed
 -- KEYS[5]          history   prefix  source topic: of the history keys of keyed messages
--- KEYS[6..]        the keys of publish_to for the dead-letter topic
+-- KEYS[6..]        the keys of publish_to for the dead-letter topic (its window key never
+--                  exists: a dead-letter topic has no new-group window)
 -- ARGV[1]          lease member (ID:attempt, the fencing token)
 -- ARGV[2]          the source group's name
 -- ARGV[3]          the dead-letter reason

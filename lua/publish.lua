@@ -6,11 +6,13 @@
 -- KEYS[3]            messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[4]            refs      hash    field -> number of groups still holding it (when G > 1)
 -- KEYS[5]            groups    set     registered consumer groups
--- KEYS[6]            parked    zset    messages waiting for a first group (written when G = 0)
+-- KEYS[6]            parked    zset    messages waiting for a first group (written when G = 0),
+--                                      and the new-group window's messages (see publish_to)
 -- KEYS[7]            history   prefix  of the history keys of keyed messages
 -- KEYS[8]            batches   hash    batch key -> its open batch (see publish_to)
--- KEYS[9..8+G]       due       zset    one per group in ARGV[3..2+G]; members as in scripts.go
--- KEYS[9+G..8+2G]    keyed     hash    one per group: key -> member, once claimed
+-- KEYS[9]            window    string  exists while the new-group window is open: its cap
+-- KEYS[10..9+G]      due       zset    one per group in ARGV[3..2+G]; members as in scripts.go
+-- KEYS[10+G..9+2G]   keyed     hash    one per group: key -> member, once claimed
 -- ARGV[1]            how long the call key is kept, ms
 -- ARGV[2]            G, the number of groups the caller believes are registered
 -- ARGV[3..2+G]       group names

@@ -4,39 +4,120 @@
 -- the group is removed (removegroup.lua deletes the epoch) the subscription stops instead of
 -- claiming for a group that a later registration started afresh. Registering a group that is
 -- already registered writes nothing, so it works on a Redis that is full; only a group
--- registered before epochs existed gets one then. The first group registered on a topic takes
--- over the messages published while the topic had no group (the parked set).
+-- registered before epochs existed gets one then.
 --
--- KEYS[1] groups  set     registered consumer groups
--- KEYS[2] parked  zset    messages waiting for a first group, members as in a single group's due
--- KEYS[3] due     zset    the group's due set
--- KEYS[4] seq     string  the topic's ID counter
--- KEYS[5] epoch   string  the group's epoch
+-- The first group registered on a topic receives the messages published while the topic had
+-- no group (the parked set). With a new-group window (ARGV[3] > 0), the first group opens it:
+-- the window key exists for that long, and until it expires the parked set keeps those messages
+-- and every message published meanwhile (see publish_to), and every group that registers
+-- within it receives a copy of each, at its original due time. The parked set then counts as
+-- one holder of each message in refs. Without a window, or when the parked set holds more than
+-- the cap, the first group takes the parked set over (RENAME) and no window opens. A group
+-- that registers once the window has closed receives nothing of the past, and drops up to
+-- DROP_ON_REGISTER members of what the window left (see drop_parked).
+--
+-- KEYS[1] groups    set     registered consumer groups
+-- KEYS[2] parked    zset    messages waiting for a first group or kept by the window
+-- KEYS[3] due       zset    the group's due set
+-- KEYS[4] window    string  exists while the new-group window is open, holding its cap
+-- KEYS[5] refs      hash    field -> holders of the message, while more than one
+-- KEYS[6] messages  hash    field (see scripts.go) -> marshaled message
+-- KEYS[7] history   prefix  of the history keys of keyed messages
+-- KEYS[8] seq       string  the topic's ID counter
+-- KEYS[9] epoch     string  the group's epoch
 -- ARGV[1] group name
 -- ARGV[2] the group's wake channel
+-- ARGV[3] the window's length in ms, 0 for none (used when this is the first group)
+-- ARGV[4] the window's cap: the most messages its parked set may hold
 --
--- Returns {0 when the group was registered already, 1 when it is now, 2 when it is now and took
--- over the parked messages; the epoch}.
+-- Returns {code, ms left of the window or -1 when none is open, the group's epoch}: code 0 when
+-- the group was registered already, 1 when it is now, 2 when it is now and received messages.
+
+-- DROP_ON_REGISTER is how many members of a closed window's parked set a registration drops.
+local DROP_ON_REGISTER = 1000
+
+local groups, parked, due, window, refs, messages, history =
+  KEYS[1], KEYS[2], KEYS[3], KEYS[4], KEYS[5], KEYS[6], KEYS[7]
+local name, channel, length, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
 local function new_epoch()
-  local epoch = string.format('%012x', redis.call('INCR', KEYS[4]))
-  redis.call('SET', KEYS[5], epoch)
+  local epoch = string.format('%012x', redis.call('INCR', KEYS[8]))
+  redis.call('SET', KEYS[9], epoch)
   return epoch
 end
 
-if redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
-  return {0, redis.call('GET', KEYS[5]) or new_epoch()}
+local function window_left()
+  local left = redis.call('PTTL', window)
+  if left < 0 then return -1 end
+  return left
 end
-local adopted = 1
-if redis.call('SCARD', KEYS[1]) == 0 and redis.call('EXISTS', KEYS[2]) == 1 then
-  if redis.call('EXISTS', KEYS[3]) == 1 then
-    redis.call('ZUNIONSTORE', KEYS[3], 2, KEYS[3], KEYS[2])
-    redis.call('DEL', KEYS[2])
-  else
-    redis.call('RENAME', KEYS[2], KEYS[3])
+
+-- receive copies the parked set's members into the group's due set at their scores, and counts
+-- the group as one more holder of each message (a message without a refs field has one). An
+-- embedded member (ID|message, parked before any group) is stored in the messages hash first,
+-- since more than one set holds it now.
+local function receive()
+  local entries = redis.call('ZRANGE', parked, 0, -1, 'WITHSCORES')
+  local copies, fields, embedded, plain, hashed = {}, {}, {}, {}, {}
+  for i = 1, #entries, 2 do
+    local m, score = entries[i], entries[i + 1]
+    local id, _, message = split(m)
+    if message then
+      embedded[#embedded + 1] = m
+      plain[#plain + 1] = score
+      plain[#plain + 1] = id
+      hashed[#hashed + 1] = id
+      hashed[#hashed + 1] = message
+      m = id
+    end
+    copies[#copies + 1] = score
+    copies[#copies + 1] = m
+    fields[#fields + 1] = field(id)
   end
-  wake(ARGV[2], nil, head(KEYS[3]))
-  adopted = 2
+  if #copies == 0 then return false end
+  local counts = hmget(refs, fields)
+  local counted = {}
+  for i, f in ipairs(fields) do
+    counted[#counted + 1] = f
+    counted[#counted + 1] = (tonumber(counts[i]) or 1) + 1
+  end
+  if #embedded > 0 then
+    each_chunk('HSET', messages, hashed)
+    each_chunk('ZREM', parked, embedded)
+    each_chunk('ZADD', parked, plain)
+  end
+  each_chunk('HSET', refs, counted)
+  each_chunk('ZADD', due, copies)
+  return true
 end
-redis.call('SADD', KEYS[1], ARGV[1])
-return {adopted, new_epoch()}
+
+if redis.call('SISMEMBER', groups, name) == 1 then
+  return {0, window_left(), redis.call('GET', KEYS[9]) or new_epoch()}
+end
+local received = false
+if redis.call('SCARD', groups) == 0 then
+  if length > 0 and redis.call('ZCARD', parked) <= cap then
+    redis.call('SET', window, cap, 'PX', length)
+    received = receive()
+  elseif redis.call('EXISTS', parked) == 1 then
+    if redis.call('EXISTS', due) == 1 then
+      redis.call('ZUNIONSTORE', due, 2, due, parked)
+      redis.call('DEL', parked)
+    else
+      redis.call('RENAME', parked, due)
+    end
+    received = true
+  end
+elseif redis.call('EXISTS', window) == 1 then
+  if redis.call('ZCARD', parked) <= cap then
+    received = receive()
+  else
+    redis.call('DEL', window)
+  end
+else
+  drop_parked(parked, messages, refs, history, DROP_ON_REGISTER)
+end
+redis.call('SADD', groups, name)
+if received then wake(channel, nil, head(due)) end
+if received then return {2, window_left(), new_epoch()} end
+return {1, window_left(), new_epoch()}

@@ -1,11 +1,12 @@
--- fragment publish_to; needs: now_us, each_chunk, schedule, wake, locate, stale
+-- fragment publish_to; needs: now_us, each_chunk, schedule, wake, locate, stale, drop_parked
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic: in the messages hash, or, with one group and at most MAX_EMBEDDED bytes, in the due
 -- member itself (a larger member would make every ZRANGE of the set's head copy it). The
 -- topic's keys start at KEYS[k]: call (string, this publish call's token), seq (string),
 -- messages (hash), refs (hash), groups (set), parked (sorted set), the prefix of history keys,
--- batches (hash: batch key -> "hex count bytes due" of its open batch), then one due sorted set
--- per group, then one keyed hash per group. Its arguments start at
+-- batches (hash: batch key -> "hex count bytes due" of its open batch), window (string: exists
+-- while the topic's new-group window is open, holding its cap), then one due sorted set per
+-- group, then one keyed hash per group. Its arguments start at
 -- ARGV[a]: how long the call's token is kept (ms), G, G group names, their G wake channels,
 -- then triples of marshaled message, schedule (a delay in µs after now, or "@" and a Unix time
 -- in µs, due at once if past) and key spec: "" for a message without a key, else the policy
@@ -31,6 +32,11 @@
 --
 -- With G = 0, no group is registered yet: the messages wait in the parked set, in the
 -- single-group form, until the first group registers and takes the set over (register.lua).
+-- While the new-group window is open (the window key exists, see register.lua), the messages
+-- also go to the parked set, so that a group that registers within the window receives them:
+-- they are then never embedded, and the parked set counts as one holder in refs. A publish that
+-- would take the parked set past the window's cap closes the window early. Once the window has
+-- closed, each publish drops up to PARKED_DROP members of what it left (see drop_parked).
 --
 -- The call key makes a second run of the same call (a client retry after a lost reply) store
 -- nothing more: it holds the first run's reply.
@@ -39,13 +45,15 @@
 -- duplicate (nothing stored), r replaced. Returns {0, group...} when the caller's view of the
 -- groups is stale; nothing is written then, and the caller retries with the listed groups.
 local MAX_EMBEDDED = 1024
+-- PARKED_DROP is how many members of a closed window's parked set each publish drops.
+local PARKED_DROP = 100
 -- BATCH brackets the batch key in the key part of a batch's ID: "=", BATCH, the batch key,
 -- BATCH and the batch's hex digits (message keys hold no control characters).
 local BATCH = '\1'
 
 local function publish_to(k, a)
-  local call, seq, messages, refs, groups, parked, history, batches =
-    KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7]
+  local call, seq, messages, refs, groups, parked, history, batches, window =
+    KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8]
   local ttl, ngroups = ARGV[a], tonumber(ARGV[a + 1])
   local done = redis.call('GET', call)
   if done then
@@ -58,6 +66,19 @@ local function publish_to(k, a)
   local first = a + 2 + 2 * ngroups
   local count = (#ARGV - first + 1) / 3
   local now = now_us()
+
+  -- parking: the messages go to the parked set too (see above); holders is how many sets hold
+  -- each message, which refs counts while it is more than one.
+  local parking, holders = ngroups == 0, ngroups
+  if ngroups > 0 then
+    local cap = redis.call('GET', window)
+    if cap and redis.call('ZCARD', parked) + count > tonumber(cap) then
+      redis.call('DEL', window)
+    elseif cap then
+      parking, holders = true, ngroups + 1
+    end
+    if not parking then drop_parked(parked, messages, refs, history, PARKED_DROP) end
+  end
 
   -- fresh[key] is the index in scheduled of the score of a keyed message this call stores.
   local hashed, scheduled, counted, fresh, outcomes = {}, {}, {}, {}, {}
@@ -74,7 +95,7 @@ local function publish_to(k, a)
       earliest = tonumber(redis.call('ZSCORE', parked, id .. ':0'))
     else
       for g = 1, ngroups do
-        local where, m, s = locate(KEYS[k + 7 + g], nil, KEYS[k + 7 + ngroups + g], id)
+        local where, m, s = locate(KEYS[k + 8 + g], nil, KEYS[k + 8 + ngroups + g], id)
         if where then
           at[#at + 1] = {g, m}
           if earliest == nil or s < earliest then earliest = s end
@@ -88,12 +109,11 @@ local function publish_to(k, a)
     redis.call('HSET', messages, '=' .. key, string.sub(existing, 1, 12) .. data)
     if fresh[key] then
       scheduled[fresh[key]] = score
-    elseif ngroups == 0 then
-      redis.call('ZADD', parked, score, id .. ':0')
     else
       for _, g in ipairs(at) do
-        schedule(KEYS[k + 7 + g[1]], ARGV[a + 1 + ngroups + g[1]], {score, g[2]}, score)
+        schedule(KEYS[k + 8 + g[1]], ARGV[a + 1 + ngroups + g[1]], {score, g[2]}, score)
       end
+      if parking then redis.call('ZADD', parked, 'XX', score, id .. ':0') end
     end
     return 'r'
   end
@@ -126,9 +146,9 @@ local function publish_to(k, a)
     end
     if not b then
       b = {hex = id, hfield = '=' .. BATCH .. bk .. BATCH .. id, n = 0, size = 0, due = now + max_wait, value = id .. 't'}
-      if ngroups > 1 then
+      if holders > 1 then
         counted[#counted + 1] = b.hfield
-        counted[#counted + 1] = ngroups
+        counted[#counted + 1] = holders
       end
       scheduled[#scheduled + 1] = b.due
       b.slot = #scheduled
@@ -147,7 +167,7 @@ local function publish_to(k, a)
         local m = b.hex .. b.hfield .. ':0'
         redis.call('ZADD', parked, 'XX', now, m)
         for g = 1, ngroups do
-          if redis.call('ZADD', KEYS[k + 7 + g], 'XX', 'CH', now, m) == 1 then
+          if redis.call('ZADD', KEYS[k + 8 + g], 'XX', 'CH', now, m) == 1 then
             wake(ARGV[a + 1 + ngroups + g], nil, now)
           end
         end
@@ -164,7 +184,7 @@ local function publish_to(k, a)
   -- and the reply is that many 's'.
   local plain = 0
   local now_s = string.format('%d', now)
-  local embed = ngroups <= 1
+  local embed = holders <= 1
   for i = 0, count - 1 do
     local id = string.format('%012x', last_id - count + 1 + i)
     local at = first + 3 * i
@@ -198,9 +218,9 @@ local function publish_to(k, a)
         scheduled[#scheduled + 1] = id
         hashed[#hashed + 1] = id
         hashed[#hashed + 1] = data
-        if ngroups > 1 then
+        if holders > 1 then
           counted[#counted + 1] = id
-          counted[#counted + 1] = ngroups
+          counted[#counted + 1] = holders
         end
       end
     elseif string.sub(spec, 1, 1) == 'B' then
@@ -221,9 +241,9 @@ local function publish_to(k, a)
       else
         outcomes[#outcomes + 1] = 's'
         redis.call('HSET', messages, '=' .. key, id .. data)
-        if ngroups > 1 then
+        if holders > 1 then
           counted[#counted + 1] = '=' .. key
-          counted[#counted + 1] = ngroups
+          counted[#counted + 1] = holders
         end
         if retention > 0 then redis.call('HSET', history .. key, '', retention) end
         scheduled[#scheduled + 1] = score
@@ -247,9 +267,9 @@ local function publish_to(k, a)
       if score == now_s then score = now end
       if min_score == nil or score < min_score then min_score = score end
     end
-    if ngroups == 0 then each_chunk('ZADD', parked, scheduled) end
+    if parking then each_chunk('ZADD', parked, scheduled) end
     for g = 1, ngroups do
-      schedule(KEYS[k + 7 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
+      schedule(KEYS[k + 8 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
     end
   end
   local reply = plain >= 0 and string.rep('s', plain) or table.concat(outcomes)
