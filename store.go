@@ -220,7 +220,9 @@ func (s store) publish(ctx context.Context, part string, call publishCall, group
 }
 
 // publishDurably runs publish.lua and then WAIT on one connection to the master that owns the
-// keys, since WAIT counts the replicas that have that connection's writes.
+// keys, since WAIT counts the replicas that have that connection's writes. Once the script ran,
+// the messages are stored, so every failure of WAIT (too few replicas, a lost connection, the
+// end of ctx) wraps ErrNotDurable.
 func (s store) publishDurably(ctx context.Context, keys []string, args []any) (string, error) {
 	connect, ok := masterConn(s.client)
 	if !ok {
@@ -242,10 +244,13 @@ func (s store) publishDurably(ctx context.Context, keys []string, args []any) (s
 	replicas, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (int64, error) {
 		return conn.Do(ctx, "WAIT", s.durableReplicas, s.durableTimeout.Milliseconds()).Int64()
 	})
-	if err == nil && replicas < int64(s.durableReplicas) {
-		err = fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.durableReplicas, s.durableTimeout)
+	switch {
+	case err != nil:
+		return outcomes, fmt.Errorf("%w: stored, but WAIT failed: %w", ErrNotDurable, err)
+	case replicas < int64(s.durableReplicas):
+		return outcomes, fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.durableReplicas, s.durableTimeout)
 	}
-	return outcomes, err
+	return outcomes, nil
 }
 
 // masterConn returns a function that opens a connection of its own to the master that owns a
