@@ -90,21 +90,26 @@ func classify(err error) error {
 }
 
 // stored is a message ready to be published: its marshaled form and when it is due, either
-// delay after the Redis clock at publish time or, when at is set, at that instant.
+// delay after the Redis clock at publish time, but no later than latest when latest is set, or,
+// when at is set, at that instant.
 type outgoing struct {
-	data  []byte
-	delay time.Duration
-	at    time.Time
+	data   []byte
+	delay  time.Duration
+	at     time.Time
+	latest time.Time
 	// keySpec is "" for a message without a key, else the duplicate policy, the history
 	// retention and the key, as publish_to in lua/lib expects them.
 	keySpec string
 }
 
-// scheduleArg encodes when a message is due for publish_to in lib.lua: a delay in µs, or "@"
-// and a Unix time in µs.
+// scheduleArg encodes when a message is due for publish_to in lib.lua: a delay in µs; "@" and
+// a Unix time in µs; or a delay in µs, "<" and the latest due time as a Unix time in µs.
 func (m outgoing) scheduleArg() any {
-	if !m.at.IsZero() {
+	switch {
+	case !m.at.IsZero():
 		return "@" + strconv.FormatInt(m.at.UnixMicro(), 10)
+	case !m.latest.IsZero():
+		return strconv.FormatInt(m.delay.Microseconds(), 10) + "<" + strconv.FormatInt(m.latest.UnixMicro(), 10)
 	}
 	return m.delay.Microseconds()
 }
