@@ -65,6 +65,8 @@ func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reas
 	switch {
 	case errors.Is(err, errLeaseLost):
 		s.logger.Info("Dead-lettering refused: the lease had expired and the message was claimed again", fields)
+	case err != nil && s.ctx.Err() != nil:
+		s.logger.Debug("Dead-lettering cut short by the end of the subscription; the message is retried after its lease expires", fields)
 	case err != nil:
 		s.logger.Error("Dead-lettering failed; the message is retried after its lease expires", err, fields)
 	default:

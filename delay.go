@@ -52,7 +52,7 @@ const freshSlack = 100 * time.Millisecond
 //
 // An unparseable value, or a delay above MaxDelay, is an error that names the key and the value.
 func DelayOf(msg *message.Message, now time.Time) (time.Duration, error) {
-	d, at, err := scheduleOf(msg, now)
+	d, at, _, err := scheduleOf(msg, now)
 	if !at.IsZero() {
 		d = max(at.Sub(now), 0)
 	}
@@ -62,21 +62,23 @@ func DelayOf(msg *message.Message, now time.Time) (time.Duration, error) {
 // scheduleOf applies the DelayOf rule. A message with only _watermill_delayed_until is due at
 // that absolute instant, read on the Redis clock, so that messages naming the same instant get
 // the same due time and keep their publish order; it is returned as at. Otherwise at is zero and
-// d is the delay relative to now.
-func scheduleOf(msg *message.Message, now time.Time) (d time.Duration, at time.Time, err error) {
+// d is the delay relative to now. For a message with both keys, latest is the end of the clamp
+// range, U + 1.1s: the publish script applies it on the Redis clock too, so that the time that
+// passes between now and the script's run never carries the due time past it.
+func scheduleOf(msg *message.Message, now time.Time) (d time.Duration, at, latest time.Time, err error) {
 	untilStr, forStr := msg.Metadata.Get(delay.DelayedUntilKey), msg.Metadata.Get(delay.DelayedForKey)
 	if served, ok := msg.Metadata[ServedDelayMetadataKey]; ok && served == servedDelay(untilStr, forStr) {
-		return 0, time.Time{}, nil
+		return 0, time.Time{}, time.Time{}, nil
 	}
 	var until time.Time
 	if untilStr != "" {
 		if until, err = time.Parse(time.RFC3339, untilStr); err != nil {
-			return 0, time.Time{}, &metadataError{key: delay.DelayedUntilKey, value: untilStr, err: errors.New("not an RFC3339 time")}
+			return 0, time.Time{}, time.Time{}, &metadataError{key: delay.DelayedUntilKey, value: untilStr, err: errors.New("not an RFC3339 time")}
 		}
 	}
 	if forStr != "" {
 		if d, err = time.ParseDuration(forStr); err != nil {
-			return 0, time.Time{}, &metadataError{key: delay.DelayedForKey, value: forStr, err: errors.New("not a Go duration such as \"1m30s\"")}
+			return 0, time.Time{}, time.Time{}, &metadataError{key: delay.DelayedForKey, value: forStr, err: errors.New("not a Go duration such as \"1m30s\"")}
 		}
 	}
 
@@ -85,33 +87,34 @@ func scheduleOf(msg *message.Message, now time.Time) (d time.Duration, at time.T
 	}
 	switch {
 	case untilStr == "" && forStr == "":
-		return 0, time.Time{}, nil
+		return 0, time.Time{}, time.Time{}, nil
 	case untilStr == "":
 		if d > MaxDelay {
-			return 0, time.Time{}, tooLong(delay.DelayedForKey, forStr, d)
+			return 0, time.Time{}, time.Time{}, tooLong(delay.DelayedForKey, forStr, d)
 		}
-		return max(d, 0), time.Time{}, nil
+		return max(d, 0), time.Time{}, time.Time{}, nil
 	case forStr == "":
 		if remaining := until.Sub(now); remaining > MaxDelay {
-			return 0, time.Time{}, tooLong(delay.DelayedUntilKey, untilStr, remaining)
+			return 0, time.Time{}, time.Time{}, tooLong(delay.DelayedUntilKey, untilStr, remaining)
 		}
-		return 0, until, nil
+		return 0, until, time.Time{}, nil
 	}
 	due := now.Add(d)
 	if due.Before(until) {
 		due = until
 	}
-	if latest := until.Add(untilResolution + freshSlack); due.After(latest) {
+	latest = until.Add(untilResolution + freshSlack)
+	if due.After(latest) {
 		due = latest
 	}
 	remaining := max(due.Sub(now), 0)
 	if remaining > MaxDelay {
 		if d > MaxDelay {
-			return 0, time.Time{}, tooLong(delay.DelayedForKey, forStr, remaining)
+			return 0, time.Time{}, time.Time{}, tooLong(delay.DelayedForKey, forStr, remaining)
 		}
-		return 0, time.Time{}, tooLong(delay.DelayedUntilKey, untilStr, remaining)
+		return 0, time.Time{}, time.Time{}, tooLong(delay.DelayedUntilKey, untilStr, remaining)
 	}
-	return remaining, time.Time{}, nil
+	return remaining, time.Time{}, latest, nil
 }
 
 // metadataError is a problem with one metadata entry; Publish turns it into a MessageError.

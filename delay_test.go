@@ -1,6 +1,7 @@
 package redisdelay_test
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
@@ -82,4 +83,36 @@ func TestDelayOfRejectsBadValuesNamingTheKey(t *testing.T) {
 		assert.Contains(t, err.Error(), c.key)
 		assert.Contains(t, err.Error(), c.value)
 	}
+}
+
+// TestRepublishedMessageIsNeverDueAfterTheCapOnTheRedisClock checks the clamp's upper bound: a
+// message that comes from elsewhere with both delay keys and a _watermill_delayed_for that
+// reaches past _watermill_delayed_until + 1.1 s is due at that bound, measured on the Redis clock
+// (its delivery's due time), however long the publish took to reach Redis.
+func TestRepublishedMessageIsNeverDueAfterTheCapOnTheRedisClock(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		sub := newSubscriber(t, b, nil)
+		msgs := subscribe(t, sub, topic)
+
+		// U lies 0-1 s ahead, so the cap U + 1.1 s is still ahead when the publishes arrive.
+		until := time.Now().Truncate(time.Second).Add(time.Second)
+		latest := until.Add(1100 * time.Millisecond)
+		const n = 10
+		for i := range n {
+			msg := message.NewMessage(strconv.Itoa(i), nil)
+			msg.Metadata.Set(delay.DelayedUntilKey, until.Format(time.RFC3339))
+			msg.Metadata.Set(delay.DelayedForKey, "1h")
+			require.NoError(t, pub.Publish(topic, msg))
+		}
+		for range n {
+			msg := receive(t, msgs, 5*time.Second)
+			due, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(redisdelay.DueTimeMetadataKey))
+			require.NoError(t, err)
+			assert.False(t, due.After(latest), "message %s due %s, after the cap %s", msg.UUID, due.Format(time.RFC3339Nano), latest.Format(time.RFC3339Nano))
+			assert.False(t, due.Before(latest.Add(-10*time.Millisecond)), "message %s due %s, well before the cap %s: its delay was cut", msg.UUID, due.Format(time.RFC3339Nano), latest.Format(time.RFC3339Nano))
+			msg.Ack()
+		}
+	})
 }

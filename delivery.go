@@ -193,6 +193,12 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 	switch err := s.store.nack(ctx, s.part, s.group, c, d.delay, changed); {
 	case errors.Is(err, errLeaseLost):
 		s.logger.Info("Nack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", fields)
+	case err != nil && s.ctx.Err() != nil:
+		// The subscription stopped during the call (or before it): stop sends the nack again,
+		// so that the message is due after its backoff rather than after its lease. A second
+		// run is harmless: the first one ended the lease, and nack.lua refuses the lost lease.
+		s.logger.Debug("Nack cut short by the end of the subscription; it is sent again on release", fields)
+		s.book.nackCutShort(unsentNack{c: c, delay: d.delay, changed: changed})
 	case err != nil:
 		// The message keeps its lease and comes back when the lease expires.
 		s.logger.Error("Nack failed; the message is delivered again after its lease", err, fields)

@@ -30,9 +30,10 @@ var (
 	// ErrCorruptMessage is returned by the default Unmarshaler for data it cannot decode.
 	ErrCorruptMessage = errors.New("corrupt stored message")
 	// ErrNotDurable is returned by Publish with DurableReplicas set when fewer replicas than
-	// that confirmed the messages within DurableTimeout. The messages are stored on the master
-	// and will be delivered unless a failover loses them; publishing them again is safe but may
-	// deliver them twice.
+	// that confirmed the messages within DurableTimeout, or when the wait for them failed (the
+	// connection was lost, or the call timed out, after the messages were stored; the error
+	// wraps the cause). The messages are stored on the master and will be delivered unless a
+	// failover loses them; publishing them again is safe but may deliver them twice.
 	ErrNotDurable = errors.New("not confirmed by enough replicas")
 	// ErrOutcomeUnknown is wrapped by a Publish error when the publish script may or may not
 	// have run: the call timed out after the script was sent, or the connection was lost before

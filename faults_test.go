@@ -455,3 +455,58 @@ func TestCloseReturnsWithinOperationTimeoutWhenRedisFreezes(t *testing.T) {
 	require.NoError(t, sub.Close())
 	assert.LessOrEqual(t, time.Since(start), timeout+100*time.Millisecond)
 }
+
+// commandFault is a go-redis hook that fails every command of one name without sending it, as
+// when the connection dies while the command runs.
+type commandFault struct {
+	name string
+	err  error
+}
+
+func (f commandFault) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (f commandFault) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+func (f commandFault) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if strings.EqualFold(cmd.Name(), f.name) {
+			cmd.SetErr(f.err)
+			return f.err
+		}
+		return next(ctx, cmd)
+	}
+}
+
+// TestDurablePublishWhoseWaitFailsReportsNotDurable checks that a durable publish whose WAIT
+// fails after the publish script ran (the connection dies) returns ErrNotDurable, since the
+// messages are stored: never an unclassified error.
+func TestDurablePublishWhoseWaitFailsReportsNotDurable(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		hook := commandFault{name: "wait", err: io.ErrUnexpectedEOF}
+		client := newClientLike(b)
+		t.Cleanup(func() { _ = client.Close() })
+		if cc, ok := client.(*redis.ClusterClient); ok {
+			// A durable publish runs on a connection of the master's own client.
+			cc.OnNewNode(func(node *redis.Client) { node.AddHook(hook) })
+		} else {
+			client.AddHook(hook)
+		}
+		topic := newTopic()
+		sub := newSubscriber(t, b, nil)
+		require.NoError(t, sub.SubscribeInitialize(topic))
+		pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, DurableReplicas: 1, DurableTimeout: 100 * time.Millisecond}, errorLogger{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = pub.Close() })
+
+		err = pub.Publish(topic, message.NewMessage("stored-not-replicated", nil))
+		require.ErrorIs(t, err, redisdelay.ErrNotDurable, "the script ran: stored, not confirmed")
+		assert.ErrorIs(t, err, io.ErrUnexpectedEOF, "the cause is kept")
+		assert.Contains(t, err.Error(), topic)
+
+		ch := subscribe(t, sub, topic)
+		msg := receive(t, ch, 5*time.Second)
+		assert.Equal(t, "stored-not-replicated", msg.UUID, "it was stored")
+		msg.Ack()
+		expectNone(t, ch, 200*time.Millisecond)
+	})
+}

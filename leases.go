@@ -12,7 +12,7 @@ const ackDelay = 50 * time.Millisecond
 
 // leaseBook owns the state of one subscription that mirrors its leases in Redis: the messages
 // it claimed and has not handed out (in due order), the one in flight, the acks not yet
-// confirmed, and the two timers that keep them: the heartbeat, which extends every lease it
+// confirmed, the nacks that the subscription's stop cut short, and the two timers that keep them: the heartbeat, which extends every lease it
 // holds, and the ack timer, which confirms acks ackDelay after the first unconfirmed one. It
 // makes no Redis call: the subscription tells it what Redis answered. One goroutine uses it, so
 // it has no lock.
@@ -27,6 +27,9 @@ type leaseBook struct {
 	// successful extension (the client clock before the call: the deadlines are at least
 	// LeaseTimeout after it).
 	extendedAt time.Time
+	// nacks are nacked messages whose nack call the stop of the subscription cancelled: Redis
+	// may still hold their lease, so the final release sends them again.
+	nacks []unsentNack
 
 	heartbeat *time.Ticker
 	ackTimer  *time.Timer
@@ -115,6 +118,20 @@ func (b *leaseBook) finished(c *claimed) {
 	}
 }
 
+// unsentNack is a nack to send again: the message and the decided delay and changes.
+type unsentNack struct {
+	c       *claimed
+	delay   time.Duration
+	changed []byte
+}
+
+// nackCutShort records a nack of c (already finished) whose call the stop of the subscription
+// cancelled, to be sent again when the subscription releases what it holds.
+func (b *leaseBook) nackCutShort(n unsentNack) { b.nacks = append(b.nacks, n) }
+
+// nackSent drops the first unsent nack once Redis processed it.
+func (b *leaseBook) nackSent() { b.nacks = b.nacks[1:] }
+
 // acksConfirmed clears the queued acks after Redis processed them and returns those it
 // refused because their lease had been lost (fencing).
 func (b *leaseBook) acksConfirmed(refused []string) []*claimed {
@@ -159,4 +176,4 @@ func (b *leaseBook) leasesLost(ids []string) (inflight *claimed) {
 }
 
 // clear forgets everything, once the subscription released what it held.
-func (b *leaseBook) clear() { b.pending, b.inflight, b.acks = nil, nil, nil }
+func (b *leaseBook) clear() { b.pending, b.handing, b.inflight, b.acks, b.nacks = nil, nil, nil, nil, nil }

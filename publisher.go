@@ -161,7 +161,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 	}
 	for i, msg := range msgs {
 		partitions[i] = p.partitionOf(msg, roundRobin)
-		d, at, err := scheduleOf(msg, now)
+		d, at, latest, err := scheduleOf(msg, now)
 		if err != nil {
 			var me *metadataError
 			if errors.As(err, &me) {
@@ -195,7 +195,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 			spec = "B" + strconv.Itoa(cfg.MaxItems) + " " + strconv.FormatInt(cfg.MaxWait.Microseconds(), 10) + " " + strconv.Itoa(cfg.MaxBytes) + "=" + bk
 			partitions[i] = keyPartition(bk, p.config.Partitions)
 		}
-		batch[i] = outgoing{data: data, delay: d, at: at, keySpec: spec}
+		batch[i] = outgoing{data: data, delay: d, at: at, latest: latest, keySpec: spec}
 	}
 
 	// Not cancelled with the message's context: a message received from a Subscriber is often

@@ -90,21 +90,26 @@ func classify(err error) error {
 }
 
 // stored is a message ready to be published: its marshaled form and when it is due, either
-// delay after the Redis clock at publish time or, when at is set, at that instant.
+// delay after the Redis clock at publish time, but no later than latest when latest is set, or,
+// when at is set, at that instant.
 type outgoing struct {
-	data  []byte
-	delay time.Duration
-	at    time.Time
+	data   []byte
+	delay  time.Duration
+	at     time.Time
+	latest time.Time
 	// keySpec is "" for a message without a key, else the duplicate policy, the history
 	// retention and the key, as publish_to in lua/lib expects them.
 	keySpec string
 }
 
-// scheduleArg encodes when a message is due for publish_to in lib.lua: a delay in µs, or "@"
-// and a Unix time in µs.
+// scheduleArg encodes when a message is due for publish_to in lib.lua: a delay in µs; "@" and
+// a Unix time in µs; or a delay in µs, "<" and the latest due time as a Unix time in µs.
 func (m outgoing) scheduleArg() any {
-	if !m.at.IsZero() {
+	switch {
+	case !m.at.IsZero():
 		return "@" + strconv.FormatInt(m.at.UnixMicro(), 10)
+	case !m.latest.IsZero():
+		return strconv.FormatInt(m.delay.Microseconds(), 10) + "<" + strconv.FormatInt(m.latest.UnixMicro(), 10)
 	}
 	return m.delay.Microseconds()
 }
@@ -220,7 +225,9 @@ func (s store) publish(ctx context.Context, part string, call publishCall, group
 }
 
 // publishDurably runs publish.lua and then WAIT on one connection to the master that owns the
-// keys, since WAIT counts the replicas that have that connection's writes.
+// keys, since WAIT counts the replicas that have that connection's writes. Once the script ran,
+// the messages are stored, so every failure of WAIT (too few replicas, a lost connection, the
+// end of ctx) wraps ErrNotDurable.
 func (s store) publishDurably(ctx context.Context, keys []string, args []any) (string, error) {
 	connect, ok := masterConn(s.client)
 	if !ok {
@@ -242,10 +249,13 @@ func (s store) publishDurably(ctx context.Context, keys []string, args []any) (s
 	replicas, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (int64, error) {
 		return conn.Do(ctx, "WAIT", s.durableReplicas, s.durableTimeout.Milliseconds()).Int64()
 	})
-	if err == nil && replicas < int64(s.durableReplicas) {
-		err = fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.durableReplicas, s.durableTimeout)
+	switch {
+	case err != nil:
+		return outcomes, fmt.Errorf("%w: stored, but WAIT failed: %w", ErrNotDurable, err)
+	case replicas < int64(s.durableReplicas):
+		return outcomes, fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.durableReplicas, s.durableTimeout)
 	}
-	return outcomes, err
+	return outcomes, nil
 }
 
 // masterConn returns a function that opens a connection of its own to the master that owns a

@@ -336,8 +336,10 @@ func (s *partitionConsumer) extendLeases() {
 	sent := time.Now()
 	lost, err := s.store.extend(ctx, s.part, s.group, s.cfg.LeaseTimeout, held)
 	if err != nil {
-		s.logger.Error("Lease extension failed, will retry", err, watermill.LogFields{"held": len(held)})
-		return
+		if s.ctx.Err() == nil {
+			s.logger.Error("Lease extension failed, will retry", err, watermill.LogFields{"held": len(held)})
+		}
+		return // when the subscription stopped meanwhile, stop releases what it holds
 	}
 	s.book.extended(sent)
 	if c := s.book.leasesLost(lost); c != nil {
@@ -345,8 +347,13 @@ func (s *partitionConsumer) extendLeases() {
 	}
 }
 
-// backoff logs a failed Redis call and waits before the next try.
+// backoff logs a failed Redis call and waits before the next try. A call that the end of the
+// subscription cut short is no failure: it is logged at debug level, and the loop ends.
 func (s *partitionConsumer) backoff(err error, what string) {
+	if s.ctx.Err() != nil {
+		s.logger.Debug("Redis call cut short by the end of the subscription", watermill.LogFields{"operation": what, "err": err.Error()})
+		return
+	}
 	wait := s.retry.NextBackOff()
 	s.logger.Error("Redis call failed, retrying", err, watermill.LogFields{"operation": what, "retry_in": wait.String()})
 	select {
@@ -355,8 +362,8 @@ func (s *partitionConsumer) backoff(err error, what string) {
 	}
 }
 
-// stop confirms queued acks and releases every message still held, and those of a claim whose
-// reply was lost, all within one OperationTimeout; what it cannot release comes back when its
+// stop confirms queued acks, sends the nacks the stop cut short, and releases every message
+// still held, and those of a claim whose reply was lost, all within one OperationTimeout; what it cannot release comes back when its
 // lease expires. When the application closed the Redis client first, it does so over a
 // short-lived client of its own built from the same options (see closedClientFallback).
 func (s *partitionConsumer) stop() {
@@ -373,16 +380,31 @@ func (s *partitionConsumer) stop() {
 		}
 	}
 	if err != nil {
-		s.logger.Error("Release on close failed; unconfirmed acks and held messages are delivered again after their lease", err, watermill.LogFields{"held": len(held), "acks": len(s.book.acks)})
+		s.logger.Error("Release on close failed; unconfirmed acks and nacks and held messages are delivered again after their lease", err, watermill.LogFields{"held": len(held), "acks": len(s.book.acks), "nacks": len(s.book.nacks)})
 	}
 	s.book.clear()
 	s.logger.Debug("Subscription stopped", watermill.LogFields{"released": len(held)})
 }
 
-// finish confirms the queued acks and releases held through st, bounded by ctx.
+// finish confirms the queued acks, sends the nacks the stop cut short and releases held
+// through st, bounded by ctx.
 func (s *partitionConsumer) finish(ctx context.Context, st store, held []*claimed) error {
 	ackErr := s.confirmAcksWithin(ctx, st)
-	return errors.Join(ackErr, st.release(ctx, s.part, s.group, s.claim, held))
+	return errors.Join(ackErr, s.sendUnsentNacks(ctx, st), st.release(ctx, s.part, s.group, s.claim, held))
+}
+
+// sendUnsentNacks sends again, through st, the nacks whose call the stop cut short. A nack that
+// Redis refuses because the lease is gone had run the first time (or its lease had expired):
+// either way nothing is left to do for it.
+func (s *partitionConsumer) sendUnsentNacks(ctx context.Context, st store) error {
+	for len(s.book.nacks) > 0 {
+		n := s.book.nacks[0]
+		if err := st.nack(ctx, s.part, s.group, n.c, n.delay, n.changed); err != nil && !errors.Is(err, errLeaseLost) {
+			return err
+		}
+		s.book.nackSent()
+	}
+	return nil
 }
 
 // closedClientFallback returns a new client with the options of client, when client is a

@@ -18,8 +18,9 @@
 -- ARGV[3..2+G]       group names
 -- ARGV[3+G..2+2G]    wake channels of those groups, same order
 -- ARGV[3+2G..]       triples: marshaled message, schedule (a delay in µs after the Redis clock
---                    now, or "@" and an absolute due time in Unix µs, due at once if already
---                    past), key spec ("", policy, retention ms, "=" and key, or a batch item's
+--                    now; or "@" and an absolute due time in Unix µs, due at once if already
+--                    past; or a delay, "<" and the latest due time in Unix µs, due at once if
+--                    that is past), key spec ("", policy, retention ms, "=" and key, or a batch item's
 --                    "B" spec; see publish_to)
 --
 -- Returns {1, first ID, outcomes} on success (also when the call key shows the call already

@@ -8,8 +8,9 @@
 -- while the topic's new-group window is open, holding its cap), then one due sorted set per
 -- group, then one keyed hash per group. Its arguments start at
 -- ARGV[a]: how long the call's token is kept (ms), G, G group names, their G wake channels,
--- then triples of marshaled message, schedule (a delay in µs after now, or "@" and a Unix time
--- in µs, due at once if past) and key spec: "" for a message without a key, else the policy
+-- then triples of marshaled message, schedule (a delay in µs after now; or "@" and a Unix time
+-- in µs, due at once if past; or a delay, "<" and a Unix time in µs it must not pass, due at once
+-- if past) and key spec: "" for a message without a key, else the policy
 -- for a duplicate (k keep the existing message, r replace it, < keep the earlier due time, >
 -- keep the later), the history retention in ms (0: none), "=" and the key; or, for an item of a
 -- batch, "B", MaxItems, " ", MaxWait in µs, " ", MaxBytes (0: none), "=" and the batch key.
@@ -195,7 +196,13 @@ local function publish_to(k, a)
     elseif string.sub(schedule, 1, 1) == '@' then
       score = math.max(tonumber(string.sub(schedule, 2)), now)
     else
-      score = now + math.max(tonumber(schedule), 0)
+      local cap = string.find(schedule, '<', 1, true)
+      if cap then
+        local latest = tonumber(string.sub(schedule, cap + 1))
+        score = math.max(math.min(now + math.max(tonumber(string.sub(schedule, 1, cap - 1)), 0), latest), now)
+      else
+        score = now + math.max(tonumber(schedule), 0)
+      end
     end
     if spec == '' and plain == i then
       plain = i + 1
