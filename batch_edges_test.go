@@ -232,7 +232,9 @@ func TestReleasedBatchesLeaveNoBookkeeping(t *testing.T) {
 		topic := newTopic()
 		const keys = 500
 		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: 10, MaxWait: 100 * time.Millisecond})
-		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ClaimBatchSize = 100 }), topic)
+		// Without the new-group window, which keeps messages for a minute (its own cleanup is
+		// TestTheWindowLeavesNoKeysBehind's).
+		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ClaimBatchSize, c.NewGroupWindow = 100, -1 }), topic)
 		require.NoError(t, pub.Publish(topic, message.NewMessage("warm-up", nil)))
 		receive(t, ch, 5*time.Second).Ack()
 		baseline := keysOfTopic(t, b, topic, true)

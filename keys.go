@@ -63,8 +63,11 @@ func firstPart(name string) string {
 //	                           single-group form; the first group to register takes it over.
 //	                           While the window is open, also every message published: each
 //	                           group registering then gets a copy (see register.lua)
-//	P{T}:window        string  exists while the topic's new-group window is open, holding its
-//	                           cap (NewGroupWindowMaxMessages); expires after NewGroupWindow
+//	P{T}:parked:removed zset   the parked set, taken by the removal of the topic's last group
+//	                           and emptied by its later steps (see removegroup.lua)
+//	P{T}:window        hash    exists while the topic's new-group window is open: "" -> its cap
+//	                           (NewGroupWindowMaxMessages), group -> 1 for each group registered
+//	                           within it; expires after NewGroupWindow
 //	P{T}:call:K        string  publish call K ran, with its first ID (expires; see publish.lua)
 //	P{T}:g:G:due       zset    ID, ID|message (single group), or ID:N after N attempts,
 //	                           scored by due time (Unix µs); see scripts.go
@@ -100,6 +103,9 @@ type topicKeys struct {
 	history string
 	// batches holds the open batch of each batch key (see batch.lua).
 	batches string
+	// removedParked is the parked set once the removal of the topic's last group took it
+	// (see removegroup.lua).
+	removedParked string
 }
 
 // groupKeys are the keys of one consumer group on one topic.
@@ -164,14 +170,15 @@ func hashTag(key string) string {
 func (k keySpace) topic(topic string) topicKeys {
 	t := k.tag(topic)
 	return topicKeys{
-		seq:      t + ":seq",
-		messages: t + ":msg",
-		refs:     t + ":refs",
-		groups:   t + ":groups",
-		parked:   t + ":parked",
-		window:   t + ":window",
-		history:  t + ":history:",
-		batches:  t + ":batches",
+		seq:           t + ":seq",
+		messages:      t + ":msg",
+		refs:          t + ":refs",
+		groups:        t + ":groups",
+		parked:        t + ":parked",
+		removedParked: t + ":parked:removed",
+		window:        t + ":window",
+		history:       t + ":history:",
+		batches:       t + ":batches",
 	}
 }
 

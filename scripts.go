@@ -78,7 +78,7 @@ var (
 	statusScript     = mustScript(scriptSpec{file: "status", fragments: []string{"locate"}, keys: 3, variadic: true, allowOOM: true})
 	// The Inspector's scripts. Those that only read or free memory may run on a full Redis.
 	pauseScript       = mustScript(scriptSpec{file: "pause", fragments: []string{"now_us", "wake"}, keys: 2, allowOOM: true})
-	removeGroupScript = mustScript(scriptSpec{file: "removegroup", fragments: []string{"split", "each_chunk", "drop", "close_batch", "wake"}, keys: 12, allowOOM: true})
+	removeGroupScript = mustScript(scriptSpec{file: "removegroup", fragments: []string{"split", "each_chunk", "drop", "close_batch", "wake", "drop_parked"}, keys: 15, allowOOM: true})
 	statsScript       = mustScript(scriptSpec{file: "stats", fragments: []string{"now_us", "head"}, keys: 4, variadic: true, allowOOM: true})
 	listScript        = mustScript(scriptSpec{file: "list", fragments: []string{"now_us", "split", "stored"}, keys: 2, allowOOM: true})
 	showScript        = mustScript(scriptSpec{file: "show", fragments: []string{"now_us", "split", "stored"}, keys: 3, allowOOM: true})

@@ -757,7 +757,7 @@ func (s store) removeGroup(ctx context.Context, part, group string, first bool, 
 	if first {
 		op = "remove"
 	}
-	keys := []string{tk.groups, tk.messages, tk.refs, gk.due, gk.lease, gk.keyed, gk.paused, tk.history, gk.epoch, gk.removedDue, gk.removedLease, tk.batches}
+	keys := []string{tk.groups, tk.messages, tk.refs, gk.due, gk.lease, gk.keyed, gk.paused, tk.history, gk.epoch, gk.removedDue, gk.removedLease, tk.batches, tk.parked, tk.window, tk.removedParked}
 	res, err := s.run(ctx, s.client, removeGroupScript, keys, group, limit, op, gk.wakeChannel)
 	if err != nil {
 		return false, 0, 0, err

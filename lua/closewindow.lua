@@ -5,7 +5,7 @@
 --
 -- KEYS[1] groups    set     registered consumer groups
 -- KEYS[2] parked    zset    messages waiting for a first group or kept by the window
--- KEYS[3] window    string  exists while the new-group window is open
+-- KEYS[3] window    hash    exists while the new-group window is open
 -- KEYS[4] messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[5] refs      hash    field -> holders of the message, while more than one
 -- KEYS[6] history   prefix  of the history keys of keyed messages

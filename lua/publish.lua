@@ -10,7 +10,7 @@
 --                                      and the new-group window's messages (see publish_to)
 -- KEYS[7]            history   prefix  of the history keys of keyed messages
 -- KEYS[8]            batches   hash    batch key -> its open batch (see publish_to)
--- KEYS[9]            window    string  exists while the new-group window is open: its cap
+-- KEYS[9]            window    hash    exists while the new-group window is open: "" -> its cap
 -- KEYS[10..9+G]      due       zset    one per group in ARGV[3..2+G]; members as in scripts.go
 -- KEYS[10+G..9+2G]   keyed     hash    one per group: key -> member, once claimed
 -- ARGV[1]            how long the call key is kept, ms

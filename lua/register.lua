@@ -19,7 +19,9 @@
 -- KEYS[1] groups    set     registered consumer groups
 -- KEYS[2] parked    zset    messages waiting for a first group or kept by the window
 -- KEYS[3] due       zset    the group's due set
--- KEYS[4] window    string  exists while the new-group window is open, holding its cap
+-- KEYS[4] window    hash    exists while the new-group window is open: "" -> its cap, and each
+--                           group that registered within it -> 1 (a group removed and
+--                           registered again within the window is not given its messages again)
 -- KEYS[5] refs      hash    field -> holders of the message, while more than one
 -- KEYS[6] messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[7] history   prefix  of the history keys of keyed messages
@@ -97,7 +99,8 @@ end
 local received = false
 if redis.call('SCARD', groups) == 0 then
   if length > 0 and redis.call('ZCARD', parked) <= cap then
-    redis.call('SET', window, cap, 'PX', length)
+    redis.call('HSET', window, '', cap, name, 1)
+    redis.call('PEXPIRE', window, length)
     received = receive()
   elseif redis.call('EXISTS', parked) == 1 then
     if redis.call('EXISTS', due) == 1 then
@@ -109,7 +112,10 @@ if redis.call('SCARD', groups) == 0 then
     received = true
   end
 elseif redis.call('EXISTS', window) == 1 then
-  if redis.call('ZCARD', parked) <= cap then
+  if redis.call('HEXISTS', window, name) == 1 then
+    -- Removed and registered again within the window: it starts empty, as after any removal.
+  elseif redis.call('ZCARD', parked) <= cap then
+    redis.call('HSET', window, name, 1)
     received = receive()
   else
     redis.call('DEL', window)

@@ -19,6 +19,9 @@
 -- KEYS[10] rdue      zset    the removal's due set
 -- KEYS[11] rlease    zset    the removal's lease set
 -- KEYS[12] batches   hash    batch key -> its open batch (see publish_to)
+-- KEYS[13] parked    zset    the topic's parked set
+-- KEYS[14] window    hash    the topic's new-group window (see register.lua)
+-- KEYS[15] rparked   zset    the parked set as the removal of the topic's last group left it
 -- ARGV[1] the group's name
 -- ARGV[2] N, the most messages to drop in this call
 -- ARGV[3] remove (the first step) or drain
@@ -42,6 +45,20 @@ if ARGV[3] == 'remove' and redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
       end
     end
   end
+  -- With no group left, the parked set holds only what the new-group window kept (messages
+  -- parked before the first group were copied to it then): its groups are gone, so it goes
+  -- with them, and a group that registers next starts with what is published from now on.
+  if redis.call('SCARD', KEYS[1]) == 0 then
+    redis.call('DEL', KEYS[14])
+    if redis.call('EXISTS', KEYS[13]) == 1 then
+      if redis.call('EXISTS', KEYS[15]) == 1 then
+        redis.call('ZUNIONSTORE', KEYS[15], 2, KEYS[15], KEYS[13])
+        redis.call('DEL', KEYS[13])
+      else
+        redis.call('RENAME', KEYS[13], KEYS[15])
+      end
+    end
+  end
   wake(ARGV[4], nil, 0)
   removed = 1
 end
@@ -59,7 +76,9 @@ for _, set in ipairs({KEYS[10], KEYS[11]}) do
 end
 for _, id in ipairs(ids) do close_batch(KEYS[12], id) end
 drop(KEYS[2], KEYS[3], ids, KEYS[8])
+-- What the window kept is not the group's: it is dropped in the same budget, but not counted.
+if left > 0 then drop_parked(KEYS[15], KEYS[2], KEYS[3], KEYS[8], left) end
 -- The lease set's marker (see scripts.go) is not a message: ZCOUNT below +inf leaves it out.
-local remaining = redis.call('ZCARD', KEYS[10]) + redis.call('ZCOUNT', KEYS[11], '-inf', '(1e300')
-if remaining == 0 then redis.call('DEL', KEYS[10], KEYS[11]) end
+local remaining = redis.call('ZCARD', KEYS[10]) + redis.call('ZCOUNT', KEYS[11], '-inf', '(1e300') + redis.call('ZCARD', KEYS[15])
+if remaining == 0 then redis.call('DEL', KEYS[10], KEYS[11], KEYS[15]) end
 return {removed, #ids, remaining}

@@ -4,8 +4,8 @@
 -- member itself (a larger member would make every ZRANGE of the set's head copy it). The
 -- topic's keys start at KEYS[k]: call (string, this publish call's token), seq (string),
 -- messages (hash), refs (hash), groups (set), parked (sorted set), the prefix of history keys,
--- batches (hash: batch key -> "hex count bytes due" of its open batch), window (string: exists
--- while the topic's new-group window is open, holding its cap), then one due sorted set per
+-- batches (hash: batch key -> "hex count bytes due" of its open batch), window (hash: exists
+-- while the topic's new-group window is open, "" holding its cap; see register.lua), then one due sorted set per
 -- group, then one keyed hash per group. Its arguments start at
 -- ARGV[a]: how long the call's token is kept (ms), G, G group names, their G wake channels,
 -- then triples of marshaled message, schedule (a delay in µs after now; or "@" and a Unix time
@@ -72,7 +72,7 @@ local function publish_to(k, a)
   -- each message, which refs counts while it is more than one.
   local parking, holders = ngroups == 0, ngroups
   if ngroups > 0 then
-    local cap = redis.call('GET', window)
+    local cap = redis.call('HGET', window, '')
     if cap and redis.call('ZCARD', parked) + count > tonumber(cap) then
       redis.call('DEL', window)
     elseif cap then
