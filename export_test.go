@@ -43,13 +43,14 @@ func ScheduledForTest(ctx context.Context, client redis.UniversalClient, topic s
 }
 
 // GroupLifecycleKeysForTest returns the keys of a consumer group that its registration and
-// its removal create: its epoch and the removal's due and lease sets.
+// its removal create: its epoch and the removal's due and lease sets, and the topic's parked
+// set as the removal of its last group takes it.
 func GroupLifecycleKeysForTest(prefix, topic, group string) []string {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
 	g := keySpace{prefix: prefix}.group(topic, group)
-	return []string{g.epoch, g.removedDue, g.removedLease}
+	return []string{g.epoch, g.removedDue, g.removedLease, keySpace{prefix: prefix}.topic(topic).removedParked}
 }
 
 // RequeueUncheckedForTest runs Inspector.Requeue on a topic of one partition without its check

@@ -34,9 +34,10 @@ func TestSubscriptionOfARemovedGroupStopsWithAnError(t *testing.T) {
 			t.Fatal("the removed group's subscription still runs 5 s after RemoveGroup returned")
 		}
 		due, lease := redisdelay.GroupKeysForTest("", topic, "g")
-		left, err := b.client.Exists(context.Background(), append(redisdelay.GroupLifecycleKeysForTest("", topic, "g"), due, lease)...).Result()
+		parked, window := redisdelay.WindowKeysForTest("", topic)
+		left, err := b.client.Exists(context.Background(), append(redisdelay.GroupLifecycleKeysForTest("", topic, "g"), due, lease, parked, window)...).Result()
 		require.NoError(t, err)
-		assert.Zero(t, left, "the removal leaves none of the group's keys")
+		assert.Zero(t, left, "the removal leaves none of the group's keys, nor what the new-group window kept")
 
 		fresh := subscribe(t, newSubscriber(t, b, inGroup("g")), topic)
 		publishDelayed(t, pub, topic, "after", 3, 0)
