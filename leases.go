@@ -176,4 +176,6 @@ func (b *leaseBook) leasesLost(ids []string) (inflight *claimed) {
 }
 
 // clear forgets everything, once the subscription released what it held.
-func (b *leaseBook) clear() { b.pending, b.handing, b.inflight, b.acks, b.nacks = nil, nil, nil, nil, nil }
+func (b *leaseBook) clear() {
+	b.pending, b.handing, b.inflight, b.acks, b.nacks = nil, nil, nil, nil, nil
+}
