@@ -95,22 +95,23 @@ func (o op) String() string {
 	return opNames[o.kind] + " " + g
 }
 
-// genOps draws n operations.
-func genOps(rng *rand.Rand, n int, batching bool) []op {
-	total := 0
-	for k, w := range opWeights {
-		if batching || !opKind(k).batchOnly() {
-			total += w
+// genOps draws n operations, the first a registration; skip names operations left out.
+func genOps(rng *rand.Rand, n int, batching bool, skip map[string]bool) []op {
+	weights := opWeights
+	for k := range weights {
+		if (!batching && opKind(k).batchOnly()) || skip[opNames[k]] {
+			weights[k] = 0
 		}
 	}
-	ops := make([]op, 0, n)
+	total := 0
+	for _, w := range weights {
+		total += w
+	}
+	ops := []op{{kind: opRegister, group: rng.Intn(modelGroups), key: -1}}
 	for len(ops) < n {
 		x := rng.Intn(total)
 		var kind opKind
-		for k, w := range opWeights {
-			if !batching && opKind(k).batchOnly() {
-				continue
-			}
+		for k, w := range weights {
 			if x < w {
 				kind = opKind(k)
 				break
@@ -339,7 +340,7 @@ func (r *modelRun) exec(o op) {
 		}
 		info := page.Messages[o.pick%len(page.Messages)]
 		itemUUID := info.UUID
-		if strings.HasPrefix(info.Key, "\x01") { // a batch: find it by its first item
+		if strings.HasPrefix(info.UUID, "batch-") { // a batch: find it by its first item
 			full, err := r.in.Message(ctx, r.topic, gname, info.Ref)
 			if err != nil {
 				if errors.Is(err, redisdelay.ErrNotFound) {
