@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand"
+	"strconv"
 	"strings"
 	"time"
 
@@ -490,4 +491,53 @@ func (r *modelRun) exec(o op) {
 		}
 		delete(r.batches, bk)
 	}
+}
+
+// parseOps reads operations in the form op.String writes, one a line or separated by ';'.
+func parseOps(text string) ([]op, error) {
+	var ops []op
+	for _, line := range strings.FieldsFunc(text, func(r rune) bool { return r == '\n' || r == ';' }) {
+		fields := strings.Fields(line)
+		if len(fields) == 0 {
+			continue
+		}
+		o := op{kind: -1, key: -1}
+		for k, name := range opNames {
+			if name == fields[0] {
+				o.kind = opKind(k)
+			}
+		}
+		if o.kind < 0 {
+			return nil, fmt.Errorf("unknown operation %q", line)
+		}
+		for _, f := range fields[1:] {
+			name, value, hasValue := strings.Cut(f, "=")
+			var err error
+			switch {
+			case !hasValue && len(f) > 1 && strings.ContainsRune("gkb", rune(f[0])):
+				var n int
+				n, err = strconv.Atoi(f[1:])
+				if f[0] == 'g' {
+					o.group = n
+				} else {
+					o.key = n
+				}
+			case name == "delay":
+				o.delay, err = time.ParseDuration(value)
+			case name == "key":
+				o.key, err = strconv.Atoi(strings.TrimPrefix(value, "k"))
+			case name == "on_duplicate":
+				o.policy = value
+			case name == "pick":
+				o.pick, err = strconv.Atoi(value)
+			default:
+				err = errors.New("unknown field")
+			}
+			if err != nil {
+				return nil, fmt.Errorf("operation %q: field %q: %v", line, f, err)
+			}
+		}
+		ops = append(ops, o)
+	}
+	return ops, nil
 }

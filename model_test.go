@@ -33,6 +33,8 @@ import (
 //	REDISDELAY_MODEL_BATCH       0 turns the batch operations off (default on)
 //	REDISDELAY_MODEL_PARTITIONS  partitions of the topic (default 1)
 //	REDISDELAY_MODEL_SKIP        operations left out, by name, comma-separated (e.g. "crash,purge-scheduled")
+//	REDISDELAY_MODEL_REPLAY      runs this list of operations (as printed by a failure, one a line or
+//	                             separated by ';') instead of random ones, REDISDELAY_MODEL_LEASE its lease
 //	REDISDELAY_MODEL_SHRINK      0 prints the whole failing sequence instead of shrinking it
 
 // modelDefaultOps is the default number of operations per backend.
@@ -791,6 +793,13 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 		partitions: envInt("REDISDELAY_MODEL_PARTITIONS", 1),
 		batching:   os.Getenv("REDISDELAY_MODEL_BATCH") != "0",
 	}
+	var replay []op
+	if text := os.Getenv("REDISDELAY_MODEL_REPLAY"); text != "" {
+		var err error
+		if replay, err = parseOps(text); err != nil {
+			t.Fatal(err)
+		}
+	}
 	skip := map[string]bool{}
 	for _, name := range strings.Split(os.Getenv("REDISDELAY_MODEL_SKIP"), ",") {
 		skip[strings.TrimSpace(name)] = true
@@ -803,6 +812,10 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 			c := cfg
 			c.lease = time.Duration(300+rng.Intn(501)) * time.Millisecond
 			list := genOps(rng, perSeq, c.batching, skip)
+			if replay != nil {
+				list, total = replay, 0
+				c.lease = time.Duration(envInt("REDISDELAY_MODEL_LEASE", 500)) * time.Millisecond
+			}
 			seqStart := time.Now()
 			vs := runSequence(t, b, c, list)
 			if testing.Verbose() {
