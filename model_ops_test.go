@@ -262,7 +262,7 @@ func (r *modelRun) exec(o op) {
 		g.registered, g.paused = false, false
 		for _, s := range r.slots {
 			if e := s.groups[gname]; e != nil && e.exp != expNever {
-				e.exp, e.neverAfter, e.exemptGen = expNever, end, g.gen
+				e.exp, e.neverAfter, e.exemptGen, e.removed = expNever, end, g.gen, true
 			}
 		}
 		for _, b := range r.batches {

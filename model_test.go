@@ -72,7 +72,10 @@ type groupExp struct {
 	// exemptGen: deliveries by consumers of this generation or older (closed by a removal) are
 	// not checked against neverAfter.
 	exemptGen int
-	versions  []version
+	// removed: neverAfter is a RemoveGroup, which leaves the group's dead letters on their
+	// dead-letter topic; a Requeue after the group registers again brings them back.
+	removed  bool
+	versions []version
 }
 
 func (e *groupExp) reschedule(due, now time.Time) {
@@ -130,7 +133,7 @@ type delivery struct {
 	at                 time.Time
 	attempt            string
 	acked, nacked      bool
-	crashed            bool
+	crashed, requeued  bool
 	trigger            string
 }
 
@@ -287,7 +290,7 @@ func (r *modelRun) consume(i, gen int, msg *message.Message, crash bool) {
 		g.nackNext--
 	}
 	d := delivery{group: groupName(i), gen: gen, at: at, attempt: msg.Metadata.Get(redisdelay.AttemptMetadataKey),
-		nacked: nack, crashed: crash, acked: !nack && !crash}
+		nacked: nack, crashed: crash, acked: !nack && !crash, requeued: msg.Metadata.Get(redisdelay.DeadLetterReasonKey) != ""}
 	if bk := msg.Metadata.Get(redisdelay.BatchKeyMetadataKey); bk != "" && strings.HasPrefix(msg.UUID, "batch-") {
 		d.batch, d.trigger = msg.UUID, msg.Metadata.Get(redisdelay.BatchTriggerMetadataKey)
 		items, err := redisdelay.UnpackBatch(msg, nil)
@@ -537,9 +540,9 @@ func (r *modelRun) checkDeliveries() {
 			r.failf("unexpected", "%s in %s (attempt %s): the group was not registered when it was published", d.uuid, d.group, d.attempt)
 			continue
 		}
-		if e.exp == expNever && d.at.After(e.neverAfter) && d.gen > e.exemptGen {
-			r.failf("unexpected", "%s in %s at %s (attempt %s): cancelled, purged or removed at %s", d.uuid, d.group,
-				d.at.Format("15:04:05.000"), d.attempt, e.neverAfter.Format("15:04:05.000"))
+		if e.exp == expNever && d.at.After(e.neverAfter) && d.gen > e.exemptGen && !(e.removed && d.requeued) {
+			r.failf("unexpected", "%s (key %q) in %s at %s (attempt %s, consumer generation %d): cancelled, purged or removed at %s", d.uuid, s.key, d.group,
+				d.at.Format("15:04:05.000"), d.attempt, d.gen, e.neverAfter.Format("15:04:05.000"))
 		}
 		early := true
 		for _, v := range e.versions {
@@ -617,7 +620,7 @@ func (r *modelRun) checkKeys() {
 				r.failf("keys", "%s holds %d leases after the drain", k, n)
 			}
 		case "expiring":
-			if ttl := r.b.client.PTTL(ctx, k).Val(); ttl <= 0 && ttl != -2*time.Nanosecond { // -2: expired since the scan
+			if ttl := r.b.client.PTTL(ctx, k).Val(); ttl < 0 && ttl != -2*time.Nanosecond { // -2: expired since the scan
 				r.failf("keys", "%s has no expiry (PTTL %s)", k, ttl)
 			}
 		default:
@@ -804,56 +807,95 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 	for _, name := range strings.Split(os.Getenv("REDISDELAY_MODEL_SKIP"), ",") {
 		skip[strings.TrimSpace(name)] = true
 	}
+	workers := envInt("REDISDELAY_MODEL_WORKERS", 2)
+	if replay != nil {
+		workers = 1
+	}
 	forEachBackend(t, func(t *testing.T, b backend) {
 		start := time.Now()
-		ops, seqs := 0, 0
-		for seed := seed0; ops < total; seed++ {
-			rng := rand.New(rand.NewSource(seed))
-			c := cfg
-			c.lease = time.Duration(300+rng.Intn(501)) * time.Millisecond
-			list := genOps(rng, perSeq, c.batching, skip)
-			if replay != nil {
-				list, total = replay, 0
-				c.lease = time.Duration(envInt("REDISDELAY_MODEL_LEASE", 500)) * time.Millisecond
-			}
-			seqStart := time.Now()
-			vs := runSequence(t, b, c, list)
-			if testing.Verbose() {
-				t.Logf("sequence seed=%d: %s", seed, time.Since(seqStart).Round(time.Millisecond))
-			}
-			ops += len(list)
-			seqs++
-			if len(vs) == 0 {
-				continue
-			}
-			for _, v := range vs[:min(len(vs), 10)] {
-				t.Logf("seed %d: %s: %s", seed, v.kind, v.text)
-			}
-			// One shrunk repro per kind of violation, the most telling first.
-			shrunk := 0
-			for _, kind := range []string{"missing", "unexpected", "early", "duplicate", "count", "keys", "dead", "model", "error"} {
-				if !strings.Contains(","+kinds(vs)+",", ","+kind+",") || shrunk == 3 {
-					continue
+		// Workers run sequences side by side, each on its own key prefix, until the operations
+		// are done or one fails.
+		var mu sync.Mutex
+		ops, seqs, nextSeed := 0, 0, seed0
+		var failed *failure
+		var wg sync.WaitGroup
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					mu.Lock()
+					if failed != nil || ops >= total || (replay != nil && seqs > 0) {
+						mu.Unlock()
+						return
+					}
+					seed := nextSeed
+					nextSeed++
+					rng := rand.New(rand.NewSource(seed))
+					c := cfg
+					c.lease = time.Duration(300+rng.Intn(501)) * time.Millisecond
+					list := genOps(rng, perSeq, c.batching, skip)
+					if replay != nil {
+						list = replay
+						c.lease = time.Duration(envInt("REDISDELAY_MODEL_LEASE", 500)) * time.Millisecond
+					}
+					ops += len(list)
+					seqs++
+					mu.Unlock()
+					if vs := runSequence(t, b, c, list); len(vs) > 0 {
+						mu.Lock()
+						if failed == nil {
+							failed = &failure{seed: seed, cfg: c, ops: list, vs: vs}
+						}
+						mu.Unlock()
+						return
+					}
 				}
-				shrunk++
-				small, smallVs := list, vs
-				if os.Getenv("REDISDELAY_MODEL_SHRINK") != "0" {
-					small, smallVs = shrink(t, b, c, list, kind, 60)
-				}
-				lines := make([]string, len(small))
-				for i, o := range small {
-					lines[i] = o.String()
-				}
-				detail := ""
-				for _, v := range smallVs[:min(len(smallVs), 5)] {
-					detail += "\n  " + v.kind + ": " + v.text
-				}
-				t.Errorf("model: backend=%s seed=%d partitions=%d batching=%v lease=%s: %s (%d violations in all: %s); "+
-					"shortest failing sequence, %d of %d ops:\n%s\nits violations:%s", b.name, seed, c.partitions, c.batching,
-					c.lease, kind, len(vs), kinds(vs), len(small), len(list), strings.Join(lines, "\n"), detail)
-			}
-			break
+			}()
 		}
+		wg.Wait()
 		t.Logf("model: backend=%s seed=%d ops=%d sequences=%d in %s", b.name, seed0, ops, seqs, time.Since(start).Round(time.Millisecond))
+		if failed != nil {
+			failed.report(t, b)
+		}
 	})
+}
+
+// failure is a failing sequence.
+type failure struct {
+	seed int64
+	cfg  modelConfig
+	ops  []op
+	vs   []violation
+}
+
+// report prints the violations of a failed sequence and, for up to three kinds of violation,
+// the shortest failing list of operations found by shrink.
+func (f *failure) report(t *testing.T, b backend) {
+	for _, v := range f.vs[:min(len(f.vs), 10)] {
+		t.Logf("seed %d: %s: %s", f.seed, v.kind, v.text)
+	}
+	shrunk := 0
+	for _, kind := range []string{"missing", "unexpected", "early", "duplicate", "count", "keys", "model", "error"} {
+		if !strings.Contains(","+kinds(f.vs)+",", ","+kind+",") || shrunk == 3 {
+			continue
+		}
+		shrunk++
+		small, smallVs := f.ops, f.vs
+		if os.Getenv("REDISDELAY_MODEL_SHRINK") != "0" {
+			small, smallVs = shrink(t, b, f.cfg, f.ops, kind, 60)
+		}
+		lines := make([]string, len(small))
+		for i, o := range small {
+			lines[i] = o.String()
+		}
+		detail := ""
+		for _, v := range smallVs[:min(len(smallVs), 5)] {
+			detail += "\n  " + v.kind + ": " + v.text
+		}
+		t.Errorf("model: backend=%s seed=%d partitions=%d batching=%v lease=%s: %s (%d violations in all: %s); "+
+			"shortest failing sequence, %d of %d ops (replay: REDISDELAY_MODEL_REPLAY='%s' REDISDELAY_MODEL_LEASE=%d):\n%s\nits violations:%s",
+			b.name, f.seed, f.cfg.partitions, f.cfg.batching, f.cfg.lease, kind, len(f.vs), kinds(f.vs), len(small), len(f.ops),
+			strings.Join(lines, ";"), f.cfg.lease.Milliseconds(), strings.Join(lines, "\n"), detail)
+	}
 }
