@@ -180,7 +180,7 @@ func (r *modelRun) exec(o op) {
 		defer r.mu.Unlock()
 		switch outcomes[0] {
 		case redisdelay.Scheduled:
-			s := r.newSlot(msg.UUID, start.Add(o.delay))
+			s := r.newSlot(msg.UUID, start.Add(o.delay), time.Now().Add(o.delay))
 			if key != "" {
 				s.key = key
 				r.keys[key] = s
@@ -199,7 +199,7 @@ func (r *modelRun) exec(o op) {
 			now := time.Now()
 			for _, e := range s.groups {
 				if e.exp != expNever {
-					e.reschedule(start.Add(o.delay), now)
+					e.reschedule(start.Add(o.delay), now.Add(o.delay), now)
 				}
 			}
 		default:
@@ -230,7 +230,7 @@ func (r *modelRun) exec(o op) {
 		// Until the batch is released its items are due an hour after it opened (MaxWait).
 		s := &slot{uuids: []string{msg.UUID}, batch: b, groups: map[string]*groupExp{}}
 		for _, gn := range b.groups {
-			s.groups[gn] = &groupExp{exp: expMust, versions: []version{{due: start.Add(modelFar)}}}
+			s.groups[gn] = &groupExp{exp: expMust, versions: []version{{due: start.Add(modelFar), latest: time.Now().Add(modelFar)}}}
 		}
 		r.slots[msg.UUID] = s
 		b.items = append(b.items, s)
@@ -324,7 +324,7 @@ func (r *modelRun) exec(o op) {
 				r.failf("model", "%s %s: done in group %q, which the model says never held it", opNames[o.kind], key, gn)
 				continue
 			}
-			e.reschedule(res.DueAt, end)
+			e.reschedule(res.DueAt, res.DueAt, end)
 		}
 
 	case opCancelRef, opRescheduleRef, opRunNowRef:
@@ -403,7 +403,7 @@ func (r *modelRun) exec(o op) {
 					e.exp = expMay
 				}
 			case out == redisdelay.KeyDone:
-				e.reschedule(due, end)
+				e.reschedule(due, due, end)
 			}
 		}
 

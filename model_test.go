@@ -28,6 +28,7 @@ import (
 // Environment (the chaos build tag raises the defaults, see model_chaos_test.go):
 //
 //	REDISDELAY_MODEL_OPS         operations per backend (default modelDefaultOps)
+//	REDISDELAY_MODEL_SECONDS     no sequence starts after this many seconds (default modelDefaultSeconds)
 //	REDISDELAY_MODEL_SEQ_OPS     operations per sequence (default 250)
 //	REDISDELAY_MODEL_SEED        seed of the first sequence (default: the clock)
 //	REDISDELAY_MODEL_BATCH       0 turns the batch operations off (default on)
@@ -37,8 +38,12 @@ import (
 //	                             separated by ';') instead of random ones, REDISDELAY_MODEL_LEASE its lease
 //	REDISDELAY_MODEL_SHRINK      0 prints the whole failing sequence instead of shrinking it
 
-// modelDefaultOps is the default number of operations per backend.
-var modelDefaultOps = 10000
+// modelDefaultOps is the default number of operations per backend, and modelDefaultSeconds the
+// time after which no new sequence starts, whichever comes first.
+var (
+	modelDefaultOps     = 10000
+	modelDefaultSeconds = 50
+)
 
 // modelNewGroupWindow switches on the model of a new-group window: a group that registers within
 // a minute of the topic's first group may also receive what was published before it registered.
@@ -62,8 +67,10 @@ const (
 	expNever                    // it must not arrive after neverAfter
 )
 
-// version is a due time a message had in a group, until end (zero: still in effect).
-type version struct{ due, end time.Time }
+// version is a due time a message had in a group, until end (zero: still in effect). The due time
+// on the Redis clock lies between due and latest: a publish computes it from the Redis clock
+// somewhere between the call and its return.
+type version struct{ due, latest, end time.Time }
 
 // groupExp is what the model expects of one message in one group.
 type groupExp struct {
@@ -78,15 +85,16 @@ type groupExp struct {
 	versions []version
 }
 
-func (e *groupExp) reschedule(due, now time.Time) {
+func (e *groupExp) reschedule(due, latest, now time.Time) {
 	if n := len(e.versions); n > 0 && e.versions[n-1].end.IsZero() {
 		e.versions[n-1].end = now
 	}
-	e.versions = append(e.versions, version{due: due})
+	e.versions = append(e.versions, version{due: due, latest: latest})
 }
 
-// current is the due time in effect.
-func (e *groupExp) current() time.Time { return e.versions[len(e.versions)-1].due }
+// current is the earliest the due time in effect can be, currentLatest the latest.
+func (e *groupExp) current() time.Time       { return e.versions[len(e.versions)-1].due }
+func (e *groupExp) currentLatest() time.Time { return e.versions[len(e.versions)-1].latest }
 
 // slot is one message (with every version a Replace gave it), or one batch item.
 type slot struct {
@@ -193,10 +201,10 @@ func (r *modelRun) registeredOrParked() []string {
 	return out
 }
 
-func (r *modelRun) newSlot(uuid string, due time.Time) *slot {
+func (r *modelRun) newSlot(uuid string, due, latest time.Time) *slot {
 	s := &slot{uuids: []string{uuid}, groups: map[string]*groupExp{}}
 	for _, gn := range r.registeredOrParked() {
-		s.groups[gn] = &groupExp{exp: expMust, versions: []version{{due: due}}}
+		s.groups[gn] = &groupExp{exp: expMust, versions: []version{{due: due, latest: latest}}}
 	}
 	r.slots[uuid] = s
 	return s
@@ -208,7 +216,7 @@ func (r *modelRun) releaseBatch(b *batchRec, at time.Time) {
 	for _, s := range b.items {
 		for _, e := range s.groups {
 			if e.exp != expNever {
-				e.reschedule(at, now)
+				e.reschedule(at, now, now)
 			}
 		}
 	}
@@ -381,13 +389,13 @@ func (r *modelRun) purgeScheduled(i int, final bool) {
 		due := e.current()
 		sure := e.exp == expMust && !s.replaced && !acked[s]
 		switch {
-		case due.After(end.Add(50 * time.Millisecond)):
+		case due.After(end.Add(modelClockSkew)):
 			if sure {
 				low++
 			}
 			high++
 			e.exp, e.neverAfter = expNever, end
-		case due.After(start.Add(-modelClockSkew)):
+		case e.currentLatest().After(start.Add(-modelClockSkew)):
 			high++
 			if e.exp == expMust {
 				e.exp = expMay
@@ -807,6 +815,7 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 	for _, name := range strings.Split(os.Getenv("REDISDELAY_MODEL_SKIP"), ",") {
 		skip[strings.TrimSpace(name)] = true
 	}
+	budget := time.Duration(envInt("REDISDELAY_MODEL_SECONDS", modelDefaultSeconds)) * time.Second
 	workers := envInt("REDISDELAY_MODEL_WORKERS", 2)
 	if replay != nil {
 		workers = 1
@@ -825,7 +834,7 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 				defer wg.Done()
 				for {
 					mu.Lock()
-					if failed != nil || ops >= total || (replay != nil && seqs > 0) {
+					if failed != nil || ops >= total || (replay != nil && seqs > 0) || time.Since(start) > budget {
 						mu.Unlock()
 						return
 					}
@@ -854,7 +863,11 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 			}()
 		}
 		wg.Wait()
-		t.Logf("model: backend=%s seed=%d ops=%d sequences=%d in %s", b.name, seed0, ops, seqs, time.Since(start).Round(time.Millisecond))
+		t.Logf("model: backend=%s seed=%d ops=%d sequences=%d in %s (partitions %d, batching %v, %d workers)", b.name, seed0, ops, seqs,
+			time.Since(start).Round(time.Millisecond), cfg.partitions, cfg.batching, workers)
+		if ops < total {
+			t.Logf("model: backend=%s ran %d of %d operations within the %s budget", b.name, ops, total, budget)
+		}
 		if failed != nil {
 			failed.report(t, b)
 		}
