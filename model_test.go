@@ -329,7 +329,9 @@ func (r *modelRun) consume(i, gen int, msg *message.Message, crash bool) {
 func (r *modelRun) crash(i int) {
 	client := newClientLike(r.b)
 	cfg := r.subscriberConfig(client, groupName(i))
-	cfg.OperationTimeout, cfg.ClaimBatchSize = 200*time.Millisecond, 1
+	// The default OperationTimeout: a Subscribe whose registration times out returns nil and
+	// registers in the background, which could bring back a group removed meanwhile.
+	cfg.ClaimBatchSize = 1
 	sub, err := redisdelay.NewSubscriber(cfg, nil)
 	if err != nil {
 		r.failf("error", "new subscriber: %v", err)
