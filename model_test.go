@@ -239,6 +239,8 @@ func (r *modelRun) subscriberConfig(client redis.UniversalClient, group string) 
 		MaxAttempts:     3,
 		Partitions:      r.cfg.partitions,
 		RecheckInterval: time.Second,
+		// The model follows the plain rule (modelNewGroupWindow); the window has tests of its own.
+		NewGroupWindow: -1,
 	}
 }
 
@@ -803,7 +805,8 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 	perSeq := envInt("REDISDELAY_MODEL_SEQ_OPS", 250)
 	seed0 := int64(envInt("REDISDELAY_MODEL_SEED", int(time.Now().UnixNano()%1e9)))
 	cfg := modelConfig{
-		partitions: envInt("REDISDELAY_MODEL_PARTITIONS", 1),
+		// 0: each sequence picks 1, 2 or 3 partitions.
+		partitions: envInt("REDISDELAY_MODEL_PARTITIONS", 0),
 		batching:   os.Getenv("REDISDELAY_MODEL_BATCH") != "0",
 	}
 	var replay []op
@@ -845,6 +848,9 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 					rng := rand.New(rand.NewSource(seed))
 					c := cfg
 					c.lease = time.Duration(300+rng.Intn(501)) * time.Millisecond
+					if c.partitions == 0 {
+						c.partitions = 1 + rng.Intn(3)
+					}
 					list := genOps(rng, perSeq, c.batching, skip)
 					if replay != nil {
 						list = replay
@@ -866,7 +872,7 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 		}
 		wg.Wait()
 		t.Logf("model: backend=%s seed=%d ops=%d sequences=%d in %s (partitions %d, batching %v, %d workers)", b.name, seed0, ops, seqs,
-			time.Since(start).Round(time.Millisecond), cfg.partitions, cfg.batching, workers)
+			time.Since(start).Round(time.Millisecond), cfg.partitions, cfg.batching, workers) // partitions 0: 1 to 3 per sequence
 		if ops < total {
 			t.Logf("model: backend=%s ran %d of %d operations within the %s budget", b.name, ops, total, budget)
 		}

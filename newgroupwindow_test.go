@@ -137,19 +137,19 @@ wait:
 	return 2 - len(got)
 }
 
-// delivery is one message as a group received it.
-type delivery struct {
+// received is one message as a group received it.
+type received struct {
 	at  time.Time
 	due string // DueTimeMetadataKey
 }
 
 // collect receives n messages from ch, acks them and returns them by UUID.
-func collect(t *testing.T, ch <-chan *message.Message, n int) map[string]delivery {
+func collect(t *testing.T, ch <-chan *message.Message, n int) map[string]received {
 	t.Helper()
-	got := map[string]delivery{}
+	got := map[string]received{}
 	for range n {
 		msg := receive(t, ch, 5*time.Second)
-		got[msg.UUID] = delivery{at: time.Now(), due: msg.Metadata.Get(redisdelay.DueTimeMetadataKey)}
+		got[msg.UUID] = received{at: time.Now(), due: msg.Metadata.Get(redisdelay.DueTimeMetadataKey)}
 		msg.Ack()
 	}
 	return got
@@ -197,7 +197,7 @@ func TestAGroupRegisteredWithinTheWindowReceivesWhatWasPublishedBefore(t *testin
 			assert.Equal(t, st.Groups["a"].DueAt, st.Groups["b"].DueAt, "the original due time")
 		}
 
-		var a, bb map[string]delivery
+		var a, bb map[string]received
 		var wg sync.WaitGroup
 		wg.Add(2)
 		go func() { defer wg.Done(); a = collect(t, chA, 3) }()
