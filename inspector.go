@@ -114,9 +114,11 @@ const (
 	// KeyDone: the operation took effect in the group.
 	KeyDone
 	// KeyInFlight: a consumer of the group holds the message. Reschedule and RunNow leave it
-	// as it is. Cancel cancels it all the same: the delivery under way finishes, but its Ack
-	// and Nack are refused as for a lost lease (logged at info level) and no Nack or expired
-	// lease brings the message back.
+	// as it is. Cancel cancels it all the same: a delivery the handler already has finishes,
+	// but its Ack and Nack are refused as for a lost lease (logged at info level) and no Nack
+	// or expired lease brings the message back; a message claimed but not yet handed to the
+	// handler is handed out only if its subscription has not learned of the lost lease first
+	// (fencing before hand-over), so it arrives at most once.
 	KeyInFlight
 	// KeyFinished: the group no longer holds the message: it acked, dead-lettered or
 	// cancelled it already, or was registered after the message was published.
@@ -177,8 +179,9 @@ func (r KeyResult) Done() bool {
 
 // Cancel cancels the message with key on topic: no consumer group receives it afterwards. In
 // a group that holds it due (first attempt, or waiting for a retry) it is removed (KeyDone).
-// In a group that holds it in flight the delivery under way finishes, but its Ack or Nack is
-// refused and it never comes back (KeyInFlight). The message is deleted once no group holds it,
+// In a group that holds it in flight the delivery under way finishes (one claimed but not yet
+// handed to the handler may not be handed out), but its Ack or Nack is refused and it never
+// comes back (KeyInFlight). The message is deleted once no group holds it,
 // and the key is free again, or keeps its history for PublisherConfig.KeyRetention, recorded
 // as cancelled in each group that held it.
 //

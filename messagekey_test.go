@@ -123,7 +123,10 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 			defer close(consumed)
 			for {
 				select {
-				case msg := <-ch:
+				case msg, ok := <-ch:
+					if !ok {
+						return // the test ended early; its failure says why
+					}
 					mu.Lock()
 					received[msg.Metadata.Get(redisdelay.KeyMetadataKey)]++
 					total++
@@ -155,17 +158,18 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 		wg.Wait()
 		expected := 0
 		for _, o := range outcomes {
-			if o != redisdelay.KeyDone {
+			if o == redisdelay.KeyNotFound {
 				expected++
 			}
 		}
-		// Every message that was not removed arrives; then, once the last due time is well
-		// past, nothing more does.
+		// Every message that was acked before its cancel arrived; one cancelled in flight may
+		// (if its handler had it, or before its subscription learned of the lost lease); then,
+		// once the last due time is well past, nothing more does.
 		require.Eventually(t, func() bool {
 			mu.Lock()
 			defer mu.Unlock()
 			return total >= expected
-		}, 10*time.Second, 5*time.Millisecond)
+		}, 10*time.Second, 5*time.Millisecond, "%d of %d arrived; outcomes %v, received %v", &total, expected, outcomes, received)
 		<-time.After(time.Until(published.Add(n*spacing + 300*time.Millisecond)))
 		close(stop)
 		<-consumed
@@ -180,15 +184,18 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 			switch o {
 			case redisdelay.KeyDone:
 				assert.Zero(t, received[key], "key %s was delivered although Cancel removed it while due", key)
-			case redisdelay.KeyInFlight, redisdelay.KeyNotFound:
-				// In flight, or already acked (and, with no history kept, gone).
-				assert.Equal(t, 1, received[key], "key %s was claimed before the cancel, so it was delivered once", key)
+			case redisdelay.KeyNotFound:
+				// Already acked (and, with no history kept, gone).
+				assert.Equal(t, 1, received[key], "key %s was acked before the cancel, so it was delivered once", key)
+			case redisdelay.KeyInFlight:
+				// Claimed before the cancel: at most once (checked above).
 			default:
 				t.Errorf("key %s: unexpected outcome %s", key, o)
 			}
 		}
 		t.Logf("cancel outcomes: %v", counts)
-		assert.Equal(t, total, n-counts[redisdelay.KeyDone], "exactly the messages not removed were delivered")
+		assert.GreaterOrEqual(t, total, counts[redisdelay.KeyNotFound], "the messages acked before their cancel were delivered")
+		assert.LessOrEqual(t, total, n-counts[redisdelay.KeyDone], "no message removed while due was delivered")
 		assert.Positive(t, counts[redisdelay.KeyDone], "some cancels must have come before the claim")
 	})
 }
