@@ -468,7 +468,7 @@ func (r *modelRun) drain() {
 		r.register(0) // the first group takes what is parked
 	}
 	drainStart := time.Now()
-	deadline := time.Now().Add(3*time.Second + 4*r.cfg.lease)
+	deadline := time.Now().Add(10*time.Second + 4*r.cfg.lease) // generous: it only matters when something is missing
 	for {
 		r.waitPending(deadline)
 		time.Sleep(100 * time.Millisecond) // late duplicates or strays
@@ -608,6 +608,8 @@ func modelKeyClass(prefix, key string, registered func(group string) bool) strin
 		return "registry"
 	case strings.HasPrefix(after, ":g:") && strings.HasSuffix(after, ":lease"):
 		return "lease" // a registered group's lease set, which keeps its marker member
+	case strings.HasPrefix(after, ":g:") && strings.HasSuffix(after, ":epoch") && registered(strings.TrimSuffix(after[len(":g:"):], ":epoch")):
+		return "registry" // a registered group's epoch; the removal deletes it
 	case strings.HasPrefix(after, ":call:"), strings.HasPrefix(after, ":history:"):
 		return "expiring"
 	case strings.HasPrefix(after, ":g:") && strings.Contains(after, ":claim:"):
