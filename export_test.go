@@ -74,3 +74,13 @@ func WindowKeysForTest(prefix, topic string) (parked, window string) {
 	tk := keySpace{prefix: prefix}.topic(topic)
 	return tk.parked, tk.window
 }
+
+// RegistryKeysForTest returns the key of the topic registry and of a topic's group set, so that
+// tests can set up what an older version may have stored.
+func RegistryKeysForTest(prefix, topic string) (registry, groups string) {
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	k := keySpace{prefix: prefix}
+	return k.topicRegistry(), k.topic(topic).groups
+}

@@ -4,14 +4,23 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
+	"unicode/utf8"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
 
 // DefaultMetricsNamespace is the namespace of the metrics when MetricsConfig.Namespace is empty.
 const DefaultMetricsNamespace = "redisdelay"
+
+// InvalidLabelValue is the label value under which Metrics counts a topic, consumer group or
+// reason that cannot be a Prometheus label value (one that is not valid UTF-8). ValidateName
+// refuses such names, so only names stored by older versions can have one; Prometheus would
+// panic on them.
+const InvalidLabelValue = "invalid"
 
 // MetricsConfig configures Metrics.
 type MetricsConfig struct {
@@ -20,6 +29,9 @@ type MetricsConfig struct {
 	// Registerer receives the metrics; prometheus.DefaultRegisterer when nil. Watermill's
 	// metrics.NewPrometheusMetricsBuilder can use the same one.
 	Registerer prometheus.Registerer
+	// Logger hears, once, of the first label value counted under InvalidLabelValue;
+	// watermill.NopLogger when nil.
+	Logger watermill.LoggerAdapter
 }
 
 // Metrics are the Prometheus metrics of the Publishers, Subscribers and Inspectors that are
@@ -37,6 +49,11 @@ type Metrics struct {
 	scheduled, due, inFlight, deadLetters, dueAge *prometheus.GaugeVec
 	samplerErrors                                 prometheus.Counter
 	sampled                                       map[[2]string]bool // label pairs the gauges hold
+	// latenessSeen holds the delivery_lateness_seconds series that claims created, by topic
+	// and group, so that Lateness reads them without creating empty ones.
+	latenessSeen  sync.Map // [2]string -> prometheus.Observer
+	logger        watermill.LoggerAdapter
+	invalidLogged sync.Once
 }
 
 // LatenessBuckets are the buckets of delivery_lateness_seconds: 100 µs to 1 h, each about
@@ -51,6 +68,9 @@ func NewMetrics(config MetricsConfig) (*Metrics, error) {
 	}
 	if config.Registerer == nil {
 		config.Registerer = prometheus.DefaultRegisterer
+	}
+	if config.Logger == nil {
+		config.Logger = watermill.NopLogger{}
 	}
 	ns := config.Namespace
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
@@ -86,6 +106,7 @@ func NewMetrics(config MetricsConfig) (*Metrics, error) {
 		dueAge:        gauge("oldest_due_age_seconds", "How long the oldest due message has been due, as the sampler last saw it."),
 		samplerErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sampler_errors_total", Help: "Sampling passes that failed."}),
 		sampled:       map[[2]string]bool{},
+		logger:        config.Logger,
 	}
 	for _, c := range []prometheus.Collector{m.published, m.deduplicated, m.claimed, m.acked, m.nacked, m.leaseExpired, m.deadLettered,
 		m.cancelled, m.rescheduled, m.lateness, m.scriptDuration, m.scheduled, m.due, m.inFlight, m.deadLetters, m.dueAge, m.samplerErrors} {
@@ -94,6 +115,30 @@ func NewMetrics(config MetricsConfig) (*Metrics, error) {
 		}
 	}
 	return m, nil
+}
+
+// label returns v as a label value: v itself, or InvalidLabelValue when v is not valid UTF-8,
+// on which Prometheus's WithLabelValues would panic. The first such value is logged.
+func (m *Metrics) label(v string) string {
+	if utf8.ValidString(v) {
+		return v
+	}
+	m.invalidLogged.Do(func() {
+		m.logger.Error("redisdelay: a metric label value is not valid UTF-8; it and any later such value are counted as "+InvalidLabelValue,
+			nil, watermill.LogFields{"label_value": quote(v)})
+	})
+	return InvalidLabelValue
+}
+
+// latenessOf returns the delivery_lateness_seconds series of topic and group, creating it.
+func (m *Metrics) latenessOf(topic, group string) prometheus.Observer {
+	pair := [2]string{topic, group}
+	if h, ok := m.latenessSeen.Load(pair); ok {
+		return h.(prometheus.Observer)
+	}
+	h := m.lateness.WithLabelValues(m.label(topic), m.label(group))
+	m.latenessSeen.Store(pair, h)
+	return h
 }
 
 // publishedOutcomes counts the outcomes of one Publish call.
@@ -109,9 +154,9 @@ func (m *Metrics) publishedOutcomes(topic string, outcomes []PublishOutcome) {
 			stored++
 		}
 	}
-	m.published.WithLabelValues(topic).Add(stored)
+	m.published.WithLabelValues(m.label(topic)).Add(stored)
 	if dup > 0 {
-		m.deduplicated.WithLabelValues(topic).Add(dup)
+		m.deduplicated.WithLabelValues(m.label(topic)).Add(dup)
 	}
 }
 
@@ -122,14 +167,14 @@ func (m *Metrics) claim(topic, group string, res claimResult) {
 		return
 	}
 	if len(res.messages) > 0 {
-		m.claimed.WithLabelValues(topic, group).Add(float64(len(res.messages)))
-		h := m.lateness.WithLabelValues(topic, group)
+		m.claimed.WithLabelValues(m.label(topic), m.label(group)).Add(float64(len(res.messages)))
+		h := m.latenessOf(topic, group)
 		for _, c := range res.messages {
 			h.Observe(max(float64(res.nowUs-c.dueUs), 0) / 1e6)
 		}
 	}
 	if res.expired > 0 {
-		m.leaseExpired.WithLabelValues(topic, group).Add(float64(res.expired))
+		m.leaseExpired.WithLabelValues(m.label(topic), m.label(group)).Add(float64(res.expired))
 	}
 }
 
@@ -139,23 +184,23 @@ func (m *Metrics) handled(topic, group string, acked bool) {
 		return
 	}
 	if acked {
-		m.acked.WithLabelValues(topic, group).Inc()
+		m.acked.WithLabelValues(m.label(topic), m.label(group)).Inc()
 	} else {
-		m.nacked.WithLabelValues(topic, group).Inc()
+		m.nacked.WithLabelValues(m.label(topic), m.label(group)).Inc()
 	}
 }
 
 // deadLetter counts a message moved to its dead-letter topic.
 func (m *Metrics) deadLetter(topic, group, reason string) {
 	if m != nil {
-		m.deadLettered.WithLabelValues(topic, group, reason).Inc()
+		m.deadLettered.WithLabelValues(m.label(topic), m.label(group), m.label(reason)).Inc()
 	}
 }
 
 // script records the duration of one script call.
 func (m *Metrics) script(name string, d time.Duration) {
 	if m != nil {
-		m.scriptDuration.WithLabelValues(name).Observe(d.Seconds())
+		m.scriptDuration.WithLabelValues(m.label(name)).Observe(d.Seconds())
 	}
 }
 
@@ -168,9 +213,9 @@ func (m *Metrics) acted(cancel bool, topic string, groups map[string]KeyOutcome)
 	for g, o := range groups {
 		switch {
 		case cancel && (o == KeyDone || o == KeyInFlight):
-			m.cancelled.WithLabelValues(topic, g).Inc()
+			m.cancelled.WithLabelValues(m.label(topic), m.label(g)).Inc()
 		case !cancel && o == KeyDone:
-			m.rescheduled.WithLabelValues(topic, g).Inc()
+			m.rescheduled.WithLabelValues(m.label(topic), m.label(g)).Inc()
 		}
 	}
 }
@@ -188,8 +233,8 @@ func (m *Metrics) Sample(ctx context.Context, in *Inspector) error {
 	}
 	seen := map[[2]string]bool{}
 	for _, s := range stats {
-		labels := []string{s.Topic, s.Group}
-		seen[[2]string{s.Topic, s.Group}] = true
+		labels := []string{m.label(s.Topic), m.label(s.Group)}
+		seen[[2]string(labels)] = true
 		m.scheduled.WithLabelValues(labels...).Set(float64(s.Scheduled))
 		m.due.WithLabelValues(labels...).Set(float64(s.Due))
 		m.inFlight.WithLabelValues(labels...).Set(float64(s.InFlight))
@@ -229,13 +274,14 @@ func (m *Metrics) RunSampler(ctx context.Context, in *Inspector, interval time.D
 // Lateness estimates the median and the 99th percentile of delivery_lateness_seconds for a
 // topic and consumer group since the process started, by linear interpolation within the
 // histogram's buckets (as PromQL's histogram_quantile does). ok is false when nothing was
-// claimed yet. It fits dashboard.Options.Lateness.
+// claimed yet. It reads only: a group that claimed nothing gets no series. It fits
+// dashboard.Options.Lateness.
 func (m *Metrics) Lateness(topic, group string) (p50, p99 time.Duration, ok bool) {
 	if m == nil {
 		return 0, 0, false
 	}
-	h, err := m.lateness.GetMetricWithLabelValues(topic, group)
-	if err != nil {
+	h, found := m.latenessSeen.Load([2]string{topic, group})
+	if !found {
 		return 0, 0, false
 	}
 	var out dto.Metric

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	watermillmetrics "github.com/ThreeDotsLabs/watermill/components/metrics"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
@@ -176,4 +177,42 @@ func newSubscriberOn(t *testing.T, client redis.UniversalClient, edit func(*redi
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Close() })
 	return sub
+}
+
+func TestMetricsCountNamesThatCannotBeLabelsUnderAPlaceholder(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		prefix := "labels-" + watermill.NewShortUUID() + ":"
+		// Names that an older version stored, before ValidateName refused them.
+		registry, groups := redisdelay.RegistryKeysForTest(prefix, "bad\xff\xfe")
+		require.NoError(t, b.client.HSet(ctx, registry, "bad\xff\xfe", 1).Err())
+		require.NoError(t, b.client.SAdd(ctx, groups, "group\xc3", "fine").Err())
+		reg := prometheus.NewRegistry()
+		logs := newRecordingLogger()
+		m, err := redisdelay.NewMetrics(redisdelay.MetricsConfig{Namespace: "test", Registerer: reg, Logger: logs})
+		require.NoError(t, err)
+		in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client, KeyPrefix: prefix}, nil)
+		require.NoError(t, err)
+		for range 2 {
+			require.NotPanics(t, func() { require.NoError(t, m.Sample(ctx, in)) })
+		}
+		families, err := reg.Gather()
+		require.NoError(t, err)
+		series := map[string]bool{}
+		for _, f := range families {
+			if f.GetName() != "test_scheduled" {
+				continue
+			}
+			for _, s := range f.GetMetric() {
+				var labels []string
+				for _, l := range s.GetLabel() {
+					labels = append(labels, l.GetValue())
+				}
+				series[strings.Join(labels, "|")] = true
+			}
+		}
+		inv := redisdelay.InvalidLabelValue
+		assert.Equal(t, map[string]bool{inv + "|" + inv: true, "fine|" + inv: true}, series)
+		assert.Len(t, logs.above(watermill.InfoLogLevel), 1, "logged once")
+	})
 }

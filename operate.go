@@ -116,8 +116,11 @@ func (i *Inspector) topic(ctx context.Context, topic string) (TopicInfo, error) 
 }
 
 // group returns the registry entry of topic after checking that group is registered on it,
-// or an error wrapping ErrNotFound.
+// or an error wrapping ErrInvalidName or ErrNotFound.
 func (i *Inspector) group(ctx context.Context, topic, group string) (TopicInfo, error) {
+	if err := ValidateName("consumer group", group); err != nil {
+		return TopicInfo{}, err
+	}
 	info, err := i.topic(ctx, topic)
 	if err != nil {
 		return info, err

@@ -13,15 +13,25 @@
 //
 //	h, err := dashboard.New(in, dashboard.Options{Prefix: "/queues"})
 //	mux.Handle("/queues/", h)
+//
+// Every request passes three checks before the dashboard reads anything: its Host must be a
+// loopback name or address or one of Options.AllowedHosts (so that a page on another site
+// cannot reach the dashboard through DNS rebinding), Options.Authenticate must let it in, and a
+// POST must come from the dashboard's own origin.
 package dashboard
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
 	"embed"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
+	"log"
+	"net"
 	"net/http"
 	"net/url"
 	"path"
@@ -49,11 +59,30 @@ type Options struct {
 	// now, requeue) and accepts their POSTs. When false, the dashboard is read-only and refuses
 	// every POST with 403 Forbidden.
 	AllowActions bool
+	// Authenticate, when not nil, is asked about every request, pages and static files
+	// included, before the dashboard reads anything. When it returns false it has answered the
+	// request itself: with 401 Unauthorized and a WWW-Authenticate challenge (see the BasicAuth
+	// example), or a redirect to a login page; if it wrote nothing, the answer is 403
+	// Forbidden. Nil lets every request in: then anyone who reaches the handler reads every
+	// payload.
+	Authenticate func(w http.ResponseWriter, r *http.Request) bool
 	// Authorize, when not nil, is asked about every action POST, and about every page to decide
-	// whether it shows the action forms; a POST it refuses gets 403 Forbidden. With
-	// AllowActions set and Authorize nil, every request may act: protect the handler some other
-	// way. POSTs that a browser sends from another origin are refused in any case.
+	// whether it shows the action forms; a POST it refuses gets 403 Forbidden. It runs after
+	// Authenticate. With AllowActions set and both nil, every request may act: protect the
+	// handler some other way. POSTs that a browser sends from another origin are refused in
+	// any case.
 	Authorize func(r *http.Request) bool
+	// AllowedHosts are the host names and IP addresses, besides the loopback ones (localhost,
+	// 127.0.0.0/8, ::1), that a request's Host may name, with any port; matched without regard
+	// to case. A request for any other host gets 421 Misdirected Request, so that a page whose
+	// name was rebound to this server's address (DNS rebinding) can neither read nor act. List
+	// the names operators use to reach the dashboard, such as "queues.internal" or
+	// "10.0.0.5". "*" allows every host: only for a handler behind a proxy that checks the
+	// host itself.
+	AllowedHosts []string
+	// ErrorLog receives the full error of a request that failed in Redis or timed out, whose
+	// page shows only what failed; nil means the log package's standard logger.
+	ErrorLog *log.Logger
 	// Lateness, when not nil, gives the overview each group's delivery lateness (how long after
 	// their due time messages were claimed), median and 99th percentile; ok false shows "–".
 	// Metrics.Lateness fits it.
@@ -75,6 +104,7 @@ type server struct {
 	in     *redisdelay.Inspector
 	opts   Options
 	topics map[string]bool // nil: every topic
+	hosts  map[string]bool // Options.AllowedHosts, lower case; nil when "*" allows every host
 	pages  map[string]*template.Template
 }
 
@@ -92,7 +122,14 @@ func New(in *redisdelay.Inspector, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{in: in, opts: opts, pages: pages}
+	s := &server{in: in, opts: opts, pages: pages, hosts: map[string]bool{}}
+	for _, h := range opts.AllowedHosts {
+		if h == "*" {
+			s.hosts = nil
+			break
+		}
+		s.hosts[normalHost(h)] = true
+	}
 	if len(opts.Topics) > 0 {
 		s.topics = map[string]bool{}
 		for _, t := range opts.Topics {
@@ -108,7 +145,7 @@ func New(in *redisdelay.Inspector, opts Options) (http.Handler, error) {
 	mux := http.NewServeMux()
 	group := p + "/topic/{topic}/group/{group}"
 	mux.HandleFunc("GET "+p+"/{$}", s.overview)
-	mux.Handle("GET "+p+"/static/", http.StripPrefix(p+"/static/", http.FileServerFS(static)))
+	mux.Handle("GET "+p+"/static/", http.StripPrefix(p+"/static/", filesOnly(static)))
 	mux.HandleFunc("GET "+group, s.group)
 	mux.HandleFunc("GET "+group+"/message", s.message)
 	mux.HandleFunc("POST "+group+"/pause", s.act(s.pause))
@@ -120,7 +157,24 @@ func New(in *redisdelay.Inspector, opts Options) (http.Handler, error) {
 	mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, http.StatusNotFound, fmt.Sprintf("page %s: %v", r.URL.Path, redisdelay.ErrNotFound))
 	})
-	return secured(mux), nil
+	return s.secured(mux), nil
+}
+
+// filesOnly serves the files of fsys, and 404 Not Found for a directory, which
+// http.FileServerFS would list.
+func filesOnly(fsys fs.FS) http.Handler {
+	files := http.FileServerFS(fsys)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := strings.TrimSuffix(r.URL.Path, "/")
+		if name == "" {
+			name = "."
+		}
+		if st, err := fs.Stat(fsys, name); err != nil || st.IsDir() {
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
 }
 
 // parsePages parses each page's template together with the layout.
@@ -152,19 +206,72 @@ func checkPrefix(prefix string) error {
 	return nil
 }
 
-// secured sets the security headers of every response and refuses cross-origin POSTs.
-func secured(h http.Handler) http.Handler {
+// secured sets the security headers of every response, and refuses requests for another host
+// (421), those Authenticate turns away, and cross-origin POSTs (403), before h reads anything.
+func (s *server) secured(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hd := w.Header()
 		hd.Set("Content-Security-Policy", ContentSecurityPolicy)
 		hd.Set("X-Content-Type-Options", "nosniff")
 		hd.Set("Referrer-Policy", "same-origin")
+		if !s.hostAllowed(r.Host) {
+			http.Error(w, "dashboard: this server does not serve host "+fmt.Sprintf("%q", r.Host)+"; see dashboard.Options.AllowedHosts", http.StatusMisdirectedRequest)
+			return
+		}
+		if s.opts.Authenticate != nil {
+			tw := &trackingWriter{ResponseWriter: w}
+			if !s.opts.Authenticate(tw, r) {
+				if !tw.wrote {
+					http.Error(w, "dashboard: not authenticated", http.StatusForbidden)
+				}
+				return
+			}
+		}
 		if r.Method != http.MethodGet && r.Method != http.MethodHead && crossOrigin(r) {
 			http.Error(w, "dashboard: cross-origin request refused", http.StatusForbidden)
 			return
 		}
 		h.ServeHTTP(w, r)
 	})
+}
+
+// trackingWriter records whether a response was started.
+type trackingWriter struct {
+	http.ResponseWriter
+	wrote bool
+}
+
+func (w *trackingWriter) WriteHeader(status int) {
+	w.wrote = true
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *trackingWriter) Write(b []byte) (int, error) {
+	w.wrote = true
+	return w.ResponseWriter.Write(b)
+}
+
+// hostAllowed reports whether host, a request's Host with or without a port, is a loopback
+// name or address or one of Options.AllowedHosts.
+func (s *server) hostAllowed(host string) bool {
+	if s.hosts == nil {
+		return true
+	}
+	h := normalHost(host)
+	if h == "localhost" || strings.HasSuffix(h, ".localhost") || s.hosts[h] {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
+}
+
+// normalHost returns host without its port, IPv6 brackets and trailing dot, in lower case.
+func normalHost(host string) string {
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return strings.ToLower(strings.TrimSuffix(host, "."))
 }
 
 // crossOrigin reports whether a browser sent r from another origin, so that another site
@@ -232,16 +339,30 @@ func (s *server) problem(w http.ResponseWriter, status int, msg string) {
 }
 
 // fail renders err with the status its kind calls for: 404 for ErrNotFound, 400 for a name or
-// key that cannot exist, 500 for the rest (Redis errors, timeouts).
+// key that cannot exist, whose text says what is wrong; 500 for the rest (Redis errors,
+// timeouts), whose text may hold Redis internals (a script's SHA and line, addresses): the page
+// says only what failed, and ErrorLog gets the error under an id that the page shows.
 func (s *server) fail(w http.ResponseWriter, err error) {
-	status := http.StatusInternalServerError
 	switch {
 	case errors.Is(err, redisdelay.ErrNotFound):
-		status = http.StatusNotFound
+		s.problem(w, http.StatusNotFound, err.Error())
 	case errors.Is(err, redisdelay.ErrInvalidName), errors.Is(err, redisdelay.ErrInvalidKey):
-		status = http.StatusBadRequest
+		s.problem(w, http.StatusBadRequest, err.Error())
+	default:
+		var b [5]byte
+		_, _ = rand.Read(b[:])
+		id := hex.EncodeToString(b[:])
+		logger := s.opts.ErrorLog
+		if logger == nil {
+			logger = log.Default()
+		}
+		logger.Printf("dashboard: error %s: %v", id, err)
+		what := "Redis failed or did not answer in time"
+		if errors.Is(err, context.DeadlineExceeded) {
+			what = "Redis did not answer in time"
+		}
+		s.problem(w, http.StatusInternalServerError, fmt.Sprintf("Reading or changing the queue failed: %s. The server's log has the error under id %s.", what, id))
 	}
-	s.problem(w, status, err.Error())
 }
 
 // target returns the topic and group a request names, or reports the error and false: 400 for

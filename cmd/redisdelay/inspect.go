@@ -220,7 +220,7 @@ func (a *app) listCommand() *cobra.Command {
 						strconv.Itoa(m.Attempt), strconv.Itoa(m.PayloadSize), preview)
 				}
 				if v.NextCursor != "" {
-					fmt.Fprintf(w, "next page: --cursor %s\n", v.NextCursor)
+					fmt.Fprintf(w, "next page: --cursor %s\n", printable(v.NextCursor))
 				}
 			})
 		},
@@ -262,16 +262,20 @@ func (a *app) showCommand() *cobra.Command {
 				}
 				label := "metadata:"
 				for _, k := range slices.Sorted(maps.Keys(v.Metadata)) {
-					row(w, label, k+"="+v.Metadata[k])
+					row(w, label, printable(k)+"="+printable(v.Metadata[k]))
 					label = ""
 				}
-				// The payload goes below the aligned fields, as it is.
+				// The payload goes below the aligned fields, as it is when it is text that
+				// holds no control characters but newlines and tabs.
 				_ = w.Flush()
 				switch {
 				case v.Vanished:
 					fmt.Fprintln(a.stdout, "payload: (vanished)")
 				case v.PayloadBase64 != nil:
 					fmt.Fprint(a.stdout, "payload (not UTF-8):\n"+hex.Dump(v.PayloadBase64))
+				case !isPrintable(v.Payload, "\n\t"):
+					fmt.Fprintln(a.stdout, "payload (with control characters, quoted):")
+					fmt.Fprintln(a.stdout, strconv.Quote(v.Payload))
 				default:
 					fmt.Fprintln(a.stdout, "payload:")
 					fmt.Fprintln(a.stdout, v.Payload)

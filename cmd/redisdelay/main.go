@@ -7,8 +7,10 @@
 //	redisdelay list --topic orders --state due
 //	redisdelay run --topic orders --key order-42
 //
-// Tables go to stdout, or one JSON document per invocation with --output json. Prompts go to
-// stderr. An error is printed to stderr as "redisdelay: <error>" and exits with code 1; so does
+// Tables go to stdout, or one JSON document per invocation with --output json. A value that a
+// table would print with control characters or invalid UTF-8 (which a terminal could take for
+// commands: clear the screen, set the clipboard) is printed quoted in Go syntax instead, as
+// strconv.Quote does; JSON output holds every value exactly. Prompts go to stderr. An error is printed to stderr as "redisdelay: <error>" and exits with code 1; so does
 // a destructive command whose confirmation is refused.
 package main
 
@@ -23,10 +25,12 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
@@ -159,9 +163,33 @@ func (a *app) print(v any, table func(w *tabwriter.Writer)) error {
 	return w.Flush()
 }
 
-// row writes one table row.
+// row writes one table row, each cell made printable (see printable).
 func row(w io.Writer, cells ...string) {
+	for n, c := range cells {
+		cells[n] = printable(c)
+	}
 	fmt.Fprintln(w, strings.Join(cells, "\t"))
+}
+
+// printable returns s as it is when it is valid UTF-8 of printable characters and spaces only,
+// else quoted in Go syntax (strconv.Quote): so that a hostile name, key, metadata value or
+// payload can neither send a terminal escape sequence nor break the table's columns.
+func printable(s string) string {
+	if isPrintable(s, "") {
+		return s
+	}
+	return strconv.Quote(s)
+}
+
+// isPrintable reports whether s is valid UTF-8 of characters that strconv.IsPrint accepts (no
+// control or format characters) or that are in extra.
+func isPrintable(s, extra string) bool {
+	for _, r := range s {
+		if !strconv.IsPrint(r) && !strings.ContainsRune(extra, r) {
+			return false
+		}
+	}
+	return utf8.ValidString(s)
 }
 
 // errNotConfirmed is returned when a destructive command's question is answered with anything

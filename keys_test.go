@@ -1,0 +1,64 @@
+package redisdelay_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+// unreadableNames are names that logs, metric labels, terminals or URLs cannot carry.
+var unreadableNames = []string{"bad\xff\xfe", "bell\a", "clear\x1b[2J", "osc\x1b]52;c;aGk=\x07", "nul\x00", "next\u0085line", ".", ".."}
+
+func TestUnreadableNamesAreRefusedBeforeAnythingIsStored(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		prefix := "names-" + watermill.NewShortUUID() + ":"
+		metrics, err := redisdelay.NewMetrics(redisdelay.MetricsConfig{Registerer: prometheus.NewRegistry()})
+		require.NoError(t, err)
+		pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) {
+			c.KeyPrefix, c.Metrics = prefix, metrics
+			c.Batching = map[string]redisdelay.BatchConfig{"batched": {MaxItems: 10, MaxWait: time.Minute}}
+		})
+		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.KeyPrefix, c.Metrics = prefix, metrics })
+		in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client, KeyPrefix: prefix, Metrics: metrics}, errorLogger{})
+		require.NoError(t, err)
+
+		for _, name := range unreadableNames {
+			assert.ErrorIs(t, redisdelay.ValidateName("topic", name), redisdelay.ErrInvalidName, "%q", name)
+			require.NotPanics(t, func() { err = pub.Publish(name, message.NewMessage("m", nil)) }, "%q", name)
+			assert.ErrorIs(t, err, redisdelay.ErrInvalidName, "publish to %q", name)
+			_, err = sub.Subscribe(ctx, name)
+			assert.ErrorIs(t, err, redisdelay.ErrInvalidName, "subscribe to %q", name)
+			assert.ErrorIs(t, sub.SubscribeInitialize(name), redisdelay.ErrInvalidName, "initialize %q", name)
+			_, err = redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: b.client, KeyPrefix: prefix, ConsumerGroup: name}, nil)
+			assert.ErrorIs(t, err, redisdelay.ErrInvalidName, "consumer group %q", name)
+			_, err = in.Stats(ctx, name)
+			assert.ErrorIs(t, err, redisdelay.ErrInvalidName, "stats of %q", name)
+			assert.ErrorIs(t, in.Pause(ctx, "orders", name), redisdelay.ErrInvalidName, "pause group %q", name)
+			_, err = in.Cancel(ctx, name, "k")
+			assert.ErrorIs(t, err, redisdelay.ErrInvalidName, "cancel on %q", name)
+			_, err = in.FlushBatch(ctx, name, "k")
+			assert.ErrorIs(t, err, redisdelay.ErrInvalidName, "flush on %q", name)
+			if name == "." || name == ".." {
+				continue // fine as keys
+			}
+			// Message keys and batch keys are refused likewise, as ErrInvalidKey.
+			err = pub.Publish("orders", redisdelay.WithKey(message.NewMessage("keyed", nil), name))
+			assert.ErrorIs(t, err, redisdelay.ErrInvalidKey, "key %q", name)
+			err = pub.Publish("batched", redisdelay.WithBatchKey(message.NewMessage("item", nil), name))
+			assert.ErrorIs(t, err, redisdelay.ErrInvalidKey, "batch key %q", name)
+		}
+		assert.Empty(t, keysUnder(t, b, prefix), "nothing is stored")
+		topics, err := in.Topics(ctx)
+		require.NoError(t, err)
+		assert.Empty(t, topics)
+	})
+}
