@@ -737,7 +737,15 @@ func parseRef(ref string, partitions int) (int, string, bool) {
 		return 0, "", false
 	}
 	member, err := base64.RawURLEncoding.DecodeString(encoded)
-	return p, string(member), err == nil
+	if err != nil {
+		return 0, "", false
+	}
+	// Only a message's member is a ref: never the lease set's marker or anything else that
+	// is not 12 hex digits and a well-formed rest (see scripts.go).
+	if _, _, ok := parseMember(string(member)); !ok || strings.Trim(string(member[:12]), "0123456789abcdef") != "" {
+		return 0, "", false
+	}
+	return p, string(member), true
 }
 
 // parseMember splits a member name (see scripts.go) into its ID and attempt count.

@@ -14,6 +14,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -438,4 +439,25 @@ func TestLeaseSetKeepsTheSkiplistEncodingAndTheMarkerIsNoLease(t *testing.T) {
 		s, err := in.Stats(ctx, topic)
 		return err == nil && len(s) == 1 && s[0].InFlight == 0
 	}, 5*time.Second, 10*time.Millisecond, "the marker is not counted as in flight")
+}
+
+// TestTheLeaseSetMarkerHasNoRef: the lease set's marker member (see scripts.go) is not a
+// message: a ref crafted from it names nothing.
+func TestTheLeaseSetMarkerHasNoRef(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, nil), topic)
+		publishDelayed(t, pub, topic, "held", 1, 0)
+		msg := receive(t, ch, 5*time.Second) // in flight: the lease set and its marker exist
+		_, lease := redisdelay.GroupKeysForTest("", topic, redisdelay.DefaultConsumerGroup)
+		marker, err := b.client.ZRangeByScore(context.Background(), lease, &redis.ZRangeBy{Min: "(1e300", Max: "+inf"}).Result()
+		require.NoError(t, err)
+		require.Len(t, marker, 1)
+		ref := "0/" + base64.RawURLEncoding.EncodeToString([]byte(marker[0]))
+		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, ref)
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+		msg.Ack()
+	})
 }
