@@ -69,17 +69,22 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 	msg.SetContext(ctx)
 
 	// Take this Subscribe call's turn (one message in flight across its partitions), then send.
-	if !sendHolding(s, s.turn, struct{}{}) {
+	if sendHolding(s, s.turn, struct{}{}, nil) != sent {
 		return false
 	}
 	defer func() { <-s.turn }()
-	if !s.stillLeased(c) {
+	outcome := lost
+	if s.stillLeased(c) {
+		// The handler may take a while to read: a lease found lost meanwhile stops the send.
+		outcome = sendHolding(s, s.out, msg, c)
+	}
+	switch outcome {
+	case stopped:
+		return false
+	case lost:
 		s.logger.Info("Not handing out a message whose lease was lost while it waited: it expired and another consumer claimed it, the message was cancelled, or its group was removed", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt})
 		s.book.dropLost(c)
 		return true
-	}
-	if !sendHolding(s, s.out, msg) {
-		return false
 	}
 	s.book.handedOut(c)
 	s.logger.Trace("Message delivered", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt})
@@ -141,13 +146,27 @@ func (s *partitionConsumer) stillLeased(c *claimed) bool {
 	return !c.lost && time.Since(s.book.extendedAt) < s.cfg.LeaseTimeout
 }
 
-// sendHolding sends v on ch while keeping the subscription's leases and acks going. It returns
-// false when the subscription stops first.
-func sendHolding[T any](s *partitionConsumer, ch chan<- T, v T) bool {
+// sendOutcome is how sendHolding ended.
+type sendOutcome int
+
+const (
+	sent    sendOutcome = iota
+	stopped             // the subscription stopped first
+	lost                // the lease of the message being sent was found lost first
+)
+
+// sendHolding sends v on ch while keeping the subscription's leases and acks going. With c,
+// the message v hands out, it gives up once c's lease is found lost, or once the leases were
+// last confirmed a whole LeaseTimeout ago (Redis unreachable): a handler must not get a copy
+// another consumer may hold.
+func sendHolding[T any](s *partitionConsumer, ch chan<- T, v T, c *claimed) sendOutcome {
 	for {
+		if c != nil && (c.lost || time.Since(s.book.extendedAt) >= s.cfg.LeaseTimeout) {
+			return lost
+		}
 		select {
 		case ch <- v:
-			return true
+			return sent
 		case <-s.book.heartbeat.C:
 			s.extendLeases()
 		case due := <-s.wake.due:
@@ -155,7 +174,7 @@ func sendHolding[T any](s *partitionConsumer, ch chan<- T, v T) bool {
 		case <-s.book.ackTimer.C:
 			s.confirmAcks()
 		case <-s.ctx.Done():
-			return false
+			return stopped
 		}
 	}
 }
