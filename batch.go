@@ -95,6 +95,23 @@ func batchMessage(id, batchKey string, partition int, data []byte) (*message.Mes
 	return msg, nil
 }
 
+// batchPreview is batchMessage for the first bytes of a batch's stored value, as List reads
+// them: the payload is the items' first bytes, and the metadata has no BatchItemsMetadataKey
+// (counting the items would take the whole value).
+func batchPreview(id, batchKey string, partition int, data []byte) (*message.Message, error) {
+	trigger := ""
+	if len(data) > 0 {
+		trigger = map[byte]string{'s': BatchTriggerSize, 't': BatchTriggerTime, 'f': BatchTriggerFlush}[data[0]]
+	}
+	if trigger == "" {
+		return nil, fmt.Errorf("%w: batch %s: unknown trigger", ErrCorruptMessage, quote(batchKey))
+	}
+	msg := message.NewMessage(batchUUID(id, partition), data[1:])
+	msg.Metadata.Set(BatchKeyMetadataKey, batchKey)
+	msg.Metadata.Set(BatchTriggerMetadataKey, trigger)
+	return msg, nil
+}
+
 // batchUUID is the UUID of the batch with internal ID id on a topic partition: "batch-" and the
 // ID's 12 hex digits, and for partition n >= 1 "-" and n, since each partition counts its IDs:
 // unique per topic across partitions and over time, and the same on every attempt.
