@@ -19,8 +19,9 @@ import (
 
 // Operating a queue: the Inspector's topic registry, statistics, lists, pause and resume,
 // removing a consumer group, requeueing dead letters and purging. Everything here uses O(1) or
-// O(log N) commands per topic and group (plus O(M) for M listed or moved messages); nothing
-// uses KEYS or SCAN.
+// O(log N) commands per topic and group (plus O(M) for M listed or moved messages, a list
+// cursor O(log² N)); nothing uses KEYS or SCAN, skips an offset, or sends more of a message
+// than a preview unless that one message was asked for.
 
 // registeredTopics remembers which topics a Publisher or Subscriber has written to the topic
 // registry, so that each is written once per process (HSET). It holds at most maxCachedTopics
