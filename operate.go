@@ -808,6 +808,10 @@ type cursor struct {
 	member    string
 }
 
+// maxCursorMember bounds the member of a cursor, which list.lua compares byte by byte: longer
+// than any member a list returns (a short form, or an ID with a key and an attempt count).
+const maxCursorMember = 2048
+
 func encodeCursor(c cursor) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(c.partition) + " " + strconv.FormatInt(c.scoreUs, 10) + " " + c.member))
 }
@@ -823,7 +827,7 @@ func decodeCursor(s string) (cursor, error) {
 	}
 	p, err1 := strconv.Atoi(f[0])
 	us, err2 := strconv.ParseInt(f[1], 10, 64)
-	if err1 != nil || err2 != nil || p < 0 {
+	if err1 != nil || err2 != nil || p < 0 || len(f[2]) > maxCursorMember {
 		return cursor{}, fmt.Errorf("malformed cursor %s", quote(s))
 	}
 	return cursor{partition: p, scoreUs: us, member: f[2]}, nil
