@@ -171,6 +171,8 @@ func TestListPagesThroughEqualDueTimesWithinFiveMilliseconds(t *testing.T) {
 		assert.Equal(t, ids[mid], page.Messages[0].ID)
 		assert.Empty(t, list(craftedCursor(due, "\xff\xff"), 10).Messages)
 		assert.Len(t, list(craftedCursor(due.Add(-time.Microsecond), "\xff\xff"), 10).Messages, 10)
+		_, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled, Cursor: craftedCursor(due, strings.Repeat("m", 4096))})
+		assert.Error(t, err, "a cursor's member is bounded")
 
 		if b.name == "redis" {
 			requireNoSlowCommands(t, b.client, 5*time.Millisecond)
