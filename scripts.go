@@ -86,7 +86,7 @@ var (
 	showScript        = mustScript(scriptSpec{file: "show", fragments: []string{"now_us", "split", "stored", "position"}, keys: 3, allowOOM: true})
 	resolveScript     = mustScript(scriptSpec{file: "resolve", fragments: []string{"position"}, keys: 1, allowOOM: true})
 	purgeScript       = mustScript(scriptSpec{file: "purge", fragments: []string{"now_us", "split", "each_chunk", "drop", "close_batch"}, keys: 7, allowOOM: true})
-	flushBatchScript  = mustScript(scriptSpec{file: "flushbatch", fragments: []string{"now_us", "wake", "stale"}, keys: 7, variadic: true, allowOOM: true})
+	flushBatchScript  = mustScript(scriptSpec{file: "flushbatch", fragments: []string{"now_us", "wake", "stale", "seal_batch"}, keys: 7, variadic: true, allowOOM: true})
 	refOpScript       = mustScript(scriptSpec{file: "refop", fragments: []string{"now_us", "split", "schedule", "drop", "ended", "close_batch"}, keys: 9, allowOOM: true})
 	requeueScript     = mustScript(scriptSpec{file: "requeue", fragments: []string{"now_us", "split", "each_chunk", "hmget", "stored", "schedule"}, keys: 7, variadic: true})
 )
@@ -130,7 +130,7 @@ type fragment struct {
 }
 
 // fragmentOrder is the order fragments are put together in: each after those it needs.
-var fragmentOrder = []string{"now_us", "split", "position", "member", "each_chunk", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "close_batch", "drop_parked", "publish_to"}
+var fragmentOrder = []string{"now_us", "split", "position", "member", "each_chunk", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "seal_batch", "close_batch", "drop_parked", "publish_to"}
 
 // mustScript assembles a script from its file and the fragments it names, with the fragments
 // they need, and checks that every fragment name a script or fragment uses is included. A
