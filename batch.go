@@ -44,15 +44,30 @@ type BatchConfig struct {
 	// MaxWait releases a batch this long after its first item, on the Redis clock;
 	// microsecond precision, at least 1 ms.
 	MaxWait time.Duration
-	// MaxBytes, when > 0, releases a batch when its items' marshaled bytes reach it.
+	// MaxBytes releases a batch when its items' marshaled bytes reach it; MaxBatchBytes when
+	// zero, and at most MaxBatchBytes.
 	MaxBytes int
 }
 
+// MaxBatchBytes is the most bytes of marshaled items a batch collects (BatchConfig.MaxBytes,
+// and its value when zero): a batch that reaches it is released (BatchTriggerSize). Adding an
+// item costs O(item) in Redis, but closing a batch copies it once inside Redis (about 1 ms of
+// Redis time per MiB), and a subscriber receives it as one message.
+const MaxBatchBytes = 1 << 20
+
 func (c BatchConfig) validate(topic string) error {
-	if c.MaxItems < 1 || c.MaxWait < time.Millisecond || c.MaxBytes < 0 {
-		return fmt.Errorf("redisdelay: PublisherConfig.Batching[%s] is %+v, want MaxItems >= 1, MaxWait >= 1ms and MaxBytes >= 0", quote(topic), c)
+	if c.MaxItems < 1 || c.MaxWait < time.Millisecond || c.MaxBytes < 0 || c.MaxBytes > MaxBatchBytes {
+		return fmt.Errorf("redisdelay: PublisherConfig.Batching[%s] is %+v, want MaxItems >= 1, MaxWait >= 1ms and 0 <= MaxBytes <= %d (MaxBatchBytes)", quote(topic), c, MaxBatchBytes)
 	}
 	return nil
+}
+
+// maxBytes is MaxBytes, or MaxBatchBytes when it is zero.
+func (c BatchConfig) maxBytes() int {
+	if c.MaxBytes == 0 {
+		return MaxBatchBytes
+	}
+	return c.MaxBytes
 }
 
 // WithBatchKey sets msg's batch key (BatchKeyMetadataKey) and returns msg. The key follows the
@@ -91,6 +106,23 @@ func batchMessage(id, batchKey string, partition int, data []byte) (*message.Mes
 	msg := message.NewMessage(batchUUID(id, partition), data[1:])
 	msg.Metadata.Set(BatchKeyMetadataKey, batchKey)
 	msg.Metadata.Set(BatchItemsMetadataKey, strconv.Itoa(len(items)))
+	msg.Metadata.Set(BatchTriggerMetadataKey, trigger)
+	return msg, nil
+}
+
+// batchPreview is batchMessage for the first bytes of a batch's stored value, as List reads
+// them: the payload is the items' first bytes, and the metadata has no BatchItemsMetadataKey
+// (counting the items would take the whole value).
+func batchPreview(id, batchKey string, partition int, data []byte) (*message.Message, error) {
+	trigger := ""
+	if len(data) > 0 {
+		trigger = map[byte]string{'s': BatchTriggerSize, 't': BatchTriggerTime, 'f': BatchTriggerFlush}[data[0]]
+	}
+	if trigger == "" {
+		return nil, fmt.Errorf("%w: batch %s: unknown trigger", ErrCorruptMessage, quote(batchKey))
+	}
+	msg := message.NewMessage(batchUUID(id, partition), data[1:])
+	msg.Metadata.Set(BatchKeyMetadataKey, batchKey)
 	msg.Metadata.Set(BatchTriggerMetadataKey, trigger)
 	return msg, nil
 }

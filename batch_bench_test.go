@@ -94,3 +94,46 @@ func BenchmarkBatchTimeReleaseLateness(b *testing.B) {
 	b.ReportMetric(q(0.99), "p99-ms")
 	b.ReportMetric(float64(early), "early")
 }
+
+// BenchmarkBatchAddToLargeBatch measures the Redis time of adding one item (100 bytes) to a
+// batch that holds 1 or 10,000 items already, against a publish without a batch: adding an
+// item costs O(item) (see seal_batch), whatever the batch holds.
+//
+//	go test -run '^$' -bench BatchAddToLargeBatch -benchtime 2000x .
+func BenchmarkBatchAddToLargeBatch(b *testing.B) {
+	payload := make([]byte, 100)
+	for _, held := range []int{-1, 1, 10_000} {
+		name := "plain-publish"
+		if held >= 0 {
+			name = "batch-of-" + strconv.Itoa(held)
+		}
+		b.Run(name, func(b *testing.B) {
+			be, c := benchBackend(b)
+			pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: be.client,
+				Batching: map[string]redisdelay.BatchConfig{"bench": {MaxItems: 1 << 30, MaxWait: time.Hour}}}, nil)
+			require.NoError(b, err)
+			sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: be.client}, nil)
+			require.NoError(b, err)
+			b.Cleanup(func() { _ = sub.Close() })
+			require.NoError(b, sub.SubscribeInitialize("bench"))
+			msg := func() *message.Message {
+				m := message.NewMessage(watermill.NewUUID(), payload)
+				if held >= 0 {
+					redisdelay.WithBatchKey(m, "area")
+				}
+				return m
+			}
+			for range max(held, 0) {
+				require.NoError(b, pub.Publish("bench", msg()))
+			}
+			before := scriptCPU(b, c)
+			b.ResetTimer()
+			for range b.N {
+				require.NoError(b, pub.Publish("bench", msg()))
+			}
+			b.StopTimer()
+			after := scriptCPU(b, c)
+			b.ReportMetric(float64(after.usec-before.usec)/float64(b.N), "redis-µs/op")
+		})
+	}
+}

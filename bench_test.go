@@ -36,7 +36,7 @@ func benchBackend(b *testing.B) (backend, *redis.Client) {
 // counts them under their own names, and their time is inside the script's already.
 type scriptStats struct{ usec, calls int64 }
 
-func scriptCPU(b *testing.B, c *redis.Client) scriptStats {
+func scriptCPU(b testing.TB, c *redis.Client) scriptStats {
 	info, err := c.Info(context.Background(), "commandstats").Result()
 	require.NoError(b, err)
 	var s scriptStats

@@ -6,10 +6,14 @@ import "context"
 // now) without the Inspector's check that the group is registered, as when the group is
 // removed between that check and the script. It returns the script's state letter.
 func RefOpScriptForTest(ctx context.Context, in *Inspector, topic, group, ref, op string) (string, error) {
-	p, member, ok := parseRef(ref, in.config.Partitions)
+	r, ok := parseRef(ref, in.config.Partitions)
 	if !ok {
 		return "", ErrNotFound
 	}
-	state, _, err := in.store.refOp(ctx, partitionName(topic, p), group, op, member, publishCall{token: newToken(), ttl: in.callTTL}, outgoing{})
+	member, err := in.wholeMember(ctx, in.store.keys.group(partitionName(topic, r.partition), group).due, r)
+	if err != nil {
+		return "", err
+	}
+	state, _, err := in.store.refOp(ctx, partitionName(topic, r.partition), group, op, member, publishCall{token: newToken(), ttl: in.callTTL}, outgoing{})
 	return state, err
 }

@@ -63,7 +63,9 @@ func firstPart(name string) string {
 //	P{T}:seq           string  counter that gives each published message its internal ID
 //	P{T}:msg           hash    ID -> marshaled message, stored once per topic; a message of a
 //	                           single-group topic is here only once claimed. A keyed message is
-//	                           under "=" and its key, its ID's hex digits before the message
+//	                           under "=" and its key, its ID's hex digits before the message.
+//	                           Each item of an open batch waits under the batch's field, "\x01"
+//	                           and its number, until the batch closes (see seal_batch.lua)
 //	P{T}:refs          hash    ID or "=" key -> groups that still hold the message (while > 1)
 //	P{T}:batches       hash    batch key -> "hex count bytes due" of its open batch
 //	P{T}:history:K     hash    finished keyed message with key K, while its retention lasts:

@@ -112,27 +112,44 @@ func (DefaultMarshalerUnmarshaler) Marshal(_ string, msg *message.Message) ([]by
 // Unmarshal decodes data written by Marshal. It returns an error wrapping ErrCorruptMessage when
 // data is truncated or of an unknown format.
 func (DefaultMarshalerUnmarshaler) Unmarshal(topic string, data []byte) (*message.Message, error) {
+	msgUUID, metadata, payload, _, err := decodeHeader(topic, data, len(data))
+	if err != nil {
+		return nil, err
+	}
+	msg := message.NewMessage(msgUUID, slices.Clone(payload))
+	msg.Metadata = metadata
+	return msg, nil
+}
+
+// decodeHeader decodes the UUID and metadata of data, the first bytes of a message of size
+// bytes stored by DefaultMarshalerUnmarshaler (size is len(data) for a whole message), and
+// returns the payload bytes that follow them in data. When data ends within the UUID or the
+// metadata, before size, it returns what it could decode, the UUID and every whole entry, with
+// complete false. Errors wrap ErrCorruptMessage: a whole message that is truncated, or an
+// unknown format.
+func decodeHeader(topic string, data []byte, size int) (msgUUID string, metadata message.Metadata, payload []byte, complete bool, err error) {
 	d := decoder{data: data}
-	var msgUUID string
 	switch format := d.byte(); format {
 	case formatBinaryUUID:
-		var id uuid.UUID
-		copy(id[:], d.bytes(16))
-		msgUUID = id.String()
+		if b := d.bytes(16); d.err == nil {
+			var id uuid.UUID
+			copy(id[:], b)
+			msgUUID = id.String()
+		}
 	case formatTextUUID:
 		msgUUID = d.string()
 	default:
 		if d.err == nil {
-			return nil, fmt.Errorf("redisdelay: topic %q: %w: unknown format byte %d", topic, ErrCorruptMessage, format)
+			return "", nil, nil, false, fmt.Errorf("redisdelay: topic %q: %w: unknown format byte %d", topic, ErrCorruptMessage, format)
 		}
 	}
 	n := d.uvarint()
-	if n > uint64(len(data)) { // each entry takes at least two bytes
-		return nil, fmt.Errorf("redisdelay: topic %q: %w: %d metadata entries in %d bytes", topic, ErrCorruptMessage, n, len(data))
+	if n > uint64(size) { // each entry takes at least two bytes
+		return "", nil, nil, false, fmt.Errorf("redisdelay: topic %q: %w: %d metadata entries in %d bytes", topic, ErrCorruptMessage, n, size)
 	}
-	metadata := make(message.Metadata, n)
+	metadata = make(message.Metadata, min(n, uint64(len(data))))
 	for i := uint64(0); i < n && d.err == nil; i++ {
-		var k string
+		var k, v string
 		switch tag := d.uvarint(); {
 		case tag >= reservedKeyTags:
 			k = string(d.bytes(tag - reservedKeyTags))
@@ -143,17 +160,21 @@ func (DefaultMarshalerUnmarshaler) Unmarshal(topic string, data []byte) (*messag
 		}
 		switch tag := d.uvarint(); tag {
 		case compactTimeTag:
-			metadata[k] = time.Unix(int64(d.uvarint()), 0).UTC().Format(time.RFC3339)
+			v = time.Unix(int64(d.uvarint()), 0).UTC().Format(time.RFC3339)
 		default:
-			metadata[k] = string(d.bytes(tag - 1))
+			v = string(d.bytes(tag - 1))
+		}
+		if d.err == nil {
+			metadata[k] = v
 		}
 	}
-	if d.err != nil {
-		return nil, fmt.Errorf("redisdelay: topic %q: %w: %v", topic, ErrCorruptMessage, d.err)
+	switch {
+	case d.err == nil:
+		return msgUUID, metadata, d.data, true, nil
+	case len(data) < size:
+		return msgUUID, metadata, nil, false, nil
 	}
-	msg := message.NewMessage(msgUUID, slices.Clone(d.data))
-	msg.Metadata = metadata
-	return msg, nil
+	return "", nil, nil, false, fmt.Errorf("redisdelay: topic %q: %w: %v", topic, ErrCorruptMessage, d.err)
 }
 
 func canonicalUUID(s string) (uuid.UUID, bool) {

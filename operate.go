@@ -19,8 +19,9 @@ import (
 
 // Operating a queue: the Inspector's topic registry, statistics, lists, pause and resume,
 // removing a consumer group, requeueing dead letters and purging. Everything here uses O(1) or
-// O(log N) commands per topic and group (plus O(M) for M listed or moved messages); nothing
-// uses KEYS or SCAN.
+// O(log N) commands per topic and group (plus O(M) for M listed or moved messages, a list
+// cursor O(log² N)); nothing uses KEYS or SCAN, skips an offset, or sends more of a message
+// than a preview unless that one message was asked for.
 
 // registeredTopics remembers which topics a Publisher or Subscriber has written to the topic
 // registry, so that each is written once per process (HSET). It holds at most maxCachedTopics
@@ -384,10 +385,27 @@ type MessageInfo struct {
 	Payload []byte
 	// Vanished is set when the stored message is missing (evicted): only the member is known.
 	Vanished bool
+	// Partial is set by List when the message's UUID and metadata are longer than the
+	// ListReadBytes it reads of each message, or its Unmarshaler is not
+	// DefaultMarshalerUnmarshaler and the message is longer than that: UUID and Metadata hold
+	// what fitted (with a custom Unmarshaler, nothing), PayloadSize is the stored message's
+	// size and Preview is empty. Message reads the whole message.
+	Partial bool
 }
 
 // PreviewLength is how many bytes of the payload MessageInfo.Preview shows.
 const PreviewLength = 64
+
+// ListReadBytes is how many bytes of each stored message List reads and Redis sends: with
+// DefaultMarshalerUnmarshaler, enough for the UUID, about 2 KB of metadata and the preview.
+// A page also ends early, with a NextCursor, once Redis has read 8 MiB of stored messages
+// for it (a read copies a whole message inside Redis, though only its first bytes are sent).
+const ListReadBytes = 2048
+
+// listReadBudget bounds the bytes of stored messages one list.lua call reads inside Redis
+// (each read copies the whole value), so that a page of large messages costs a few
+// milliseconds at most; the first message of a page is read whatever its size.
+const listReadBudget = 8 << 20
 
 // DefaultListLimit and MaxListLimit bound ListOptions.Limit.
 const (
@@ -413,11 +431,17 @@ type ListPage struct {
 }
 
 // List returns one page of the messages of consumer group on topic in the given state, in
-// due-time (or lease-deadline) order, partition by partition. Each page is one script call of
-// O(log N + limit) (ZRANGEBYSCORE with LIMIT from the cursor, HMGET), so a page costs the same
-// with 1M messages scheduled. Messages that change state between pages may be missed or seen
-// twice. Errors: an error wrapping ErrNotFound for an unknown topic or group, a bad cursor or
-// state, or the Redis error, within OperationTimeout.
+// due-time (or lease-deadline) order, partition by partition, each with a preview: UUID,
+// metadata, payload size and Preview decoded from the first ListReadBytes of the stored
+// message (see MessageInfo.Partial), never the whole message. A cursor holds the last
+// message's position, its due time and member: the next page starts after it in O(log² N)
+// (ZCOUNT, ZRANK, a binary search among members of equal due time), never by skipping an
+// offset, so a page costs the same with 1M messages of one due time, whatever the cursor says.
+// Messages added or removed between pages do not shift the others; a message whose due time
+// changes between pages may be missed or seen twice. A page may hold fewer than Limit messages
+// and still have a NextCursor, when its messages are large (see ListReadBytes). Errors: an
+// error wrapping ErrNotFound for an unknown topic or group, a bad cursor or state, or the
+// Redis error, within OperationTimeout.
 func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOptions) (ListPage, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
@@ -441,25 +465,39 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 		if err != nil {
 			return ListPage{}, err
 		}
-		first := p != c.partition || opts.Cursor == ""
-		rows, nowUs, err := i.store.list(ctx, set, messages, which, c.scoreUs, c.member, first, limit-len(page.Messages))
-		if err != nil {
-			return ListPage{}, fmt.Errorf("redisdelay: list group %s on topic %s: %w", quote(group), quote(topic), err)
-		}
-		for _, r := range rows {
-			m := i.describe(topic, group, p, r, opts.State == ListInFlight, nowUs, false)
-			if opts.State == ListDead {
-				m.State = StateDeadLettered
+		at, first := c, p != c.partition || opts.Cursor == ""
+		for len(page.Messages) < limit {
+			want := min(limit-len(page.Messages), listCallLimit)
+			rows, _, cut, err := i.store.list(ctx, set, messages, which, at.scoreUs, at.member, first, want, ListReadBytes, listReadBudget)
+			if err != nil {
+				return ListPage{}, fmt.Errorf("redisdelay: list group %s on topic %s: %w", quote(group), quote(topic), err)
 			}
-			page.Messages = append(page.Messages, m)
-		}
-		if len(page.Messages) == limit && len(rows) > 0 {
-			last := rows[len(rows)-1]
-			page.NextCursor = encodeCursor(cursor{partition: p, scoreUs: last.scoreUs, member: last.member})
+			for _, r := range rows {
+				m := i.describe(topic, group, p, r, opts.State == ListInFlight, false)
+				if opts.State == ListDead {
+					m.State = StateDeadLettered
+				}
+				page.Messages = append(page.Messages, m)
+			}
+			if len(rows) > 0 {
+				last := rows[len(rows)-1]
+				at, first = cursor{partition: p, scoreUs: last.scoreUs, member: last.member}, false
+			}
+			if cut || len(page.Messages) == limit {
+				page.NextCursor = encodeCursor(at)
+				return page, nil
+			}
+			if len(rows) < want {
+				break // the partition has no more
+			}
 		}
 	}
 	return page, nil
 }
+
+// listCallLimit is the most messages one list.lua call returns; a page of more takes several
+// calls, so that each stays within about a millisecond of Redis time.
+const listCallLimit = 250
 
 // listTarget returns the set, the messages hash and the part of the set (for list.lua) that
 // hold the messages of a group in state on a topic partition.
@@ -483,10 +521,11 @@ func (i *Inspector) listTarget(part, topic, group string, state ListState) (set,
 	return "", "", "", fmt.Errorf("redisdelay: unknown list state %q, want scheduled, due, in-flight or dead", state)
 }
 
-// describe turns a listed member into a MessageInfo, decoding the stored message.
-func (i *Inspector) describe(topic, group string, partition int, r listed, leased bool, nowUs int64, full bool) MessageInfo {
+// describe turns a listed member into a MessageInfo, decoding the stored message from r.data:
+// its first bytes (List) or all of it (Message, full).
+func (i *Inspector) describe(topic, group string, partition int, r listed, leased bool, full bool) MessageInfo {
 	id, attempt, _ := parseMember(r.member)
-	m := MessageInfo{Topic: topic, Group: group, Ref: makeRef(partition, r.member), ID: id, Attempt: attempt, State: StateScheduled}
+	m := MessageInfo{Topic: topic, Group: group, Ref: makeRef(partition, r.member, r.scoreUs), ID: id, Attempt: attempt, State: StateScheduled}
 	bk, isBatch := batchKeyOfID(id)
 	if key, ok := keyOfID(id); ok && !isBatch {
 		m.Key = key
@@ -496,22 +535,45 @@ func (i *Inspector) describe(topic, group string, partition int, r listed, lease
 	} else {
 		m.DueAt = time.UnixMicro(r.scoreUs)
 	}
-	if r.data == nil {
+	if r.size < 0 {
 		m.Vanished = true
 		return m
 	}
 	var msg *message.Message
 	var err error
-	if isBatch {
+	whole := len(r.data) == r.size
+	payloadSize := -1 // unknown
+	switch {
+	case isBatch && !whole:
+		msg, err = batchPreview(id, bk, partition, r.data)
+		payloadSize = r.size - 1
+	case isBatch:
 		msg, err = batchMessage(id, bk, partition, r.data)
-	} else {
+	case whole:
 		msg, err = i.config.Unmarshaler.Unmarshal(topic, r.data)
+	case isDefaultUnmarshaler(i.config.Unmarshaler):
+		var complete bool
+		msg = message.NewMessage("", nil)
+		msg.UUID, msg.Metadata, msg.Payload, complete, err = decodeHeader(topic, r.data, r.size)
+		if complete {
+			payloadSize = r.size - (len(r.data) - len(msg.Payload))
+		} else {
+			m.Partial, msg.Payload = true, nil
+		}
+	default:
+		m.Partial, msg = true, message.NewMessage("", nil)
 	}
 	if err != nil {
 		m.Vanished = true
 		return m
 	}
-	m.UUID, m.Metadata, m.PayloadSize = msg.UUID, msg.Metadata, len(msg.Payload)
+	if payloadSize < 0 {
+		payloadSize = len(msg.Payload)
+	}
+	if m.Partial {
+		payloadSize = r.size
+	}
+	m.UUID, m.Metadata, m.PayloadSize = msg.UUID, msg.Metadata, payloadSize
 	if m.Key != "" {
 		m.Metadata[KeyMetadataKey] = m.Key
 	}
@@ -520,6 +582,16 @@ func (i *Inspector) describe(topic, group string, partition int, r listed, lease
 		m.Payload = msg.Payload
 	}
 	return m
+}
+
+// isDefaultUnmarshaler reports whether u is DefaultMarshalerUnmarshaler, whose header List can
+// decode from the first bytes of a message.
+func isDefaultUnmarshaler(u Unmarshaler) bool {
+	switch u.(type) {
+	case DefaultMarshalerUnmarshaler, *DefaultMarshalerUnmarshaler:
+		return true
+	}
+	return false
 }
 
 // Message returns the message that ref (MessageInfo.Ref) names in its consumer group, with its
@@ -532,11 +604,31 @@ func (i *Inspector) Message(ctx context.Context, topic, group, ref string) (Mess
 	if err != nil {
 		return MessageInfo{}, err
 	}
-	p, member, ok := parseRef(ref, info.Partitions)
+	r, ok := parseRef(ref, info.Partitions)
 	if !ok {
 		return MessageInfo{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
 	}
-	return i.show(ctx, topic, group, p, member, ref)
+	return i.show(ctx, topic, group, r, ref, false)
+}
+
+// DeadLetter returns the dead letter that ref (MessageInfo.Ref from List with ListDead) names
+// among the dead letters of consumer group on topic, with its whole payload, reading that one
+// message (show.lua on the dead-letter topic's parked set). Errors: an error wrapping
+// ErrNotFound when it is no longer a dead letter (requeued, or taken by a group of the
+// dead-letter topic), for an unknown topic or group or a malformed ref, or the Redis error,
+// within OperationTimeout.
+func (i *Inspector) DeadLetter(ctx context.Context, topic, group, ref string) (MessageInfo, error) {
+	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+	defer cancel()
+	info, err := i.group(ctx, topic, group)
+	if err != nil {
+		return MessageInfo{}, err
+	}
+	r, ok := parseRef(ref, info.Partitions)
+	if !ok {
+		return MessageInfo{}, fmt.Errorf("redisdelay: dead letter %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
+	}
+	return i.show(ctx, topic, group, r, ref, true)
 }
 
 // MessageByKey returns the message with key in consumer group on topic, with its whole payload.
@@ -560,20 +652,33 @@ func (i *Inspector) MessageByKey(ctx context.Context, topic, group, key string) 
 	if err != nil {
 		return MessageInfo{}, err
 	}
-	return i.show(ctx, topic, group, p, id, makeRef(p, id))
+	return i.show(ctx, topic, group, msgRef{partition: p, member: id}, makeRef(p, id, 0), false)
 }
 
-func (i *Inspector) show(ctx context.Context, topic, group string, p int, member, ref string) (MessageInfo, error) {
-	part := partitionName(topic, p)
+// show reads the message r names in group, or among its dead letters when dead; name is what
+// errors call it.
+func (i *Inspector) show(ctx context.Context, topic, group string, r msgRef, name string, dead bool) (MessageInfo, error) {
+	part := partitionName(topic, r.partition)
+	what := "message"
 	tk, gk := i.store.keys.topic(part), i.store.keys.group(part, group)
-	r, nowUs, found, err := i.store.show(ctx, gk.due, gk.lease, tk.messages, member)
+	due, lease, messages := gk.due, gk.lease, tk.messages
+	if dead {
+		what = "dead letter"
+		due, messages, _, _ = i.listTarget(part, topic, group, ListDead)
+		lease = due
+	}
+	l, _, found, err := i.store.show(ctx, due, lease, messages, r.member, r.short, r.scoreUs)
 	if err != nil {
-		return MessageInfo{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), err)
+		return MessageInfo{}, fmt.Errorf("redisdelay: %s %s of group %s on topic %s: %w", what, quote(name), quote(group), quote(topic), err)
 	}
 	if !found {
-		return MessageInfo{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
+		return MessageInfo{}, fmt.Errorf("redisdelay: %s %s of group %s on topic %s: %w", what, quote(name), quote(group), quote(topic), ErrNotFound)
 	}
-	return i.describe(topic, group, p, r, r.leased, nowUs, true), nil
+	m := i.describe(topic, group, r.partition, l, l.leased && !dead, true)
+	if dead {
+		m.State = StateDeadLettered
+	}
+	return m, nil
 }
 
 // Requeue moves dead letters of consumer group on topic back to it, due at once: those refs
@@ -599,48 +704,52 @@ func (i *Inspector) Requeue(ctx context.Context, topic, group string, refs ...st
 // again: it may have been removed since.
 func (i *Inspector) requeue(ctx context.Context, info TopicInfo, group string, refs []string) (int64, error) {
 	topic := info.Topic
-	byPartition := map[int][]string{}
+	byPartition := map[int][]msgRef{}
 	for _, ref := range refs {
-		p, member, ok := parseRef(ref, info.Partitions)
+		r, ok := parseRef(ref, info.Partitions)
 		if !ok {
 			return 0, fmt.Errorf("redisdelay: dead letter %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
 		}
-		byPartition[p] = append(byPartition[p], member)
+		byPartition[r.partition] = append(byPartition[r.partition], r)
 	}
 	var moved int64
 	for p := 0; p < info.Partitions; p++ {
 		part := partitionName(topic, p)
 		deadPart := partitionName(DefaultDeadLetterTopic(topic, group), p)
 		dead := i.store.keys.topic(deadPart).parked
-		requeue := func(members []string) error {
-			n, err := i.store.requeue(ctx, part, group, deadPart, members)
-			moved += n
+		requeue := func(chunk []msgRef) error {
+			members, err := i.wholeMembers(ctx, dead, chunk)
+			if err == nil && len(members) > 0 {
+				var n int64
+				n, err = i.store.requeue(ctx, part, group, deadPart, members)
+				moved += n
+			}
 			if err != nil {
 				return fmt.Errorf("redisdelay: requeue dead letters of group %s on topic %s: %w", quote(group), quote(topic), err)
 			}
 			return nil
 		}
 		if len(refs) > 0 {
-			for chunk := range slicesChunk(byPartition[p], requeueChunk) {
-				if err := requeue(chunk); err != nil {
+			for k := 0; k < len(byPartition[p]); k += requeueChunk {
+				if err := requeue(byPartition[p][k:min(k+requeueChunk, len(byPartition[p]))]); err != nil {
 					return moved, err
 				}
 			}
 			continue
 		}
 		for {
-			rows, _, err := i.store.list(ctx, dead, i.store.keys.topic(deadPart).messages, "all", 0, "", true, requeueChunk)
+			rows, _, _, err := i.store.list(ctx, dead, i.store.keys.topic(deadPart).messages, "all", 0, "", true, requeueChunk, 0, listReadBudget)
 			if err != nil {
 				return moved, err
 			}
 			if len(rows) == 0 {
 				break
 			}
-			members := make([]string, len(rows))
+			chunk := make([]msgRef, len(rows))
 			for n, r := range rows {
-				members[n] = r.member
+				chunk[n] = msgRef{partition: p, member: r.member, short: isShort(r.member), scoreUs: r.scoreUs}
 			}
-			if err := requeue(members); err != nil {
+			if err := requeue(chunk); err != nil {
 				return moved, err
 			}
 		}
@@ -702,6 +811,10 @@ type cursor struct {
 	member    string
 }
 
+// maxCursorMember bounds the member of a cursor, which list.lua compares byte by byte: longer
+// than any member a list returns (a short form, or an ID with a key and an attempt count).
+const maxCursorMember = 2048
+
 func encodeCursor(c cursor) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(c.partition) + " " + strconv.FormatInt(c.scoreUs, 10) + " " + c.member))
 }
@@ -717,36 +830,116 @@ func decodeCursor(s string) (cursor, error) {
 	}
 	p, err1 := strconv.Atoi(f[0])
 	us, err2 := strconv.ParseInt(f[1], 10, 64)
-	if err1 != nil || err2 != nil || p < 0 {
+	if err1 != nil || err2 != nil || p < 0 || len(f[2]) > maxCursorMember {
 		return cursor{}, fmt.Errorf("malformed cursor %s", quote(s))
 	}
 	return cursor{partition: p, scoreUs: us, member: f[2]}, nil
 }
 
-// makeRef names a member of partition p as text: the partition, "/", and the member in
-// unpadded base64url (a member may hold a marshaled message, which is binary).
-func makeRef(p int, member string) string {
-	return strconv.Itoa(p) + "/" + base64.RawURLEncoding.EncodeToString([]byte(member))
+// makeRef names a member of partition p scored scoreUs as text: the partition, "/", and the
+// member in unpadded base64url (a member may be binary). A member that holds its message
+// (ID|message) is named by its short form "ID|", then "." and its score, so that a ref never
+// carries the message; such a ref stops naming the message when its due time changes.
+func makeRef(p int, member string, scoreUs int64) string {
+	ref := strconv.Itoa(p) + "/"
+	if len(member) >= 13 && member[12] == '|' {
+		return ref + base64.RawURLEncoding.EncodeToString([]byte(member[:13])) + "." + strconv.FormatInt(scoreUs, 10)
+	}
+	return ref + base64.RawURLEncoding.EncodeToString([]byte(member))
+}
+
+// isShort reports whether a listed member is the short form "ID|" of a member that holds its
+// message.
+func isShort(member string) bool { return len(member) == 13 && member[12] == '|' }
+
+// msgRef is a ref of makeRef, read.
+type msgRef struct {
+	partition int
+	// member is the member, or its short form "ID|" when short; scoreUs is then its score.
+	member  string
+	short   bool
+	scoreUs int64
 }
 
 // parseRef reads a ref of makeRef, checking its partition against partitions.
-func parseRef(ref string, partitions int) (int, string, bool) {
+func parseRef(ref string, partitions int) (msgRef, bool) {
 	partition, encoded, ok := strings.Cut(ref, "/")
 	p, err := strconv.Atoi(partition)
 	if !ok || err != nil || p < 0 || p >= partitions {
-		return 0, "", false
+		return msgRef{}, false
+	}
+	r := msgRef{partition: p}
+	if encoded, score, short := strings.Cut(encoded, "."); short {
+		us, err := strconv.ParseInt(score, 10, 64)
+		member, err2 := base64.RawURLEncoding.DecodeString(encoded)
+		if err != nil || err2 != nil || len(member) != 13 || member[12] != '|' {
+			return msgRef{}, false
+		}
+		r.member, r.short, r.scoreUs = string(member), true, us
+		return r, true
 	}
 	member, err := base64.RawURLEncoding.DecodeString(encoded)
 	if err != nil {
-		return 0, "", false
+		return msgRef{}, false
 	}
 	// Only a message's member is a ref: never the lease set's marker or anything else that
 	// is not 12 hex digits and a well-formed rest (see scripts.go).
 	if _, _, ok := parseMember(string(member)); !ok || strings.Trim(string(member[:12]), "0123456789abcdef") != "" {
-		return 0, "", false
+		return msgRef{}, false
 	}
-	return p, string(member), true
+	r.member = string(member)
+	return r, true
 }
+
+// wholeMembers returns the members that refs name in set (a due or parked set) of their
+// partition: each ref's own member, or the one its short form finds (resolve.lua, resolveChunk
+// short forms per call), leaving out short forms that find none.
+func (i *Inspector) wholeMembers(ctx context.Context, set string, refs []msgRef) ([]string, error) {
+	var out, shorts []string
+	var scores []int64
+	resolve := func() error {
+		found, err := i.store.resolve(ctx, set, shorts, scores)
+		for _, m := range found {
+			if m != "" {
+				out = append(out, m)
+			}
+		}
+		shorts, scores = shorts[:0], scores[:0]
+		return err
+	}
+	for _, r := range refs {
+		if !r.short {
+			out = append(out, r.member)
+			continue
+		}
+		shorts, scores = append(shorts, r.member), append(scores, r.scoreUs)
+		if len(shorts) == resolveChunk {
+			if err := resolve(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if len(shorts) > 0 {
+		if err := resolve(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// wholeMember is wholeMembers for one ref: "" when its short form finds none, which no
+// script finds either.
+func (i *Inspector) wholeMember(ctx context.Context, set string, r msgRef) (string, error) {
+	found, err := i.wholeMembers(ctx, set, []msgRef{r})
+	if err != nil || len(found) == 0 {
+		return "", err
+	}
+	return found[0], nil
+}
+
+// resolveChunk is how many short forms one resolve.lua call finds: each costs O(log² N) and
+// copies its member, message included, inside Redis.
+const resolveChunk = 64
 
 // parseMember splits a member name (see scripts.go) into its ID and attempt count.
 func parseMember(m string) (string, int, bool) {
@@ -817,19 +1010,6 @@ func forEachConcurrently(ctx context.Context, n int, f func(ctx context.Context,
 	return nil
 }
 
-// slicesChunk yields s in chunks of at most n.
-func slicesChunk(s []string, n int) func(func([]string) bool) {
-	return func(yield func([]string) bool) {
-		for len(s) > 0 {
-			k := min(n, len(s))
-			if !yield(s[:k]) {
-				return
-			}
-			s = s[k:]
-		}
-	}
-}
-
 // CancelRef cancels the message that ref (MessageInfo.Ref) names, in its consumer group only,
 // with or without a key: KeyDone when it was due, KeyInFlight when a consumer held it (its
 // lease is removed, as Cancel does), KeyNotFound when the group no longer holds it. A batch
@@ -866,12 +1046,17 @@ func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, whe
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	p, member, ok := parseRef(ref, info.Partitions)
+	r, ok := parseRef(ref, info.Partitions)
 	if !ok {
 		return 0, time.Time{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
 	}
+	part := partitionName(topic, r.partition)
+	member, err := i.wholeMember(ctx, i.store.keys.group(part, group).due, r)
+	if err != nil {
+		return 0, time.Time{}, fmt.Errorf("redisdelay: %s message %s of group %s on topic %s: %w", op, quote(ref), quote(group), quote(topic), err)
+	}
 	call := publishCall{token: newToken(), ttl: i.callTTL}
-	state, dueUs, err := i.store.refOp(ctx, partitionName(topic, p), group, op, member, call, when)
+	state, dueUs, err := i.store.refOp(ctx, part, group, op, member, call, when)
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("redisdelay: %s message %s of group %s on topic %s: %w", op, quote(ref), quote(group), quote(topic), err)
 	}

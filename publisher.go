@@ -192,7 +192,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 		}
 		if isBatched {
 			cfg := p.config.Batching[topic]
-			spec = "B" + strconv.Itoa(cfg.MaxItems) + " " + strconv.FormatInt(cfg.MaxWait.Microseconds(), 10) + " " + strconv.Itoa(cfg.MaxBytes) + "=" + bk
+			spec = "B" + strconv.Itoa(cfg.MaxItems) + " " + strconv.FormatInt(cfg.MaxWait.Microseconds(), 10) + " " + strconv.Itoa(cfg.maxBytes()) + "=" + bk
 			partitions[i] = keyPartition(bk, p.config.Partitions)
 		}
 		batch[i] = outgoing{data: data, delay: d, at: at, latest: latest, keySpec: spec}

@@ -29,6 +29,8 @@ import (
 //
 // so the attempt count travels with the message, and ID:N is the lease's fencing token: once a
 // lease expired and another consumer claimed attempt N+1, no command of the old holder matches.
+// The Inspector names a member ID|message by its short form "ID|" and its score (see
+// lua/lib/position.lua), so that a list or a ref never carries the whole message.
 // A claimed message is always in the messages hash until its group is done with it. The hash
 // field of a message is its ID, or for a keyed message "=" and the key, whose value starts with
 // the ID's 12 hex digits: so the key finds its message, and a key is taken while the field
@@ -80,10 +82,11 @@ var (
 	pauseScript       = mustScript(scriptSpec{file: "pause", fragments: []string{"now_us", "wake"}, keys: 2, allowOOM: true})
 	removeGroupScript = mustScript(scriptSpec{file: "removegroup", fragments: []string{"split", "each_chunk", "drop", "close_batch", "wake", "drop_parked"}, keys: 15, allowOOM: true})
 	statsScript       = mustScript(scriptSpec{file: "stats", fragments: []string{"now_us", "head"}, keys: 4, variadic: true, allowOOM: true})
-	listScript        = mustScript(scriptSpec{file: "list", fragments: []string{"now_us", "split", "stored"}, keys: 2, allowOOM: true})
-	showScript        = mustScript(scriptSpec{file: "show", fragments: []string{"now_us", "split", "stored"}, keys: 3, allowOOM: true})
+	listScript        = mustScript(scriptSpec{file: "list", fragments: []string{"now_us", "split", "position"}, keys: 2, allowOOM: true})
+	showScript        = mustScript(scriptSpec{file: "show", fragments: []string{"now_us", "split", "stored", "position"}, keys: 3, allowOOM: true})
+	resolveScript     = mustScript(scriptSpec{file: "resolve", fragments: []string{"position"}, keys: 1, allowOOM: true})
 	purgeScript       = mustScript(scriptSpec{file: "purge", fragments: []string{"now_us", "split", "each_chunk", "drop", "close_batch"}, keys: 7, allowOOM: true})
-	flushBatchScript  = mustScript(scriptSpec{file: "flushbatch", fragments: []string{"now_us", "wake", "stale"}, keys: 7, variadic: true, allowOOM: true})
+	flushBatchScript  = mustScript(scriptSpec{file: "flushbatch", fragments: []string{"now_us", "wake", "stale", "seal_batch"}, keys: 7, variadic: true, allowOOM: true})
 	refOpScript       = mustScript(scriptSpec{file: "refop", fragments: []string{"now_us", "split", "schedule", "drop", "ended", "close_batch"}, keys: 9, allowOOM: true})
 	requeueScript     = mustScript(scriptSpec{file: "requeue", fragments: []string{"now_us", "split", "each_chunk", "hmget", "stored", "schedule"}, keys: 7, variadic: true})
 )
@@ -127,7 +130,7 @@ type fragment struct {
 }
 
 // fragmentOrder is the order fragments are put together in: each after those it needs.
-var fragmentOrder = []string{"now_us", "split", "member", "each_chunk", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "close_batch", "drop_parked", "publish_to"}
+var fragmentOrder = []string{"now_us", "split", "position", "member", "each_chunk", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "seal_batch", "close_batch", "drop_parked", "publish_to"}
 
 // mustScript assembles a script from its file and the fragments it names, with the fragments
 // they need, and checks that every fragment name a script or fragment uses is included. A

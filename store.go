@@ -801,43 +801,55 @@ func (s store) stats(ctx context.Context, part string, groups, deadParts []strin
 
 // listed is one message of a list.lua or show.lua reply.
 type listed struct {
+	// member is the member's name, or for a member that holds its message (ID|message) its
+	// short form "ID|" (see lua/lib/position.lua).
 	member  string
 	scoreUs int64
-	data    []byte // nil when the stored message has vanished
+	size    int    // of the stored message in bytes, -1 when it has vanished
+	data    []byte // its first bytes (list.lua) or all of it (show.lua); nil when vanished
 	leased  bool   // show.lua: found in the lease set
 }
 
 // list runs list.lua on set (part "due", "scheduled" or "all") after the cursor (its score,
-// ok false for the first page, and member) and returns the page and the Redis time.
-func (s store) list(ctx context.Context, set, messages, part string, cursorUs int64, cursorMember string, first bool, limit int) ([]listed, int64, error) {
+// first true for the first page, and member): at most limit messages, prefix bytes of each,
+// and no more stored messages than budget bytes after the first. It returns the page, the
+// Redis time, and whether the page ended for the budget.
+func (s store) list(ctx context.Context, set, messages, part string, cursorUs int64, cursorMember string, first bool, limit, prefix, budget int) ([]listed, int64, bool, error) {
 	cursor := ""
 	if !first {
 		cursor = strconv.FormatInt(cursorUs, 10)
 	}
-	res, err := s.run(ctx, s.client, listScript, []string{set, messages}, part, cursor, cursorMember, limit)
+	res, err := s.run(ctx, s.client, listScript, []string{set, messages}, part, cursor, cursorMember, limit, prefix, budget)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
 	r, _ := res.([]any)
-	if len(r) < 1 || (len(r)-1)%3 != 0 {
-		return nil, 0, fmt.Errorf("script %s: unexpected reply of %d values", listScript.name, len(r))
+	if len(r) < 2 || (len(r)-2)%4 != 0 {
+		return nil, 0, false, fmt.Errorf("script %s: unexpected reply of %d values", listScript.name, len(r))
 	}
-	out := make([]listed, 0, (len(r)-1)/3)
-	for i := 1; i < len(r); i += 3 {
+	out := make([]listed, 0, (len(r)-2)/4)
+	for i := 2; i < len(r); i += 4 {
 		m, _ := r[i].(string)
-		l := listed{member: m, scoreUs: asInt(r[i+1])}
-		if d, ok := r[i+2].(string); ok {
+		l := listed{member: m, scoreUs: asInt(r[i+1]), size: int(asInt(r[i+2]))}
+		if d, ok := r[i+3].(string); ok && l.size >= 0 {
 			l.data = []byte(d)
+		} else {
+			l.size = -1
 		}
 		out = append(out, l)
 	}
-	return out, asInt(r[0]), nil
+	return out, asInt(r[0]), asInt(r[1]) == 1, nil
 }
 
-// show runs show.lua: the message named member in due or lease. ok is false when neither
-// holds it.
-func (s store) show(ctx context.Context, due, lease, messages, member string) (listed, int64, bool, error) {
-	res, err := s.run(ctx, s.client, showScript, []string{due, lease, messages}, member)
+// show runs show.lua: the message named member in due or lease, or when short the member of
+// due whose short form is member and whose score is scoreUs. ok is false when neither holds
+// it. The listed member is the whole member.
+func (s store) show(ctx context.Context, due, lease, messages, member string, short bool, scoreUs int64) (listed, int64, bool, error) {
+	score := ""
+	if short {
+		score = strconv.FormatInt(scoreUs, 10)
+	}
+	res, err := s.run(ctx, s.client, showScript, []string{due, lease, messages}, member, score)
 	if err != nil {
 		return listed{}, 0, false, err
 	}
@@ -845,15 +857,38 @@ func (s store) show(ctx context.Context, due, lease, messages, member string) (l
 	if len(r) == 1 {
 		return listed{}, asInt(r[0]), false, nil
 	}
-	if len(r) != 4 {
+	if len(r) != 5 {
 		return listed{}, 0, false, fmt.Errorf("script %s: unexpected reply %v", showScript.name, res)
 	}
 	where, _ := r[1].(string)
-	l := listed{member: member, scoreUs: asInt(r[2]), leased: where == "lease"}
+	whole, _ := r[4].(string)
+	l := listed{member: whole, scoreUs: asInt(r[2]), leased: where == "lease", size: -1}
 	if d, ok := r[3].(string); ok {
-		l.data = []byte(d)
+		l.data, l.size = []byte(d), len(d)
 	}
 	return l, asInt(r[0]), true, nil
+}
+
+// resolve runs resolve.lua on set: the whole member of each short form (shorts[i], scored
+// scoresUs[i]), "" where the set holds none.
+func (s store) resolve(ctx context.Context, set string, shorts []string, scoresUs []int64) ([]string, error) {
+	args := make([]any, 0, 2*len(shorts))
+	for i, m := range shorts {
+		args = append(args, m, scoresUs[i])
+	}
+	res, err := s.run(ctx, s.client, resolveScript, []string{set}, args...)
+	if err != nil {
+		return nil, err
+	}
+	r, _ := res.([]any)
+	if len(r) != len(shorts) {
+		return nil, fmt.Errorf("script %s: unexpected reply of %d values for %d", resolveScript.name, len(r), len(shorts))
+	}
+	out := make([]string, len(r))
+	for i, v := range r {
+		out[i], _ = v.(string)
+	}
+	return out, nil
 }
 
 // purge runs purge.lua once on set: it drops up to limit messages of the part ("due",

@@ -121,6 +121,8 @@ end
 redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due / 2 - 1)
 -- A claimed message lives in the messages hash until its group is done with it.
 if #moved > 0 then each_chunk('HSET', KEYS[3], moved) end
+-- A batch still open closes before its stored value is read (see close_batch).
+for _, id in ipairs(ids) do close_batch(KEYS[9], KEYS[3], id) end
 local data = {}
 if #moved < 2 * #ids then data = stored(KEYS[3], ids) end
 for i = 1, #ids do
@@ -137,7 +139,6 @@ for i, id in ipairs(ids) do
     if key then
       keyed[#keyed + 1] = key
       keyed[#keyed + 1] = member(id, attempts[i])
-      close_batch(KEYS[9], id)
     end
     result[#result + 1] = id
     result[#result + 1] = attempts[i]

@@ -30,16 +30,13 @@ local entry = redis.call('HGET', KEYS[6], bk)
 local items = 0
 if entry then
   local hex, count, _, due = string.match(entry, '^(%x+) (%d+) (%d+) (%d+)$')
+  local hfield = hex and '=\1' .. bk .. '\1' .. hex
   if hex and tonumber(due) > now then
-    local hfield = '=\1' .. bk .. '\1' .. hex
     local m = hex .. hfield .. ':0'
     local sets = {KEYS[5]}
     for g = 1, ngroups do sets[#sets + 1] = KEYS[7 + g] end
     if ARGV[2] == 'flush' then
-      local value = redis.call('HGET', KEYS[2], hfield)
-      if value then
-        redis.call('HSET', KEYS[2], hfield, string.sub(value, 1, 12) .. 'f' .. string.sub(value, 14))
-      end
+      seal_batch(KEYS[2], hfield, tonumber(count), 'f')
       for i, set in ipairs(sets) do
         if redis.call('ZADD', set, 'XX', 'CH', now, m) == 1 and i > 1 then
           wake(ARGV[4 + ngroups + i - 1], nil, now)
@@ -49,8 +46,13 @@ if entry then
       for _, set in ipairs(sets) do redis.call('ZREM', set, m) end
       redis.call('HDEL', KEYS[3], hfield)
       redis.call('HDEL', KEYS[2], hfield)
+      -- Dropped first, so that sealing only deletes the items' fields.
+      seal_batch(KEYS[2], hfield, tonumber(count), 't')
     end
     items = tonumber(count)
+  elseif hex then
+    -- Due already, unclaimed: it closes with its items, as a claim would close it.
+    seal_batch(KEYS[2], hfield, tonumber(count), 't')
   end
   redis.call('HDEL', KEYS[6], bk)
 end

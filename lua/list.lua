@@ -1,44 +1,72 @@
--- list.lua: one page of a sorted set's messages, in score order, after a cursor.
+-- list.lua: one page of a sorted set's messages, in score order, after a cursor, with a preview
+-- of each: the first bytes of its stored message and its size, never the whole message.
 --
 -- KEYS[1] set       zset  a due, lease or parked set: member (see scripts.go) -> score (µs)
 -- KEYS[2] messages  hash  field (see scripts.go) -> marshaled message
 -- ARGV[1] which part: due (score <= now), scheduled (score > now) or all
 -- ARGV[2] the cursor's score, or "" for the first page
--- ARGV[3] the cursor's member: the page starts after it
+-- ARGV[3] the cursor's member: the page starts after it (see rank_after), present or not
 -- ARGV[4] the most messages on the page
+-- ARGV[5] how many bytes of each stored message to return
+-- ARGV[6] the most bytes of stored messages to read: the page ends after the message that
+--         reaches it, and before a message stored in the hash that would pass it (the first
+--         message is always read)
 --
--- Returns {now µs, then per message: member, score µs, marshaled message or false}. Members of
--- equal score come in member order, as Redis keeps them; the cursor skips those up to its own.
+-- Returns {now µs, cut, then per message: member, score µs, size, first bytes or false}. cut
+-- is 1 when the page ended for ARGV[6]. A member that holds its message (ID|message) comes in
+-- its short form "ID|"; size is the stored message's length in bytes, -1 when it has vanished.
+-- Members of equal score come in byte order, as Redis keeps them. The work is O(log² N) to find
+-- the cursor's position, then O(log N + M) for M messages read.
 
 local now = now_us()
 local part, limit = ARGV[1], tonumber(ARGV[4])
--- '(1e300' leaves out the lease set's marker (see scripts.go).
-local min, max = '-inf', '(1e300'
-if part == 'due' then max = now elseif part == 'scheduled' then min = '(' .. now end
-local cursor_score, cursor_member = tonumber(ARGV[2]), ARGV[3]
-if cursor_score then min = cursor_score end
-local result = {now}
-local members, ids, scores, embedded = {}, {}, {}, {}
-local offset = 0
-while #members < limit do
-  local batch = redis.call('ZRANGEBYSCORE', KEYS[1], min, max, 'WITHSCORES', 'LIMIT', offset, limit + 16)
-  if #batch == 0 then break end
-  offset = offset + #batch / 2
-  for i = 1, #batch, 2 do
-    local m, score = batch[i], tonumber(batch[i + 1])
-    if #members < limit and not (cursor_score and score == cursor_score and m <= cursor_member) then
-      local id, _, message = split(m)
-      members[#members + 1] = m
-      ids[#ids + 1] = id
-      scores[#scores + 1] = score
-      embedded[#embedded + 1] = message or false
+local prefix, budget = tonumber(ARGV[5]), tonumber(ARGV[6])
+local rank = 0
+if ARGV[2] ~= '' then
+  rank = rank_after(KEYS[1], ARGV[2], ARGV[3])
+elseif part == 'scheduled' then
+  rank = redis.call('ZCOUNT', KEYS[1], '-inf', now)
+end
+-- The rank after the part: '(1e300' leaves out the lease set's marker (see scripts.go).
+local stop = redis.call('ZCOUNT', KEYS[1], '-inf', part == 'due' and now or '(1e300')
+local result = {now, 0}
+-- A member holds at most MAX_EMBEDDED bytes of message (see publish_to), so one ZRANGE of the
+-- whole page reads at most limit KiB.
+local page = {}
+if rank < stop then
+  page = redis.call('ZRANGE', KEYS[1], rank, math.min(rank + limit, stop) - 1, 'WITHSCORES')
+end
+local read = 0
+for i = 1, #page, 2 do
+  local m = page[i]
+  local id, _, data = split(m)
+  local size = -1
+  if data then
+    m = string.sub(m, 1, 13)
+  else
+    local f = field(id)
+    local keyed = f ~= id
+    size = redis.call('HSTRLEN', KEYS[2], f)
+    if keyed then size = size - 12 end
+    if i > 1 and read + size > budget then
+      result[2] = 1
+      break
+    end
+    data = redis.call('HGET', KEYS[2], f)
+    if data and keyed then
+      -- A keyed field that holds another message with the key counts as none (see stored).
+      if string.sub(data, 1, 12) == string.sub(id, 1, 12) then data = string.sub(data, 13) else data = false end
     end
   end
-end
-local data = stored(KEYS[2], ids)
-for i, m in ipairs(members) do
+  if data then size = #data else size = -1 end
   result[#result + 1] = m
-  result[#result + 1] = scores[i]
-  result[#result + 1] = embedded[i] or data[i] or false
+  result[#result + 1] = tonumber(page[i + 1])
+  result[#result + 1] = size
+  result[#result + 1] = data and string.sub(data, 1, prefix) or false
+  if size > 0 then read = read + size end
+  if read >= budget and i + 1 < #page then
+    result[2] = 1
+    break
+  end
 end
 return result

@@ -29,7 +29,7 @@ for i, m in ipairs(members) do
   local key = key_of(id)
   if key then
     redis.call('HDEL', KEYS[4], key)
-    close_batch(KEYS[7], id)
+    close_batch(KEYS[7], KEYS[2], id)
   end
 end
 if #members > 0 then each_chunk('ZREM', KEYS[1], members) end

@@ -45,8 +45,8 @@ if attempt ~= nil then
   if where and ARGV[2] == 'cancel' then
     redis.call('ZREM', where == 'due' and KEYS[2] or KEYS[3], m)
     ended({keyed = KEYS[6], history = KEYS[7], name = ARGV[4]}, id, attempt, 'cancelled', '', now)
+    close_batch(KEYS[9], KEYS[4], id)
     drop(KEYS[4], KEYS[5], {id}, KEYS[7])
-    close_batch(KEYS[9], id)
     reply = where == 'due' and 'd' or 'i'
   elseif where == 'due' then
     local schedule_arg = ARGV[5]
@@ -56,7 +56,7 @@ if attempt ~= nil then
       due = now + math.max(tonumber(schedule_arg), 0)
     end
     schedule(KEYS[2], ARGV[6], {due, m}, due)
-    close_batch(KEYS[9], id)
+    close_batch(KEYS[9], KEYS[4], id)
     reply = 'd'
   elseif where == 'lease' then
     reply = 'i'

@@ -74,7 +74,7 @@ for _, set in ipairs({KEYS[10], KEYS[11]}) do
     end
   end
 end
-for _, id in ipairs(ids) do close_batch(KEYS[12], id) end
+for _, id in ipairs(ids) do close_batch(KEYS[12], KEYS[2], id) end
 drop(KEYS[2], KEYS[3], ids, KEYS[8])
 -- What the window kept is not the group's: it is dropped in the same budget, but not counted.
 if left > 0 then drop_parked(KEYS[15], KEYS[2], KEYS[3], KEYS[8], left) end

@@ -1,4 +1,4 @@
--- fragment publish_to; needs: now_us, each_chunk, schedule, wake, locate, stale, drop_parked
+-- fragment publish_to; needs: now_us, each_chunk, schedule, wake, locate, stale, drop_parked, seal_batch
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic: in the messages hash, or, with one group and at most MAX_EMBEDDED bytes, in the due
 -- member itself (a larger member would make every ZRANGE of the set's head copy it). The
@@ -17,8 +17,9 @@
 --
 -- A batch is a keyed message whose key is "\1", the batch key, "\1" and its ID's hex digits;
 -- its stored value is those hex digits, a trigger letter (t time, s size, f flush) and its items,
--- each as its length in decimal, ":" and the item. The first item opens a batch, scheduled
--- MaxWait after it in every group; the item that fills it releases it at once (due now,
+-- each as its length in decimal, ":" and the item. While it is open, each item waits in a field
+-- of its own and the value gets them when the batch closes (seal_batch). The first item opens a
+-- batch, scheduled MaxWait after it in every group; the item that fills it releases it at once (due now,
 -- trigger s), in the groups that hold it: those registered when it opened, which its reference
 -- count covers. A batch whose due time has come is closed: the next item opens another; so is
 -- one that a group claimed, or that an operation by ref moved or cancelled (close_batch).
@@ -120,11 +121,14 @@ local function publish_to(k, a)
   end
 
   -- open_batches[bk] is the open batch of batch key bk once this call has looked at it (false:
-  -- none): {hex, hfield, n items, size bytes, due µs, value, slot in scheduled if opened here}.
+  -- none): {hex, hfield, n items, size bytes, due µs, slot in scheduled if opened here}.
   local open_batches = {}
 
   -- batch_item adds an item to its batch key's open batch, opening one (scheduled MaxWait from
-  -- now, with the item's ID) when there is none, and releasing it now when it is full.
+  -- now, with the item's ID) when there is none, and releasing it now when it is full. The item
+  -- goes into a field of its own until the batch closes (see seal_batch): O(item), whatever the
+  -- batch holds. A batch whose due time has passed, unclaimed, is sealed here before the next
+  -- opens.
   local function batch_item(spec, data, id)
     local eq = string.find(spec, '=', 2, true)
     local max_items, max_wait, max_bytes = string.match(string.sub(spec, 2, eq - 1), '^(%d+) (%d+) (%d+)$')
@@ -136,17 +140,21 @@ local function publish_to(k, a)
       local entry = redis.call('HGET', batches, bk)
       if entry then
         local hex, n, size, due = string.match(entry, '^(%x+) (%d+) (%d+) (%d+)$')
+        local hfield = hex and '=' .. BATCH .. bk .. BATCH .. hex
         if hex and tonumber(due) > now then
-          local hfield = '=' .. BATCH .. bk .. BATCH .. hex
-          local value = redis.call('HGET', messages, hfield)
-          if value then
-            b = {hex = hex, hfield = hfield, n = tonumber(n), size = tonumber(size), due = tonumber(due), value = value}
+          if redis.call('HEXISTS', messages, hfield) == 1 then
+            b = {hex = hex, hfield = hfield, n = tonumber(n), size = tonumber(size), due = tonumber(due)}
+          else
+            seal_batch(messages, hfield, tonumber(n), 't')
           end
+        elseif hex then
+          seal_batch(messages, hfield, tonumber(n), 't')
         end
       end
     end
     if not b then
-      b = {hex = id, hfield = '=' .. BATCH .. bk .. BATCH .. id, n = 0, size = 0, due = now + max_wait, value = id .. 't'}
+      b = {hex = id, hfield = '=' .. BATCH .. bk .. BATCH .. id, n = 0, size = 0, due = now + max_wait}
+      redis.call('HSET', messages, b.hfield, id .. 't')
       if holders > 1 then
         counted[#counted + 1] = b.hfield
         counted[#counted + 1] = holders
@@ -155,11 +163,10 @@ local function publish_to(k, a)
       b.slot = #scheduled
       scheduled[#scheduled + 1] = b.hex .. b.hfield .. ':0'
     end
-    b.value = b.value .. #data .. ':' .. data
     b.n, b.size = b.n + 1, b.size + #data
+    redis.call('HSET', messages, b.hfield .. BATCH .. b.n, #data .. ':' .. data)
     if b.n >= max_items or (max_bytes > 0 and b.size >= max_bytes) then
-      b.value = string.sub(b.value, 1, 12) .. 's' .. string.sub(b.value, 14)
-      redis.call('HSET', messages, b.hfield, b.value)
+      seal_batch(messages, b.hfield, b.n, 's')
       if b.slot then
         scheduled[b.slot] = now
       else
@@ -261,7 +268,6 @@ local function publish_to(k, a)
   end
   for bk, b in pairs(open_batches) do
     if b then
-      redis.call('HSET', messages, b.hfield, b.value)
       redis.call('HSET', batches, bk, b.hex .. ' ' .. b.n .. ' ' .. b.size .. ' ' .. string.format('%d', b.due))
     end
   end

@@ -1,0 +1,415 @@
+package redisdelay_test
+
+import (
+	"context"
+	"encoding/base64"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+// publishAt publishes n messages due at the same instant, with UUIDs prefix0..prefix(n-1), in
+// calls of 5,000: with _watermill_delayed_until alone, every message shares one due time, as
+// messages sent for "08:00" do.
+func publishAt(t *testing.T, pub *redisdelay.Publisher, topic, prefix string, n int, due time.Time, payload []byte) {
+	t.Helper()
+	for start := 0; start < n; start += 5000 {
+		msgs := make([]*message.Message, 0, 5000)
+		for i := start; i < min(start+5000, n); i++ {
+			msg := message.NewMessage(prefix+strconv.Itoa(i), payload)
+			msg.Metadata.Set(delay.DelayedUntilKey, due.Format(time.RFC3339))
+			msgs = append(msgs, msg)
+		}
+		require.NoError(t, pub.Publish(topic, msgs...))
+	}
+}
+
+// craftedCursor builds a List cursor by hand, as anyone who can edit a URL can: partition 0,
+// a due time and any member.
+func craftedCursor(due time.Time, member string) string {
+	return base64.RawURLEncoding.EncodeToString([]byte("0 " + strconv.FormatInt(due.UnixMicro(), 10) + " " + member))
+}
+
+// slowCommands returns the commands of the slow log of the Redis that client talks to that
+// took longer than d, and the times of its script calls, sorted.
+func slowCommands(t *testing.T, client redis.UniversalClient, d time.Duration) ([]redis.SlowLog, []time.Duration) {
+	t.Helper()
+	logs, err := client.SlowLogGet(context.Background(), -1).Result()
+	require.NoError(t, err)
+	var slow []redis.SlowLog
+	var scripts []time.Duration
+	for _, l := range logs {
+		if l.Duration > d {
+			slow = append(slow, l)
+		}
+		if strings.EqualFold(l.Args[0], "evalsha") {
+			scripts = append(scripts, l.Duration)
+		}
+	}
+	slices.Sort(scripts)
+	return slow, scripts
+}
+
+// netOutput returns how many bytes the Redis that client talks to has sent to its clients.
+func netOutput(t *testing.T, client redis.UniversalClient) int64 {
+	t.Helper()
+	info, err := client.Info(context.Background(), "stats").Result()
+	require.NoError(t, err)
+	for _, line := range strings.Split(info, "\r\n") {
+		if v, ok := strings.CutPrefix(line, "total_net_output_bytes:"); ok {
+			n, err := strconv.ParseInt(v, 10, 64)
+			require.NoError(t, err)
+			return n
+		}
+	}
+	t.Fatal("no total_net_output_bytes in INFO stats")
+	return 0
+}
+
+// requireNoSlowCommands fails the test for each command of the slow log slower than d that is
+// slow again each of three times it runs alone, and returns the longest script call. The slow
+// log measures wall time, and on a machine shared with other work a command is sometimes
+// descheduled while it runs; work that is really slow is slow every time. The slow log must
+// log every command (slowlog-log-slower-than 0). It logs the median and longest script call.
+func requireNoSlowCommands(t *testing.T, client redis.UniversalClient, d time.Duration) {
+	t.Helper()
+	ctx := context.Background()
+	slow, scripts := slowCommands(t, client, d)
+	require.NotEmpty(t, scripts)
+	t.Logf("%d script calls: median %s, longest %s; %d commands over %s before running them again",
+		len(scripts), scripts[len(scripts)/2], scripts[len(scripts)-1], len(slow), d)
+	for _, entry := range slow {
+		args := make([]any, len(entry.Args))
+		for i, a := range entry.Args {
+			require.NotContains(t, a, "more bytes)", "a slow log entry cut short cannot run again")
+			args[i] = a
+		}
+		again := true
+		for range 3 {
+			require.NoError(t, client.SlowLogReset(ctx).Err())
+			require.NoError(t, client.Do(ctx, args...).Err())
+			if s, _ := slowCommands(t, client, d); len(s) == 0 {
+				again = false
+				break
+			}
+		}
+		assert.False(t, again, "slower than %s three times: %v (first %s)", d, entry.Args, entry.Duration)
+	}
+}
+
+// The cursor resumes from the last message's due time and member, found again by rank, so a
+// page costs the same whatever the cursor: on redis-server, 300,000 messages of one due time
+// page from start to end, and crafted cursors land in the middle, without one command slower
+// than 5 ms in the slow log. miniredis and the cluster check the order with fewer messages.
+func TestListPagesThroughEqualDueTimesWithinFiveMilliseconds(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		n := 3000
+		if b.name == "redis" {
+			n = 300_000
+		}
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		// The only group, without the new-group window: each message is stored in its member,
+		// as ID|message, so the cursor holds the short form "ID|".
+		require.NoError(t, newSubscriber(t, b, inGroupWithoutWindow(redisdelay.DefaultConsumerGroup)).SubscribeInitialize(topic))
+		due := time.Now().Add(time.Hour).Truncate(time.Second)
+		publishAt(t, pub, topic, "m", n, due, []byte("payload"))
+		if b.name == "redis" {
+			require.NoError(t, b.client.ConfigSet(context.Background(), "slowlog-log-slower-than", "0").Err())
+			require.NoError(t, b.client.ConfigSet(context.Background(), "slowlog-max-len", "100000").Err())
+			require.NoError(t, b.client.SlowLogReset(context.Background()).Err())
+		}
+
+		list := func(cursor string, limit int) redisdelay.ListPage {
+			page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled, Cursor: cursor, Limit: limit})
+			require.NoError(t, err)
+			return page
+		}
+		var ids []string
+		seen := make(map[string]bool, n)
+		for cursor := ""; ; {
+			page := list(cursor, redisdelay.MaxListLimit)
+			for _, m := range page.Messages {
+				require.False(t, seen[m.UUID], "%s listed twice", m.UUID)
+				seen[m.UUID] = true
+				require.Equal(t, due, m.DueAt)
+				require.Equal(t, "payload", m.Preview)
+				ids = append(ids, m.ID)
+			}
+			if page.NextCursor == "" {
+				break
+			}
+			cursor = page.NextCursor
+		}
+		require.Len(t, seen, n)
+		// Equal due times come in member order, which is ID order: publish order.
+		for k := 1; k < len(ids); k++ {
+			require.Less(t, ids[k-1], ids[k])
+		}
+
+		// Crafted cursors: after the short form of a member in the middle, the next member;
+		// after its bare ID (no such member, but it sorts just before), the member itself;
+		// after a member beyond every ID, nothing of that due time.
+		mid := n / 2
+		page := list(craftedCursor(due, ids[mid]+"|"), 3)
+		require.Len(t, page.Messages, 3)
+		assert.Equal(t, ids[mid+1], page.Messages[0].ID)
+		page = list(craftedCursor(due, ids[mid]), 1)
+		require.Len(t, page.Messages, 1)
+		assert.Equal(t, ids[mid], page.Messages[0].ID)
+		assert.Empty(t, list(craftedCursor(due, "\xff\xff"), 10).Messages)
+		assert.Len(t, list(craftedCursor(due.Add(-time.Microsecond), "\xff\xff"), 10).Messages, 10)
+		_, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled, Cursor: craftedCursor(due, strings.Repeat("m", 4096))})
+		assert.Error(t, err, "a cursor's member is bounded")
+
+		if b.name == "redis" {
+			requireNoSlowCommands(t, b.client, 5*time.Millisecond)
+		}
+	})
+}
+
+// Members added and removed between two pages do not shift the cursor: every message that is
+// there throughout is listed exactly once, in order, though the cursor's own member is gone.
+func TestListCursorHoldsWhileMessagesComeAndGo(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		// Two groups, so that messages are stored in the messages hash, not in their members.
+		for _, g := range []string{"a", "b"} {
+			require.NoError(t, newSubscriber(t, b, inGroup(g)).SubscribeInitialize(topic))
+		}
+		due := time.Now().Add(time.Hour).Truncate(time.Second)
+		publishAt(t, pub, topic, "m", 40, due, []byte("payload"))
+		list := func(cursor string) redisdelay.ListPage {
+			page, err := in.List(context.Background(), topic, "a", redisdelay.ListOptions{State: redisdelay.ListScheduled, Cursor: cursor, Limit: 10})
+			require.NoError(t, err)
+			return page
+		}
+		first := list("")
+		require.Len(t, first.Messages, 10)
+		// The cursor's own member, the one after it and one before it go; newer ones come.
+		for _, ref := range []string{first.Messages[9].Ref, first.Messages[3].Ref} {
+			outcome, err := in.CancelRef(context.Background(), topic, "a", ref)
+			require.NoError(t, err)
+			require.Equal(t, redisdelay.KeyDone, outcome)
+		}
+		next, err := in.List(context.Background(), topic, "a", redisdelay.ListOptions{State: redisdelay.ListScheduled, Cursor: first.NextCursor, Limit: 1})
+		require.NoError(t, err)
+		_, err = in.CancelRef(context.Background(), topic, "a", next.Messages[0].Ref)
+		require.NoError(t, err)
+		publishAt(t, pub, topic, "late", 5, due, []byte("payload"))
+
+		var uuids []string
+		for cursor := first.NextCursor; cursor != ""; {
+			page := list(cursor)
+			for _, m := range page.Messages {
+				uuids = append(uuids, m.UUID)
+			}
+			cursor = page.NextCursor
+		}
+		want := []string{}
+		for i := 11; i < 40; i++ {
+			want = append(want, "m"+strconv.Itoa(i))
+		}
+		for i := range 5 {
+			want = append(want, "late"+strconv.Itoa(i))
+		}
+		assert.Equal(t, want, uuids)
+	})
+}
+
+// A page of large dead letters carries previews, and one dead letter by ref reads that one
+// message: with 300 dead letters of 100 KB, Redis sends well under 1 MB for a page of 50, for
+// a page of up to 1,000 and for one dead letter.
+func TestLargeDeadLettersAreListedAsPreviewsAndReadOneByRef(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
+		payload := []byte(strings.Repeat("0123456789", 10_000))
+		// Published straight to the dead-letter topic, which has no group: its parked set holds
+		// each message in its member, as dead-lettering does.
+		var msgs []*message.Message
+		for i := range 300 {
+			msg := message.NewMessage("dead"+strconv.Itoa(i), payload)
+			msg.Metadata.Set(redisdelay.DeadLetterReasonKey, "handler failed")
+			msgs = append(msgs, msg)
+		}
+		dlt := redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)
+		require.NoError(t, pub.Publish(dlt, msgs...))
+
+		measure := func(f func()) int64 {
+			if b.name != "redis" {
+				f()
+				return 0
+			}
+			before := netOutput(t, b.client)
+			f()
+			return netOutput(t, b.client) - before
+		}
+		var tab, all redisdelay.ListPage
+		tabBytes := measure(func() {
+			var err error
+			tab, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListDead, Limit: 50})
+			require.NoError(t, err)
+		})
+		require.Len(t, tab.Messages, 50)
+		for _, m := range tab.Messages {
+			assert.Equal(t, len(payload), m.PayloadSize)
+			assert.Equal(t, string(payload[:redisdelay.PreviewLength]), m.Preview)
+			assert.Equal(t, "handler failed", m.Metadata[redisdelay.DeadLetterReasonKey])
+			assert.Equal(t, redisdelay.StateDeadLettered, m.State)
+			assert.Nil(t, m.Payload)
+			assert.Less(t, len(m.Ref), 64, "a ref names the message, it does not carry it")
+		}
+		allBytes := measure(func() {
+			var err error
+			all, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListDead, Limit: redisdelay.MaxListLimit})
+			require.NoError(t, err)
+		})
+		// The page ends early, with a cursor, once Redis has read 8 MiB of messages for it.
+		require.NotEmpty(t, all.Messages)
+		assert.True(t, len(all.Messages) == 300 || all.NextCursor != "", "a page cut short has a cursor")
+
+		var one redisdelay.MessageInfo
+		oneBytes := measure(func() {
+			var err error
+			one, err = in.DeadLetter(context.Background(), topic, redisdelay.DefaultConsumerGroup, tab.Messages[7].Ref)
+			require.NoError(t, err)
+		})
+		assert.Equal(t, "dead7", one.UUID)
+		assert.Equal(t, payload, one.Payload)
+		assert.Equal(t, tab.Messages[7].Ref, one.Ref)
+		assert.Equal(t, redisdelay.StateDeadLettered, one.State)
+
+		if b.name == "redis" {
+			t.Logf("Redis sent %d bytes for a page of 50, %d for a page of %d (limit 1,000), %d for one dead letter", tabBytes, allBytes, len(all.Messages), oneBytes)
+			assert.Less(t, tabBytes, int64(200_000))
+			assert.Less(t, allBytes, int64(1_000_000))
+			assert.Less(t, oneBytes, int64(1_000_000))
+		}
+
+		// A ref of a message that the group holds is no dead letter, and the other way round.
+		_, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, tab.Messages[7].Ref)
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+		n, err := in.Requeue(context.Background(), topic, redisdelay.DefaultConsumerGroup, tab.Messages[7].Ref)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n)
+		_, err = in.DeadLetter(context.Background(), topic, redisdelay.DefaultConsumerGroup, tab.Messages[7].Ref)
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+	})
+}
+
+// Metadata longer than what List reads of a message leaves a partial preview, which says so;
+// Message reads it whole.
+func TestListPreviewOfLongMetadataIsMarkedPartial(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
+		long := message.NewMessage(watermill.NewUUID(), []byte("long metadata"))
+		long.Metadata.Set("a-first", "short")
+		long.Metadata.Set("b-long", strings.Repeat("x", 2*redisdelay.ListReadBytes))
+		delay.Message(long, delay.For(time.Hour))
+		short := message.NewMessage(watermill.NewUUID(), []byte("short metadata"))
+		delay.Message(short, delay.For(2*time.Hour))
+		require.NoError(t, pub.Publish(topic, long, short))
+
+		page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled})
+		require.NoError(t, err)
+		require.Len(t, page.Messages, 2)
+		p := page.Messages[0]
+		assert.True(t, p.Partial)
+		assert.Equal(t, long.UUID, p.UUID)
+		assert.Equal(t, "short", p.Metadata["a-first"])
+		assert.NotContains(t, p.Metadata, "b-long")
+		assert.Greater(t, p.PayloadSize, 2*redisdelay.ListReadBytes, "the stored size")
+		assert.Empty(t, p.Preview)
+		assert.False(t, page.Messages[1].Partial)
+		assert.Equal(t, "short metadata", page.Messages[1].Preview)
+		assert.Equal(t, len("short metadata"), page.Messages[1].PayloadSize)
+
+		whole, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, p.Ref)
+		require.NoError(t, err)
+		assert.False(t, whole.Partial)
+		assert.Equal(t, long.Metadata.Get("b-long"), whole.Metadata["b-long"])
+		assert.Equal(t, "long metadata", string(whole.Payload))
+		assert.Equal(t, len("long metadata"), whole.PayloadSize)
+	})
+}
+
+// A message stored in its member (the only group, no new-group window) has a short ref, its
+// ID and due time, which every operation by ref resolves; once its due time changes, the old
+// ref names nothing and a new list gives the new one.
+func TestShortRefsNameMessagesStoredInTheirMembers(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		sub := newSubscriber(t, b, inGroupWithoutWindow(redisdelay.DefaultConsumerGroup))
+		require.NoError(t, sub.SubscribeInitialize(topic))
+		publishDelayed(t, pub, topic, "m", 3, time.Hour)
+		refs := func() map[string]string {
+			page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled})
+			require.NoError(t, err)
+			out := map[string]string{}
+			for _, m := range page.Messages {
+				assert.Contains(t, m.Ref, ".", "a short ref")
+				out[m.UUID] = m.Ref
+			}
+			return out
+		}
+		first := refs()
+		require.Len(t, first, 3)
+		m, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m1"])
+		require.NoError(t, err)
+		assert.Equal(t, "payload of m1", string(m.Payload))
+		assert.Equal(t, first["m1"], m.Ref)
+
+		o, err := in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m0"])
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyDone, o)
+		o, err = in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m0"])
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyNotFound, o, "cancelled already")
+
+		o, due, err := in.RescheduleRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m2"], time.Now().Add(300*time.Millisecond))
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyDone, o)
+		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m2"])
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound, "the old ref names the old due time")
+		second := refs()
+		assert.NotEqual(t, first["m2"], second["m2"])
+		m, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, second["m2"])
+		require.NoError(t, err)
+		assert.Equal(t, "payload of m2", string(m.Payload))
+
+		o, _, err = in.RunNowRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, second["m1"])
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.KeyDone, o)
+		ch := subscribe(t, sub, topic)
+		msg := receive(t, ch, 5*time.Second)
+		assert.Equal(t, "m1", msg.UUID)
+		msg.Ack()
+		msg = receive(t, ch, 5*time.Second)
+		assert.Equal(t, "m2", msg.UUID)
+		assert.False(t, time.Now().Before(due), "never early against the new due time")
+		msg.Ack()
+		expectNone(t, ch, 200*time.Millisecond)
+	})
+}
