@@ -23,14 +23,6 @@ import (
 // pageSize is how many messages a group page lists.
 const pageSize = 50
 
-// deadLetterScan bounds the search for a dead letter by its ref: the Inspector reads dead
-// letters only through List, so the message page pages through them, this many at a time,
-// at most deadLetterPages times.
-const (
-	deadLetterScan  = 1000
-	deadLetterPages = 10
-)
-
 // stateTab describes one state tab of a group page.
 type stateTab struct {
 	State redisdelay.ListState
@@ -349,36 +341,17 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// byRef finds the message ref names: a dead letter through List (from cursor, then from the
-// start), anything else through Message. It reports whether the message is a dead letter.
+// byRef finds the message ref names: a dead letter through Inspector.DeadLetter, anything else
+// through Message, each reading that one message. It reports whether the message is a dead
+// letter. (cursor, the page the link came from, is no longer needed to find it.)
 func (s *server) byRef(ctx context.Context, topic, group, ref string, dead bool, cursor string) (redisdelay.MessageInfo, bool, error) {
+	_ = cursor
 	if !dead {
 		m, err := s.in.Message(ctx, topic, group, ref)
 		return m, false, err
 	}
-	if cursor != "" {
-		// Only a hint: on any failure, search from the start.
-		page, err := s.in.List(ctx, topic, group, redisdelay.ListOptions{State: redisdelay.ListDead, Cursor: cursor, Limit: pageSize})
-		if i := slices.IndexFunc(page.Messages, func(m redisdelay.MessageInfo) bool { return m.Ref == ref }); err == nil && i >= 0 {
-			return page.Messages[i], true, nil
-		}
-	}
-	opts := redisdelay.ListOptions{State: redisdelay.ListDead, Limit: deadLetterScan}
-	for range deadLetterPages {
-		page, err := s.in.List(ctx, topic, group, opts)
-		if err != nil {
-			return redisdelay.MessageInfo{}, true, err
-		}
-		if i := slices.IndexFunc(page.Messages, func(m redisdelay.MessageInfo) bool { return m.Ref == ref }); i >= 0 {
-			return page.Messages[i], true, nil
-		}
-		if page.NextCursor == "" {
-			break
-		}
-		opts.Cursor = page.NextCursor
-	}
-	return redisdelay.MessageInfo{}, true, fmt.Errorf("dead letter %q of group %q on topic %q (among the first %d): %w",
-		ref, group, topic, deadLetterScan*deadLetterPages, redisdelay.ErrNotFound)
+	m, err := s.in.DeadLetter(ctx, topic, group, ref)
+	return m, true, err
 }
 
 // search finds the message whose ref or key is exactly q: as a ref (of a message the group
