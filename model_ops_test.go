@@ -351,11 +351,25 @@ func (r *modelRun) exec(o op) {
 				return
 			}
 			items, err := redisdelay.UnpackBatch(&message.Message{UUID: full.UUID, Metadata: full.Metadata, Payload: full.Payload}, nil)
-			if err != nil || len(items) == 0 {
+			if err != nil {
 				r.failf("error", "unpack listed batch %s: %v", info.Ref, err)
 				return
 			}
-			itemUUID = items[0].UUID
+			if len(items) == 0 {
+				// An open batch shows no items until it closes (its items wait in fields of
+				// their own): it is the model's open batch of its batch key.
+				r.mu.Lock()
+				b := r.batches[full.Metadata[redisdelay.BatchKeyMetadataKey]]
+				if b != nil && len(b.items) > 0 {
+					itemUUID = b.items[0].uuids[0]
+				}
+				r.mu.Unlock()
+				if itemUUID == info.UUID {
+					return // not the model's open batch: claimed or released meanwhile
+				}
+			} else {
+				itemUUID = items[0].UUID
+			}
 		}
 		var out redisdelay.KeyOutcome
 		var due time.Time
