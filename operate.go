@@ -598,17 +598,7 @@ func isDefaultUnmarshaler(u Unmarshaler) bool {
 // whole payload. Errors: an error wrapping ErrNotFound when the group no longer holds it (or
 // the topic or group is unknown), or the Redis error, within OperationTimeout.
 func (i *Inspector) Message(ctx context.Context, topic, group, ref string) (MessageInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
-	defer cancel()
-	info, err := i.group(ctx, topic, group)
-	if err != nil {
-		return MessageInfo{}, err
-	}
-	r, ok := parseRef(ref, info.Partitions)
-	if !ok {
-		return MessageInfo{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
-	}
-	return i.show(ctx, topic, group, r, ref, false)
+	return i.oneByRef(ctx, topic, group, ref, false)
 }
 
 // DeadLetter returns the dead letter that ref (MessageInfo.Ref from List with ListDead) names
@@ -618,6 +608,12 @@ func (i *Inspector) Message(ctx context.Context, topic, group, ref string) (Mess
 // dead-letter topic), for an unknown topic or group or a malformed ref, or the Redis error,
 // within OperationTimeout.
 func (i *Inspector) DeadLetter(ctx context.Context, topic, group, ref string) (MessageInfo, error) {
+	return i.oneByRef(ctx, topic, group, ref, true)
+}
+
+// oneByRef reads the one message (dead: dead letter) that ref names, for Message and
+// DeadLetter.
+func (i *Inspector) oneByRef(ctx context.Context, topic, group, ref string, dead bool) (MessageInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
 	info, err := i.group(ctx, topic, group)
@@ -626,9 +622,13 @@ func (i *Inspector) DeadLetter(ctx context.Context, topic, group, ref string) (M
 	}
 	r, ok := parseRef(ref, info.Partitions)
 	if !ok {
-		return MessageInfo{}, fmt.Errorf("redisdelay: dead letter %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
+		what := "message"
+		if dead {
+			what = "dead letter"
+		}
+		return MessageInfo{}, fmt.Errorf("redisdelay: %s %s of group %s on topic %s: %w", what, quote(ref), quote(group), quote(topic), ErrNotFound)
 	}
-	return i.show(ctx, topic, group, r, ref, true)
+	return i.show(ctx, topic, group, r, ref, dead)
 }
 
 // MessageByKey returns the message with key in consumer group on topic, with its whole payload.

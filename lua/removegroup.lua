@@ -30,34 +30,30 @@
 --
 -- Returns {1 if this call unregistered the group else 0, messages dropped, messages left}.
 
+-- move_aside renames the sorted set `from` to `to`, or merges it into `to` when `to` exists
+-- already (an earlier removal is unfinished: this one takes its messages over).
+local function move_aside(from, to)
+  if redis.call('EXISTS', from) == 0 then return end
+  if redis.call('EXISTS', to) == 1 then
+    redis.call('ZUNIONSTORE', to, 2, to, from)
+    redis.call('DEL', from)
+  else
+    redis.call('RENAME', from, to)
+  end
+end
+
 local removed = 0
 if ARGV[3] == 'remove' and redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
   redis.call('SREM', KEYS[1], ARGV[1])
   redis.call('DEL', KEYS[9], KEYS[7], KEYS[6])
-  for _, move in ipairs({{KEYS[4], KEYS[10]}, {KEYS[5], KEYS[11]}}) do
-    if redis.call('EXISTS', move[1]) == 1 then
-      if redis.call('EXISTS', move[2]) == 1 then
-        -- An earlier removal of the group is unfinished: this one takes its messages over.
-        redis.call('ZUNIONSTORE', move[2], 2, move[2], move[1])
-        redis.call('DEL', move[1])
-      else
-        redis.call('RENAME', move[1], move[2])
-      end
-    end
-  end
+  move_aside(KEYS[4], KEYS[10])
+  move_aside(KEYS[5], KEYS[11])
   -- With no group left, the parked set holds only what the new-group window kept (messages
   -- parked before the first group were copied to it then): its groups are gone, so it goes
   -- with them, and a group that registers next starts with what is published from now on.
   if redis.call('SCARD', KEYS[1]) == 0 then
     redis.call('DEL', KEYS[14])
-    if redis.call('EXISTS', KEYS[13]) == 1 then
-      if redis.call('EXISTS', KEYS[15]) == 1 then
-        redis.call('ZUNIONSTORE', KEYS[15], 2, KEYS[15], KEYS[13])
-        redis.call('DEL', KEYS[13])
-      else
-        redis.call('RENAME', KEYS[13], KEYS[15])
-      end
-    end
+    move_aside(KEYS[13], KEYS[15])
   end
   wake(ARGV[4], nil, 0)
   removed = 1
