@@ -486,6 +486,24 @@ func (r *modelRun) drain() {
 			break
 		}
 	}
+	// A crashed consumer's message comes back once its lease expires and a live consumer takes
+	// it: wait until no group holds anything due or in flight, so that closing the subscribers
+	// does not release such a message back into a due set.
+	for {
+		stats, err := r.in.Stats(ctx, r.topic)
+		if err != nil {
+			r.failf("error", "stats: %v", err)
+			break
+		}
+		busy := false
+		for _, st := range stats {
+			busy = busy || st.Due > 0 || st.InFlight > 0
+		}
+		if !busy || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	r.phase("wait", drainStart)
 	for i, g := range r.groups {
 		if g.registered {
