@@ -4,4 +4,5 @@ package redisdelay_test
 
 // The chaos build tag runs the model-based test ten times longer:
 // go test -race -tags chaos -run TestModelBasedSequences .
-func init() { modelDefaultOps, modelDefaultSeconds = 100000, 900 }
+// It includes crashed consumers (see modelDefaultSkip).
+func init() { modelDefaultOps, modelDefaultSeconds, modelDefaultSkip = 100000, 900, "" }
