@@ -2,15 +2,12 @@ package redisdelay_test
 
 import (
 	"context"
-	"sort"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -23,34 +20,19 @@ import (
 func keysOfTopic(t *testing.T, b backend, topic string, persistent bool) []string {
 	t.Helper()
 	ctx := context.Background()
-	pattern := redisdelay.DefaultKeyPrefix + "{" + topic + "}*"
-	var mu sync.Mutex
+	all, err := scanKeys(ctx, b, redisdelay.DefaultKeyPrefix+"{"+topic+"}*")
+	require.NoError(t, err)
 	var keys []string
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
-		for iter.Next(ctx) {
-			k := iter.Val()
-			if persistent {
-				ttl, err := c.PTTL(ctx, k).Result()
-				if err != nil {
-					return err
-				}
-				if ttl != -1 {
-					continue
-				}
+	for _, k := range all {
+		if persistent {
+			ttl, err := b.client.PTTL(ctx, k).Result()
+			require.NoError(t, err)
+			if ttl != -1 {
+				continue
 			}
-			mu.Lock()
-			keys = append(keys, k)
-			mu.Unlock()
 		}
-		return iter.Err()
+		keys = append(keys, k)
 	}
-	if cc, ok := b.client.(*redis.ClusterClient); ok {
-		require.NoError(t, cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) }))
-	} else {
-		require.NoError(t, scan(ctx, b.client))
-	}
-	sort.Strings(keys)
 	return keys
 }
 

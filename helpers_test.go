@@ -3,6 +3,8 @@ package redisdelay_test
 import (
 	"context"
 	"log"
+	"sort"
+	"sync"
 	"testing"
 	"time"
 
@@ -115,4 +117,28 @@ func expectNone(t *testing.T, ch <-chan *message.Message, d time.Duration) {
 		t.Fatalf("unexpected message %s (attempt %s)", msg.UUID, msg.Metadata.Get(redisdelay.AttemptMetadataKey))
 	case <-time.After(d):
 	}
+}
+
+// scanKeys returns the keys matching pattern (SCAN MATCH), sorted, scanning every master of a
+// cluster.
+func scanKeys(ctx context.Context, b backend, pattern string) ([]string, error) {
+	var mu sync.Mutex
+	var keys []string
+	scan := func(ctx context.Context, c redis.Cmdable) error {
+		iter := c.Scan(ctx, 0, pattern, 1000).Iterator()
+		for iter.Next(ctx) {
+			mu.Lock()
+			keys = append(keys, iter.Val())
+			mu.Unlock()
+		}
+		return iter.Err()
+	}
+	var err error
+	if cc, ok := b.client.(*redis.ClusterClient); ok {
+		err = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
+	} else {
+		err = scan(ctx, b.client)
+	}
+	sort.Strings(keys)
+	return keys, err
 }

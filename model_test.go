@@ -678,23 +678,7 @@ func (r *modelRun) checkKeys() {
 
 // scanPrefix returns every key under prefix, on every master of a cluster.
 func scanPrefix(ctx context.Context, b backend, prefix string) []string {
-	var mu sync.Mutex
-	var keys []string
-	scan := func(ctx context.Context, c redis.Cmdable) error {
-		it := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for it.Next(ctx) {
-			mu.Lock()
-			keys = append(keys, it.Val())
-			mu.Unlock()
-		}
-		return it.Err()
-	}
-	if cc, ok := b.client.(*redis.ClusterClient); ok {
-		_ = cc.ForEachMaster(ctx, func(ctx context.Context, c *redis.Client) error { return scan(ctx, c) })
-	} else {
-		_ = scan(ctx, b.client)
-	}
-	sort.Strings(keys)
+	keys, _ := scanKeys(ctx, b, prefix+"*")
 	return keys
 }
 

@@ -12,7 +12,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/cqrs"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -228,25 +227,8 @@ func TestAGroupRegisteredWithinTheWindowReceivesWhatWasPublishedBefore(t *testin
 
 // keysUnder returns every key under prefix, on every master of a cluster.
 func keysUnder(t *testing.T, b backend, prefix string) []string {
-	ctx := context.Background()
-	var mu sync.Mutex
-	var keys []string
-	scan := func(ctx context.Context, c *redis.Client) error {
-		iter := c.Scan(ctx, 0, prefix+"*", 1000).Iterator()
-		for iter.Next(ctx) {
-			mu.Lock()
-			keys = append(keys, iter.Val())
-			mu.Unlock()
-		}
-		return iter.Err()
-	}
-	switch c := b.client.(type) {
-	case *redis.ClusterClient:
-		require.NoError(t, c.ForEachMaster(ctx, scan))
-	case *redis.Client:
-		require.NoError(t, scan(ctx, c))
-	}
-	slices.Sort(keys)
+	keys, err := scanKeys(context.Background(), b, prefix+"*")
+	require.NoError(t, err)
 	return keys
 }
 

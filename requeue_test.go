@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -24,24 +22,13 @@ import (
 func topicSnapshot(t *testing.T, b backend, topic string) map[string]string {
 	t.Helper()
 	ctx := context.Background()
-	var mu sync.Mutex
+	all, err := scanKeys(ctx, b, "*")
+	require.NoError(t, err)
 	var keys []string
-	scan := func(ctx context.Context, c *redis.Client) error {
-		iter := c.Scan(ctx, 0, "", 1000).Iterator()
-		for iter.Next(ctx) {
-			if strings.Contains(iter.Val(), "{"+topic+"}") {
-				mu.Lock()
-				keys = append(keys, iter.Val())
-				mu.Unlock()
-			}
+	for _, k := range all {
+		if strings.Contains(k, "{"+topic+"}") {
+			keys = append(keys, k)
 		}
-		return iter.Err()
-	}
-	switch c := b.client.(type) {
-	case *redis.ClusterClient:
-		require.NoError(t, c.ForEachMaster(ctx, scan))
-	case *redis.Client:
-		require.NoError(t, scan(ctx, c))
 	}
 	out := map[string]string{}
 	for _, k := range keys {
