@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // Keyed batching: messages published with a batch key to a topic configured for batching
@@ -196,7 +198,7 @@ func (i *Inspector) CancelBatch(ctx context.Context, topic, batchKey string) (in
 
 func (i *Inspector) batchOp(ctx context.Context, op, topic, batchKey string) (int, error) {
 	var n int
-	err := i.byKey(ctx, op+" batch", topic, batchKey, func(ctx context.Context, part string, call publishCall, groups []string) error {
+	err := i.byKey(ctx, op+" batch", topic, batchKey, func(ctx context.Context, part store.Partition, call publishCall, groups []string) error {
 		var err error
 		n, err = i.store.batchOp(ctx, part, call, op, batchKey, groups)
 		return err

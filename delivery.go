@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // dueTimeLayout formats DueTimeMetadataKey: RFC3339 with microseconds, the precision of due
@@ -42,7 +43,7 @@ func (s *partitionConsumer) deliverPending() int {
 func (s *partitionConsumer) deliver(c *claimed) bool {
 	var msg *message.Message
 	var err error
-	if bk, ok := batchKeyOfID(c.id); ok {
+	if bk, ok := store.BatchKeyOf(c.id); ok {
 		msg, err = batchMessage(c.id, bk, s.partition, c.data)
 	} else {
 		msg, err = s.cfg.Marshaler.Unmarshal(s.topic, c.data)
@@ -55,7 +56,7 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 		return true
 	}
 	c.uuid = msg.UUID
-	if key, ok := keyOfID(c.id); ok && !strings.HasPrefix(key, batchPrefix) {
+	if key, ok := store.KeyOf(c.id); ok {
 		msg.Metadata.Set(KeyMetadataKey, key)
 	}
 	if exhausted(c.attempt-1, s.cfg.MaxAttempts) {
@@ -209,8 +210,8 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 	}
 	ctx, cancel := s.callContext()
 	defer cancel()
-	switch err := s.store.nack(ctx, s.part, s.group, c, d.delay, changed); {
-	case errors.Is(err, errLeaseLost):
+	switch err := s.store.nack(ctx, s.part, c, d.delay, changed); {
+	case errors.Is(err, store.ErrLeaseLost):
 		s.logger.Info("Nack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", fields)
 	case err != nil && s.ctx.Err() != nil:
 		// The subscription stopped during the call (or before it): stop sends the nack again,

@@ -5,6 +5,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // GroupKeysForTest returns the due and lease sorted-set keys of a consumer group, so that tests
@@ -13,7 +15,7 @@ func GroupKeysForTest(prefix, topic, group string) (due, lease string) {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
-	g := keySpace{prefix: prefix}.group(topic, group)
+	g := keySpace{prefix: prefix}.group(partitionOfName(topic).Of(group))
 	return g.due, g.lease
 }
 
@@ -22,22 +24,28 @@ func MessagesKeyForTest(prefix, topic string) string {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
-	return keySpace{prefix: prefix}.topic(topic).messages
+	return keySpace{prefix: prefix}.topic(partitionOfName(topic)).messages
 }
 
 func messageWithUUID(uuid string) *message.Message { return message.NewMessage(uuid, nil) }
 
 // PartitionNameForTest names partition n of a topic in the key space.
-func PartitionNameForTest(topic string, n int) string { return partitionName(topic, n) }
+func PartitionNameForTest(topic string, n int) string {
+	return partName(store.Partition{Topic: topic, N: n})
+}
+
+// partitionOfName is the partition that a test names by its name in the key space (see
+// PartitionNameForTest): partition 0 of a topic of that name has the same keys.
+func partitionOfName(name string) store.Partition { return store.Partition{Topic: name} }
 
 // ScheduledForTest counts the messages of a topic that Redis holds anywhere a publish can put
 // them: the messages hash, the set parked for a first group, and the due sets of the groups.
 func ScheduledForTest(ctx context.Context, client redis.UniversalClient, topic string, groups ...string) int64 {
 	k := keySpace{prefix: DefaultKeyPrefix}
-	tk := k.topic(topic)
+	tk := k.topic(partitionOfName(topic))
 	n := client.HLen(ctx, tk.messages).Val() + client.ZCard(ctx, tk.parked).Val()
 	for _, g := range groups {
-		n += client.ZCard(ctx, k.group(topic, g).due).Val()
+		n += client.ZCard(ctx, k.group(partitionOfName(topic).Of(g)).due).Val()
 	}
 	return n
 }
@@ -49,8 +57,8 @@ func GroupLifecycleKeysForTest(prefix, topic, group string) []string {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
-	g := keySpace{prefix: prefix}.group(topic, group)
-	return []string{g.epoch, g.removedDue, g.removedLease, keySpace{prefix: prefix}.topic(topic).removedParked}
+	g := keySpace{prefix: prefix}.group(partitionOfName(topic).Of(group))
+	return []string{g.epoch, g.removedDue, g.removedLease, keySpace{prefix: prefix}.topic(partitionOfName(topic)).removedParked}
 }
 
 // RequeueUncheckedForTest runs Inspector.Requeue on a topic of one partition without its check
@@ -71,7 +79,7 @@ func WindowKeysForTest(prefix, topic string) (parked, window string) {
 	if prefix == "" {
 		prefix = DefaultKeyPrefix
 	}
-	tk := keySpace{prefix: prefix}.topic(topic)
+	tk := keySpace{prefix: prefix}.topic(partitionOfName(topic))
 	return tk.parked, tk.window
 }
 
@@ -82,5 +90,5 @@ func RegistryKeysForTest(prefix, topic string) (registry, groups string) {
 		prefix = DefaultKeyPrefix
 	}
 	k := keySpace{prefix: prefix}
-	return k.topicRegistry(), k.topic(topic).groups
+	return k.topicRegistry(), k.topic(partitionOfName(topic)).groups
 }

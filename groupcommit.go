@@ -7,6 +7,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 const (
@@ -247,14 +249,14 @@ func roundContext(round []*commitCall) (context.Context, context.CancelFunc) {
 	return context.WithDeadline(ctx, latest)
 }
 
-// commit stores msgs on the topic partition named topic through its groupCommit; see
+// commit stores msgs on topic partition part through its groupCommit; see
 // groupCommit.commit for the result.
-func (p *Publisher) commit(ctx context.Context, topic string, msgs []outgoing) (string, error) {
-	g, ok := p.queues.Load(topic)
+func (p *Publisher) commit(ctx context.Context, part store.Partition, msgs []outgoing) (string, error) {
+	g, ok := p.queues.Load(part)
 	if !ok {
 		var loaded bool
-		g, loaded = p.queues.LoadOrStore(topic, newGroupCommit(func(ctx context.Context, batch []outgoing) (string, error) {
-			return p.storeBatch(ctx, topic, batch)
+		g, loaded = p.queues.LoadOrStore(part, newGroupCommit(func(ctx context.Context, batch []outgoing) (string, error) {
+			return p.storeBatch(ctx, part, batch)
 		}))
 		if !loaded && p.queueCount.Add(1) > maxQueues {
 			p.forgetIdleQueues()
@@ -286,18 +288,18 @@ func (g *groupCommit) idle() bool {
 	return len(g.pending) == 0 && g.inFlight == 0
 }
 
-// storeBatch runs the publish script for batch on the topic partition named topic, for its
-// registered consumer groups, bounded by ctx. The batch gets one call token, so that a script
+// storeBatch runs the publish script for batch on topic partition part, for its registered
+// consumer groups, bounded by ctx. The batch gets one call token, so that a script
 // run that the client repeats stores nothing more.
-func (p *Publisher) storeBatch(ctx context.Context, topic string, batch []outgoing) (string, error) {
+func (p *Publisher) storeBatch(ctx context.Context, part store.Partition, batch []outgoing) (string, error) {
 	call := publishCall{token: newToken(), ttl: p.callTTL}
 	// The round's calls bound their own wait, and the round frees its slot at its deadline
 	// (groupCommit.run): the script runs on the round's goroutine.
 	st := p.store
 	st.direct = true
 	var outcomes string
-	err := p.groups.withGroups(ctx, topic, func(ctx context.Context, groups []string) (err error) {
-		outcomes, err = st.publish(ctx, topic, call, groups, batch)
+	err := p.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) (err error) {
+		outcomes, err = st.publish(ctx, part, call, groups, batch)
 		return err
 	})
 	return outcomes, err

@@ -11,6 +11,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // InspectorConfig configures an Inspector. The zero value of every field but Client means its
@@ -79,7 +81,7 @@ func (c InspectorConfig) Validate() error {
 type Inspector struct {
 	config  InspectorConfig
 	logger  watermill.LoggerAdapter
-	store   store
+	store   redisStore
 	groups  groupCache
 	callTTL time.Duration
 }
@@ -190,7 +192,7 @@ func (r KeyResult) Done() bool {
 // all; calling it again is safe), or the Redis error. It returns within OperationTimeout.
 func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, error) {
 	r := KeyResult{Topic: topic, Key: key}
-	err := i.byKey(ctx, "cancel", topic, key, func(ctx context.Context, part string, call publishCall, groups []string) error {
+	err := i.byKey(ctx, "cancel", topic, key, func(ctx context.Context, part store.Partition, call publishCall, groups []string) error {
 		states, err := i.store.cancel(ctx, part, key, call, groups)
 		if err == nil {
 			r.Groups = keyOutcomes(states, groups, 'c')
@@ -223,7 +225,7 @@ func (i *Inspector) RunNow(ctx context.Context, topic, key string) (KeyResult, e
 
 func (i *Inspector) reschedule(ctx context.Context, topic, key string, when outgoing) (KeyResult, error) {
 	r := KeyResult{Topic: topic, Key: key}
-	err := i.byKey(ctx, "reschedule", topic, key, func(ctx context.Context, part string, call publishCall, groups []string) error {
+	err := i.byKey(ctx, "reschedule", topic, key, func(ctx context.Context, part store.Partition, call publishCall, groups []string) error {
 		states, due, err := i.store.reschedule(ctx, part, key, call, when, groups)
 		if err == nil {
 			r.Groups = keyOutcomes(states, groups, 'r')
@@ -237,13 +239,13 @@ func (i *Inspector) reschedule(ctx context.Context, topic, key string, when outg
 
 // byKey checks topic and key, bounds the call by OperationTimeout, and runs op on the key's
 // partition with one call token, refreshing the view of the groups when it is stale.
-func (i *Inspector) byKey(ctx context.Context, name, topic, key string, op func(ctx context.Context, part string, call publishCall, groups []string) error) error {
+func (i *Inspector) byKey(ctx context.Context, name, topic, key string, op func(ctx context.Context, part store.Partition, call publishCall, groups []string) error) error {
 	if err := checkTopicKey(topic, key); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	part := partitionName(topic, keyPartition(key, i.config.Partitions))
+	part := store.Partition{Topic: topic, N: keyPartition(key, i.config.Partitions)}
 	call := publishCall{token: newToken(), ttl: i.callTTL}
 	err := i.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) error {
 		return op(ctx, part, call, groups)
@@ -369,16 +371,14 @@ func (i *Inspector) Status(ctx context.Context, topic, key string) (KeyStatus, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	part := partitionName(topic, keyPartition(key, i.config.Partitions))
+	part := store.Partition{Topic: topic, N: keyPartition(key, i.config.Partitions)}
 	st := KeyStatus{Topic: topic, Key: key, Groups: map[string]GroupStatus{}}
 	wrap := func(err error) error {
 		return fmt.Errorf("redisdelay: status of key %s on topic %s: %w", quote(key), quote(topic), err)
 	}
-	groups, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) ([]string, error) {
-		return i.config.Client.SMembers(ctx, i.store.keys.topic(part).groups).Result()
-	})
+	groups, err := i.store.groups(ctx, part)
 	if err != nil {
-		return st, wrap(classify(err))
+		return st, wrap(err)
 	}
 	sort.Strings(groups)
 	live, parkedUs, states, err := i.store.status(ctx, part, key, groups)

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // MaxNameLength is the longest topic or consumer group name, in bytes, that ValidateName
@@ -131,13 +133,13 @@ type groupKeys struct {
 	removedDue, removedLease string
 }
 
-// partitionName names partition n of a topic for the key space: the topic itself for partition
-// 0, so that a topic keeps its keys when it is split, else the topic, '#' and n.
-func partitionName(topic string, n int) string {
-	if n == 0 {
-		return topic
+// partName names partition p for the key space: the topic itself for partition 0, so that a
+// topic keeps its keys when it is split, else the topic, '#' and the partition's number.
+func partName(p store.Partition) string {
+	if p.N == 0 {
+		return p.Topic
 	}
-	return topic + "#" + strconv.Itoa(n)
+	return p.Topic + "#" + strconv.Itoa(p.N)
 }
 
 // partitionSuffix returns the length of a trailing '#' and digits in name, 0 if there is none.
@@ -168,9 +170,10 @@ func (k keySpace) tag(name string) string {
 	return k.prefix + "{" + name + suffix + "}"
 }
 
-// sameSlot reports whether two topics' keys share one hash tag, hence one Redis Cluster slot.
-func (k keySpace) sameSlot(a, b string) bool {
-	return hashTag(k.tag(a)) == hashTag(k.tag(b))
+// sameSlot reports whether the keys of two partitions share one hash tag, hence one Redis
+// Cluster slot.
+func (k keySpace) sameSlot(a, b store.Partition) bool {
+	return hashTag(k.tag(partName(a))) == hashTag(k.tag(partName(b)))
 }
 
 func hashTag(key string) string {
@@ -179,8 +182,8 @@ func hashTag(key string) string {
 	return key[start+1 : start+1+end]
 }
 
-func (k keySpace) topic(topic string) topicKeys {
-	t := k.tag(topic)
+func (k keySpace) topic(p store.Partition) topicKeys {
+	t := k.tag(partName(p))
 	return topicKeys{
 		seq:           t + ":seq",
 		messages:      t + ":msg",
@@ -198,27 +201,26 @@ func (k keySpace) topic(topic string) topicKeys {
 // has no hash tag: it is one key in one slot, written with HSET outside the topic scripts.
 func (k keySpace) topicRegistry() string { return k.prefix + "topics" }
 
-// call is the key that records that publish call token ran on topic (a partition name).
-func (k keySpace) call(topic, token string) string {
-	return k.tag(topic) + ":call:" + token
+// call is the key that records that publish call token ran on partition p.
+func (k keySpace) call(p store.Partition, token string) string {
+	return k.tag(partName(p)) + ":call:" + token
 }
 
-// claimRecord is the key that holds the last claim of subscription id in group on topic (a
-// partition name).
-func (k keySpace) claimRecord(topic, group, id string) string {
-	return k.tag(topic) + ":g:" + group + ":claim:" + id
+// claimRecord is the key that holds the last claim of subscription id in group g.
+func (k keySpace) claimRecord(g store.Group, id string) string {
+	return k.tag(partName(g.Partition)) + ":g:" + g.Name + ":claim:" + id
 }
 
-func (k keySpace) group(topic, group string) groupKeys {
-	g := k.tag(topic) + ":g:" + group
+func (k keySpace) group(g store.Group) groupKeys {
+	prefix := k.tag(partName(g.Partition)) + ":g:" + g.Name
 	return groupKeys{
-		due:          g + ":due",
-		lease:        g + ":lease",
-		keyed:        g + ":keyed",
-		paused:       g + ":paused",
-		wakeChannel:  g + ":wake",
-		epoch:        g + ":epoch",
-		removedDue:   g + ":due:removed",
-		removedLease: g + ":lease:removed",
+		due:          prefix + ":due",
+		lease:        prefix + ":lease",
+		keyed:        prefix + ":keyed",
+		paused:       prefix + ":paused",
+		wakeChannel:  prefix + ":wake",
+		epoch:        prefix + ":epoch",
+		removedDue:   prefix + ":due:removed",
+		removedLease: prefix + ":lease:removed",
 	}
 }

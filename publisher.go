@@ -12,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 const (
@@ -27,7 +29,7 @@ const (
 type Publisher struct {
 	config PublisherConfig
 	logger watermill.LoggerAdapter
-	store  store
+	store  redisStore
 
 	closeMu sync.RWMutex // Publish holds it for reading, so Close waits for publishes under way
 	closed  bool
@@ -232,7 +234,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 // commitPart stores part, the messages of msgs for partition n of topic, and writes their
 // outcomes to outcomes at indexes (at 0, 1, … when indexes is nil).
 func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []outgoing, firstUUID string, outcomes []PublishOutcome, indexes []int) error {
-	letters, err := p.commit(ctx, partitionName(topic, n), part)
+	letters, err := p.commit(ctx, store.Partition{Topic: topic, N: n}, part)
 	if err != nil {
 		return fmt.Errorf("redisdelay: publish %d message(s) to topic %s partition %d (first UUID %s): %w", len(part), quote(topic), n, quote(firstUUID), err)
 	}

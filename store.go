@@ -13,12 +13,14 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // store is the only code that talks to Redis about the queue's data: every script has one Go
 // wrapper here, and every key comes from keySpace. Its part parameters name a topic partition
 // in the key space (see partitionName).
-type store struct {
+type redisStore struct {
 	client redis.UniversalClient
 	keys   keySpace
 	// shebang records whether the server accepts script flags; shared by copies of the store.
@@ -39,7 +41,7 @@ type store struct {
 
 // run is the one path of every script call: bounded by ctx (see bounded), on the script form the
 // server supports, with the error classified (see classify) and named after the script.
-func (s store) run(ctx context.Context, c redis.Scripter, sc *script, keys []string, args ...any) (any, error) {
+func (s redisStore) run(ctx context.Context, c redis.Scripter, sc *script, keys []string, args ...any) (any, error) {
 	if err := sc.checkKeys(keys); err != nil {
 		return nil, err
 	}
@@ -114,16 +116,6 @@ func (m outgoing) scheduleArg() any {
 	return m.delay.Microseconds()
 }
 
-// errStaleGroups means the caller's view of a topic's consumer groups was out of date; groups
-// are the ones registered now.
-type staleGroupsError struct{ groups []string }
-
-func (staleGroupsError) Error() string { return "registered consumer groups changed" }
-
-// errLeaseLost means a script refused an operation because the caller's lease had expired and
-// the message had been claimed again (fencing).
-var errLeaseLost = errors.New("lease lost")
-
 // newToken returns a random token of 16 characters that names one publish or claim call, so
 // that a second run of the call is recognised.
 func newToken() string {
@@ -141,10 +133,10 @@ type publishCall struct {
 
 // publishTarget appends the keys and arguments that publish_to in lib.lua expects for a topic:
 // its keys, then the call key lifetime, the groups, their wake channels and the messages.
-func (s store) publishTarget(keys []string, args []any, part string, call publishCall, groups []string, msgs []outgoing) ([]string, []any) {
-	tk := s.keys.topic(part)
-	keys = append(keys, s.keys.call(part, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches, tk.window)
-	keys, args = s.groupTargets(keys, append(args, call.ttl.Milliseconds()), part, groups, false, true)
+func (s redisStore) publishTarget(keys []string, args []any, p store.Partition, call publishCall, groups []string, msgs []outgoing) ([]string, []any) {
+	tk := s.keys.topic(p)
+	keys = append(keys, s.keys.call(p, call.token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches, tk.window)
+	keys, args = s.groupTargets(keys, append(args, call.ttl.Milliseconds()), p, groups, false, true)
 	for _, m := range msgs {
 		args = append(args, m.data, m.scheduleArg(), m.keySpec)
 	}
@@ -154,11 +146,11 @@ func (s store) publishTarget(keys []string, args []any, part string, call publis
 // groupTargets appends the per-group keys and arguments that publish_to and the scripts by key
 // share: to keys, the groups' due sets, their lease sets (with leases), then their keyed
 // hashes; to args, the number of groups, their names and (with wake) their wake channels.
-func (s store) groupTargets(keys []string, args []any, part string, groups []string, leases, wake bool) ([]string, []any) {
+func (s redisStore) groupTargets(keys []string, args []any, p store.Partition, groups []string, leases, wake bool) ([]string, []any) {
 	gks := make([]groupKeys, len(groups))
 	args = append(args, len(groups))
 	for i, g := range groups {
-		gks[i] = s.keys.group(part, g)
+		gks[i] = s.keys.group(p.Of(g))
 		keys = append(keys, gks[i].due)
 		args = append(args, g)
 	}
@@ -179,7 +171,7 @@ func (s store) groupTargets(keys []string, args []any, part string, groups []str
 }
 
 // publishReply reads the reply of publish_to: its outcome letters (one per message, see
-// publish_to), or *errStaleGroups or errLeaseLost. Any other reply is an error naming the
+// publish_to), or *errStaleGroups or store.ErrLeaseLost. Any other reply is an error naming the
 // script.
 func publishReply(name string, reply any) (string, error) {
 	res, _ := reply.([]any)
@@ -195,12 +187,12 @@ func publishReply(name string, reply any) (string, error) {
 			}
 		}
 	case -1:
-		return "", errLeaseLost
+		return "", store.ErrLeaseLost
 	case 0:
-		stale := &staleGroupsError{}
+		stale := &store.StaleGroupsError{}
 		for _, g := range res[1:] {
 			name, _ := g.(string)
-			stale.groups = append(stale.groups, name)
+			stale.Groups = append(stale.Groups, name)
 		}
 		return "", stale
 	}
@@ -212,8 +204,8 @@ func publishReply(name string, reply any) (string, error) {
 // publish_to). It returns *errStaleGroups with the current groups when the caller's view is
 // wrong; nothing is stored then. A second run of the same call stores nothing and returns the
 // first run's outcomes.
-func (s store) publish(ctx context.Context, part string, call publishCall, groups []string, msgs []outgoing) (string, error) {
-	keys, args := s.publishTarget(make([]string, 0, 9+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), part, call, groups, msgs)
+func (s redisStore) publish(ctx context.Context, p store.Partition, call publishCall, groups []string, msgs []outgoing) (string, error) {
+	keys, args := s.publishTarget(make([]string, 0, 9+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), p, call, groups, msgs)
 	if s.durableReplicas > 0 {
 		return s.publishDurably(ctx, keys, args)
 	}
@@ -228,7 +220,7 @@ func (s store) publish(ctx context.Context, part string, call publishCall, group
 // keys, since WAIT counts the replicas that have that connection's writes. Once the script ran,
 // the messages are stored, so every failure of WAIT (too few replicas, a lost connection, the
 // end of ctx) wraps ErrNotDurable.
-func (s store) publishDurably(ctx context.Context, keys []string, args []any) (string, error) {
+func (s redisStore) publishDurably(ctx context.Context, keys []string, args []any) (string, error) {
 	connect, ok := masterConn(s.client)
 	if !ok {
 		return "", fmt.Errorf("DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
@@ -286,20 +278,20 @@ const deadLetterTokenTTL = 7 * 24 * time.Hour
 // it takes two steps that can each run again without harm, after a check that c is still
 // leased (extend.lua, which also gives the steps a full lease): publish.lua with a token
 // derived from the message (so a repeated first step publishes nothing more), then ack.lua,
-// fenced by the lease. It returns errLeaseLost or *errStaleGroups when nothing was changed.
-func (s store) deadLetter(ctx context.Context, part, group string, c *claimed, reason, deadLetterPart string, groups []string, letter []byte, lease time.Duration) error {
-	tk, gk := s.keys.topic(part), s.keys.group(part, group)
-	call := publishCall{token: "dl:" + part + ":" + group + ":" + c.id, ttl: deadLetterTokenTTL}
+// fenced by the lease. It returns store.ErrLeaseLost or *errStaleGroups when nothing was changed.
+func (s redisStore) deadLetter(ctx context.Context, g store.Group, c *claimed, reason string, dead store.Partition, groups []string, letter []byte, lease time.Duration) error {
+	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
+	call := publishCall{token: "dl:" + partName(g.Partition) + ":" + g.Name + ":" + c.id, ttl: deadLetterTokenTTL}
 	msgs := []outgoing{{data: letter}}
-	if !s.keys.sameSlot(part, deadLetterPart) {
-		lost, err := s.extend(ctx, part, group, lease, []*claimed{c})
+	if !s.keys.sameSlot(g.Partition, dead) {
+		lost, err := s.extend(ctx, g, lease, []*claimed{c})
 		if err != nil {
 			return err
 		}
 		if len(lost) > 0 {
-			return errLeaseLost
+			return store.ErrLeaseLost
 		}
-		keys, args := s.publishTarget(nil, nil, deadLetterPart, call, groups, msgs)
+		keys, args := s.publishTarget(nil, nil, dead, call, groups, msgs)
 		res, err := s.run(ctx, s.client, deadLetterPublishScript, keys, args...)
 		if err == nil {
 			_, err = publishReply(deadLetterPublishScript.name, res)
@@ -307,13 +299,13 @@ func (s store) deadLetter(ctx context.Context, part, group string, c *claimed, r
 		if err != nil {
 			return err
 		}
-		refused, err := s.finish(ctx, part, group, "dead-lettered", reason, []*claimed{c})
+		refused, err := s.finish(ctx, g, "dead-lettered", reason, []*claimed{c})
 		if err == nil && len(refused) > 0 {
-			err = errLeaseLost
+			err = store.ErrLeaseLost
 		}
 		return err
 	}
-	keys, args := s.publishTarget([]string{gk.lease, tk.messages, tk.refs, gk.keyed, tk.history}, []any{c.member(), group, reason}, deadLetterPart, call, groups, msgs)
+	keys, args := s.publishTarget([]string{gk.lease, tk.messages, tk.refs, gk.keyed, tk.history}, []any{c.member(), g.Name, reason}, dead, call, groups, msgs)
 	res, err := s.run(ctx, s.client, deadLetterScript, keys, args...)
 	if err != nil {
 		return err
@@ -362,10 +354,10 @@ func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T
 // that registers receives the messages the window keeps. It writes nothing when the group is
 // registered already. It also returns how much of the window is left on the Redis clock (ms
 // precision), or -1 when no window is open.
-func (s store) registerGroup(ctx context.Context, part, group string, window time.Duration) (string, time.Duration, error) {
-	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+func (s redisStore) registerGroup(ctx context.Context, g store.Group, window time.Duration) (string, time.Duration, error) {
+	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
 	keys := []string{tk.groups, tk.parked, gk.due, tk.window, tk.refs, tk.messages, tk.history, tk.seq, gk.epoch}
-	res, err := s.run(ctx, s.client, registerScript, keys, group, gk.wakeChannel, window.Milliseconds(), NewGroupWindowMaxMessages)
+	res, err := s.run(ctx, s.client, registerScript, keys, g.Name, gk.wakeChannel, window.Milliseconds(), NewGroupWindowMaxMessages)
 	if err != nil {
 		return "", 0, err
 	}
@@ -395,8 +387,8 @@ const closeWindowLimit = 1000
 // closeWindow runs closewindow.lua once on a topic partition: when its new-group window has
 // closed, it drops up to closeWindowLimit members of what the window left in the parked set.
 // It returns how many are left, and how much of the window is left (-1 when it is closed).
-func (s store) closeWindow(ctx context.Context, part string) (int64, time.Duration, error) {
-	tk := s.keys.topic(part)
+func (s redisStore) closeWindow(ctx context.Context, p store.Partition) (int64, time.Duration, error) {
+	tk := s.keys.topic(p)
 	res, err := s.run(ctx, s.client, closeWindowScript, []string{tk.groups, tk.parked, tk.window, tk.messages, tk.refs, tk.history}, closeWindowLimit)
 	if err != nil {
 		return 0, 0, err
@@ -420,7 +412,7 @@ type claimed struct {
 }
 
 // member is the message's name in the lease sorted set, ID:attempt: the lease's fencing token.
-func (c *claimed) member() string { return c.id + ":" + strconv.FormatInt(c.attempt, 10) }
+func (c *claimed) member() string { return store.Member(c.id, c.attempt) }
 
 // claimResult is what one claim call returns.
 type claimResult struct {
@@ -433,9 +425,10 @@ type claimResult struct {
 	messages    []*claimed
 }
 
-// claimCall names one claim: the subscription's claim record key and the claim's token.
+// claimCall names one claim: the subscription, whose claim record holds its last claim, and
+// the claim's token.
 type claimCall struct {
-	record, token string
+	subscription, token string
 }
 
 // claim runs claim.lua: it acknowledges acks, then claims up to limit due messages for the
@@ -443,20 +436,20 @@ type claimCall struct {
 // batch. A claim whose token the record holds already ran; it is answered again from the
 // record. It returns an error wrapping ErrGroupRemoved when the group's epoch changed: the
 // group was removed.
-func (s store) claim(ctx context.Context, part, group, epoch string, call claimCall, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
-	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+func (s redisStore) claim(ctx context.Context, g store.Group, epoch string, call claimCall, limit int, lease time.Duration, acks []*claimed) (claimResult, error) {
+	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
 	args := make([]any, 0, 5+len(acks))
-	args = append(args, limit, lease.Microseconds(), call.token, group, epoch)
+	args = append(args, limit, lease.Microseconds(), call.token, g.Name, epoch)
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
-	reply, err := s.run(ctx, s.client, claimScript, []string{gk.due, gk.lease, tk.messages, tk.refs, call.record, gk.keyed, tk.history, gk.paused, tk.batches, gk.epoch}, args...)
+	reply, err := s.run(ctx, s.client, claimScript, []string{gk.due, gk.lease, tk.messages, tk.refs, s.keys.claimRecord(g, call.subscription), gk.keyed, tk.history, gk.paused, tk.batches, gk.epoch}, args...)
 	if err != nil {
 		return claimResult{}, err
 	}
 	res, _ := reply.([]any)
 	if len(res) == 1 && asInt(res[0]) == -1 {
-		return claimResult{}, fmt.Errorf("consumer group %s on %s: %w", quote(group), quote(part), ErrGroupRemoved)
+		return claimResult{}, fmt.Errorf("consumer group %s on %s: %w", quote(g.Name), quote(partName(g.Partition)), ErrGroupRemoved)
 	}
 	if len(res) < 6 || (len(res)-6)%4 != 0 {
 		return claimResult{}, fmt.Errorf("script %s: unexpected reply of %d values", claimScript.name, len(res))
@@ -483,19 +476,19 @@ func (s store) claim(ctx context.Context, part, group, epoch string, call claimC
 }
 
 // ack runs ack.lua and returns the IDs whose ack was refused because their lease had been lost.
-func (s store) ack(ctx context.Context, part, group string, acks []*claimed) ([]string, error) {
-	return s.finish(ctx, part, group, "acked", "", acks)
+func (s redisStore) ack(ctx context.Context, g store.Group, acks []*claimed) ([]string, error) {
+	return s.finish(ctx, g, "acked", "", acks)
 }
 
 // finish runs ack.lua, recording outcome and reason in the history of keyed messages (see
 // ended in lua/lib), and returns the IDs whose lease had been lost.
-func (s store) finish(ctx context.Context, part, group, outcome, reason string, acks []*claimed) ([]string, error) {
+func (s redisStore) finish(ctx context.Context, g store.Group, outcome, reason string, acks []*claimed) ([]string, error) {
 	if len(acks) == 0 {
 		return nil, nil
 	}
-	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
 	args := make([]any, 0, 3+len(acks))
-	args = append(args, group, outcome, reason)
+	args = append(args, g.Name, outcome, reason)
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
@@ -509,11 +502,11 @@ func (s store) finish(ctx context.Context, part, group, outcome, reason string, 
 // release runs release.lua for messages a stopping subscription still holds, and for the
 // messages of its last claim when that claim's reply did not arrive (call.token is then that
 // claim's token, else empty).
-func (s store) release(ctx context.Context, part, group string, call claimCall, held []*claimed) error {
+func (s redisStore) release(ctx context.Context, g store.Group, call claimCall, held []*claimed) error {
 	if len(held) == 0 && call.token == "" {
 		return nil
 	}
-	gk := s.keys.group(part, group)
+	gk := s.keys.group(g)
 	args := make([]any, 0, 2+3*len(held))
 	args = append(args, gk.wakeChannel, call.token)
 	for _, c := range held {
@@ -523,14 +516,14 @@ func (s store) release(ctx context.Context, part, group string, call claimCall, 
 		}
 		args = append(args, c.member(), c.dueUs, delivered)
 	}
-	_, err := s.run(ctx, s.client, releaseScript, []string{gk.due, gk.lease, call.record, gk.keyed}, args...)
+	_, err := s.run(ctx, s.client, releaseScript, []string{gk.due, gk.lease, s.keys.claimRecord(g, call.subscription), gk.keyed}, args...)
 	return err
 }
 
 // nack runs nack.lua. changed is the re-marshaled message when the consumer modified it, else
-// nil. It returns errLeaseLost when the lease had been lost.
-func (s store) nack(ctx context.Context, part, group string, c *claimed, delay time.Duration, changed []byte) error {
-	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+// nil. It returns store.ErrLeaseLost when the lease had been lost.
+func (s redisStore) nack(ctx context.Context, g store.Group, c *claimed, delay time.Duration, changed []byte) error {
+	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
 	args := []any{c.member(), delay.Microseconds(), gk.wakeChannel}
 	if changed != nil {
 		args = append(args, changed)
@@ -542,17 +535,17 @@ func (s store) nack(ctx context.Context, part, group string, c *claimed, delay t
 	if score, ok := res.(int64); !ok {
 		return fmt.Errorf("script %s: unexpected reply %v", nackScript.name, res)
 	} else if score < 0 {
-		return errLeaseLost
+		return store.ErrLeaseLost
 	}
 	return nil
 }
 
 // extend runs extend.lua and returns the IDs whose lease had been lost.
-func (s store) extend(ctx context.Context, part, group string, lease time.Duration, held []*claimed) ([]string, error) {
+func (s redisStore) extend(ctx context.Context, g store.Group, lease time.Duration, held []*claimed) ([]string, error) {
 	if len(held) == 0 {
 		return nil, nil
 	}
-	gk := s.keys.group(part, group)
+	gk := s.keys.group(g)
 	args := make([]any, 0, 1+len(held))
 	args = append(args, lease.Microseconds())
 	for _, c := range held {
@@ -593,8 +586,8 @@ func asStrings(v any) []string {
 }
 
 // newStore returns the store of a Publisher or Subscriber.
-func newStore(client redis.UniversalClient, prefix string) store {
-	return store{
+func newStore(client redis.UniversalClient, prefix string) redisStore {
+	return redisStore{
 		client:          client,
 		keys:            keySpace{prefix: prefix},
 		shebang:         &shebangSupport{},
@@ -617,24 +610,24 @@ func honoursContextDeadlines(client redis.UniversalClient) bool {
 // share: the given topic keys, the call key when call has a token, then per group its due set,
 // lease set and keyed hash; the call key lifetime (with a token), the key, and (through
 // groupTargets) the groups' count, names and wake channels.
-func (s store) byKeyTarget(part, key string, call publishCall, topicKeys []string, extra []any, groups []string, wake bool) ([]string, []any) {
+func (s redisStore) byKeyTarget(p store.Partition, key string, call publishCall, topicKeys []string, extra []any, groups []string, wake bool) ([]string, []any) {
 	var keys []string
 	var args []any
 	if call.token != "" {
-		keys = append(keys, s.keys.call(part, call.token))
+		keys = append(keys, s.keys.call(p, call.token))
 		args = append(args, call.ttl.Milliseconds())
 	}
 	keys = append(keys, topicKeys...)
 	args = append(append(args, key), extra...)
-	return s.groupTargets(keys, args, part, groups, true, wake)
+	return s.groupTargets(keys, args, p, groups, true, wake)
 }
 
 // cancel runs cancel.lua for key on a topic partition, for the given groups, and returns its
 // state letters: the parked set's, then one per group (see cancel.lua). It returns
 // *errStaleGroups when the view of the groups is stale; nothing is changed then.
-func (s store) cancel(ctx context.Context, part, key string, call publishCall, groups []string) (string, error) {
-	tk := s.keys.topic(part)
-	keys, args := s.byKeyTarget(part, key, call, []string{tk.messages, tk.refs, tk.groups, tk.parked, tk.history}, nil, groups, false)
+func (s redisStore) cancel(ctx context.Context, p store.Partition, key string, call publishCall, groups []string) (string, error) {
+	tk := s.keys.topic(p)
+	keys, args := s.byKeyTarget(p, key, call, []string{tk.messages, tk.refs, tk.groups, tk.parked, tk.history}, nil, groups, false)
 	res, err := s.run(ctx, s.client, cancelScript, keys, args...)
 	if err != nil {
 		return "", err
@@ -646,9 +639,9 @@ func (s store) cancel(ctx context.Context, part, key string, call publishCall, g
 // reschedule runs reschedule.lua: key's message becomes due at m's schedule in every group
 // that holds it due. It returns the state letters (see reschedule.lua) and the new due time
 // in Unix µs, or *errStaleGroups.
-func (s store) reschedule(ctx context.Context, part, key string, call publishCall, m outgoing, groups []string) (string, int64, error) {
-	tk := s.keys.topic(part)
-	keys, args := s.byKeyTarget(part, key, call, []string{tk.messages, tk.groups, tk.parked, tk.history}, []any{m.scheduleArg()}, groups, true)
+func (s redisStore) reschedule(ctx context.Context, p store.Partition, key string, call publishCall, m outgoing, groups []string) (string, int64, error) {
+	tk := s.keys.topic(p)
+	keys, args := s.byKeyTarget(p, key, call, []string{tk.messages, tk.groups, tk.parked, tk.history}, []any{m.scheduleArg()}, groups, true)
 	res, err := s.run(ctx, s.client, rescheduleScript, keys, args...)
 	if err != nil {
 		return "", 0, err
@@ -662,7 +655,7 @@ func byKeyReply(name string, reply any, groups int) (string, int64, error) {
 	res, _ := reply.([]any)
 	if len(res) > 0 {
 		if code, _ := res[0].(int64); code == 0 {
-			stale := &staleGroupsError{groups: asStrings(res[1:])}
+			stale := &store.StaleGroupsError{Groups: asStrings(res[1:])}
 			return "", 0, stale
 		}
 	}
@@ -690,9 +683,9 @@ type keyStatus struct {
 
 // status runs status.lua and returns whether a message has key, its due time in the parked set
 // (-1 if not parked), and each group's status, in the order of groups.
-func (s store) status(ctx context.Context, part, key string, groups []string) (bool, int64, []keyStatus, error) {
-	tk := s.keys.topic(part)
-	keys, args := s.byKeyTarget(part, key, publishCall{}, []string{tk.messages, tk.parked, tk.history}, nil, groups, false)
+func (s redisStore) status(ctx context.Context, p store.Partition, key string, groups []string) (bool, int64, []keyStatus, error) {
+	tk := s.keys.topic(p)
+	keys, args := s.byKeyTarget(p, key, publishCall{}, []string{tk.messages, tk.parked, tk.history}, nil, groups, false)
 	reply, err := s.run(ctx, s.client, statusScript, keys, args...)
 	if err != nil {
 		return false, 0, nil, err
@@ -716,7 +709,7 @@ func (s store) status(ctx context.Context, part, key string, groups []string) (b
 
 // registerTopic records topic and its partition count in the topic registry (HSET), for the
 // Inspector.
-func (s store) registerTopic(ctx context.Context, topic string, partitions int) error {
+func (s redisStore) registerTopic(ctx context.Context, topic string, partitions int) error {
 	_, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (int64, error) {
 		return s.client.HSet(ctx, s.keys.topicRegistry(), topic, partitions).Result()
 	})
@@ -728,19 +721,19 @@ func (s store) registerTopic(ctx context.Context, topic string, partitions int) 
 
 // setPaused runs pause.lua. It returns whether the flag changed, or an error wrapping
 // ErrNotFound when the group is not registered.
-func (s store) setPaused(ctx context.Context, part, group string, paused bool) (bool, error) {
-	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+func (s redisStore) setPaused(ctx context.Context, g store.Group, paused bool) (bool, error) {
+	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
 	flag := 0
 	if paused {
 		flag = 1
 	}
-	res, err := s.run(ctx, s.client, pauseScript, []string{tk.groups, gk.paused}, group, flag, gk.wakeChannel)
+	res, err := s.run(ctx, s.client, pauseScript, []string{tk.groups, gk.paused}, g.Name, flag, gk.wakeChannel)
 	if err != nil {
 		return false, err
 	}
 	switch n, _ := res.(int64); n {
 	case -1:
-		return false, fmt.Errorf("consumer group %s: %w", quote(group), ErrNotFound)
+		return false, fmt.Errorf("consumer group %s: %w", quote(g.Name), ErrNotFound)
 	case 0, 1:
 		return n == 1, nil
 	}
@@ -751,14 +744,14 @@ func (s store) setPaused(ctx context.Context, part, group string, paused bool) (
 // moves what it holds to the removal's keys, every step drops up to limit of those messages.
 // It returns whether this call unregistered the group, how many messages it dropped and how
 // many are left.
-func (s store) removeGroup(ctx context.Context, part, group string, first bool, limit int) (bool, int64, int64, error) {
-	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+func (s redisStore) removeGroup(ctx context.Context, g store.Group, first bool, limit int) (bool, int64, int64, error) {
+	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
 	op := "drain"
 	if first {
 		op = "remove"
 	}
 	keys := []string{tk.groups, tk.messages, tk.refs, gk.due, gk.lease, gk.keyed, gk.paused, tk.history, gk.epoch, gk.removedDue, gk.removedLease, tk.batches, tk.parked, tk.window, tk.removedParked}
-	res, err := s.run(ctx, s.client, removeGroupScript, keys, group, limit, op, gk.wakeChannel)
+	res, err := s.run(ctx, s.client, removeGroupScript, keys, g.Name, limit, op, gk.wakeChannel)
 	if err != nil {
 		return false, 0, 0, err
 	}
@@ -775,13 +768,13 @@ type groupCounts struct {
 	paused                                                   bool
 }
 
-// stats runs stats.lua for the groups of a topic partition; deadParts are the partitions of
-// their dead-letter topics, in the same order.
-func (s store) stats(ctx context.Context, part string, groups, deadParts []string) ([]groupCounts, error) {
+// stats runs stats.lua for the groups of a topic partition; dead are the partitions of their
+// dead-letter topics, in the same order.
+func (s redisStore) stats(ctx context.Context, p store.Partition, groups []string, dead []store.Partition) ([]groupCounts, error) {
 	keys := make([]string, 0, 4*len(groups))
 	for n, g := range groups {
-		gk := s.keys.group(part, g)
-		keys = append(keys, gk.due, gk.lease, gk.paused, s.keys.topic(deadParts[n]).parked)
+		gk := s.keys.group(p.Of(g))
+		keys = append(keys, gk.due, gk.lease, gk.paused, s.keys.topic(dead[n]).parked)
 	}
 	res, err := s.run(ctx, s.client, statsScript, keys)
 	if err != nil {
@@ -810,16 +803,29 @@ type listed struct {
 	leased  bool   // show.lua: found in the lease set
 }
 
-// list runs list.lua on set (part "due", "scheduled" or "all") after the cursor (its score,
-// first true for the first page, and member): at most limit messages, prefix bytes of each,
-// and no more stored messages than budget bytes after the first. It returns the page, the
-// Redis time, and whether the page ended for the budget.
-func (s store) list(ctx context.Context, set, messages, part string, cursorUs int64, cursorMember string, first bool, limit, prefix, budget int) ([]listed, int64, bool, error) {
+// setKeys returns the key of set and of the messages hash of its topic partition.
+func (s redisStore) setKeys(set store.Set) (key, messages string) {
+	tk, gk := s.keys.topic(set.Group.Partition), s.keys.group(set.Group)
+	switch set.Kind {
+	case store.DueSet:
+		return gk.due, tk.messages
+	case store.LeaseSet:
+		return gk.lease, tk.messages
+	}
+	return tk.parked, tk.messages
+}
+
+// list runs list.lua on the span of set after the cursor (its score, first true for the first
+// page, and member): at most limit messages, prefix bytes of each, and no more stored messages
+// than budget bytes after the first. It returns the page, the Redis time, and whether the page
+// ended for the budget.
+func (s redisStore) list(ctx context.Context, set store.Set, span store.Span, cursorUs int64, cursorMember string, first bool, limit, prefix, budget int) ([]listed, int64, bool, error) {
 	cursor := ""
 	if !first {
 		cursor = strconv.FormatInt(cursorUs, 10)
 	}
-	res, err := s.run(ctx, s.client, listScript, []string{set, messages}, part, cursor, cursorMember, limit, prefix, budget)
+	key, messages := s.setKeys(set)
+	res, err := s.run(ctx, s.client, listScript, []string{key, messages}, string(span), cursor, cursorMember, limit, prefix, budget)
 	if err != nil {
 		return nil, 0, false, err
 	}
@@ -841,15 +847,20 @@ func (s store) list(ctx context.Context, set, messages, part string, cursorUs in
 	return out, asInt(r[0]), asInt(r[1]) == 1, nil
 }
 
-// show runs show.lua: the message named member in due or lease, or when short the member of
-// due whose short form is member and whose score is scoreUs. ok is false when neither holds
-// it. The listed member is the whole member.
-func (s store) show(ctx context.Context, due, lease, messages, member string, short bool, scoreUs int64) (listed, int64, bool, error) {
+// show runs show.lua: the message that ref names in set, a group's due set (its lease set is
+// searched too) or a parked set. ok is false when neither holds it. The listed member is the
+// whole member.
+func (s redisStore) show(ctx context.Context, set store.Set, ref store.Ref) (listed, int64, bool, error) {
 	score := ""
-	if short {
-		score = strconv.FormatInt(scoreUs, 10)
+	if ref.Short {
+		score = strconv.FormatInt(ref.ScoreUs, 10)
 	}
-	res, err := s.run(ctx, s.client, showScript, []string{due, lease, messages}, member, score)
+	due, messages := s.setKeys(set)
+	lease := due
+	if set.Kind == store.DueSet {
+		lease, _ = s.setKeys(store.Leases(set.Group))
+	}
+	res, err := s.run(ctx, s.client, showScript, []string{due, lease, messages}, ref.Member, score)
 	if err != nil {
 		return listed{}, 0, false, err
 	}
@@ -871,12 +882,13 @@ func (s store) show(ctx context.Context, due, lease, messages, member string, sh
 
 // resolve runs resolve.lua on set: the whole member of each short form (shorts[i], scored
 // scoresUs[i]), "" where the set holds none.
-func (s store) resolve(ctx context.Context, set string, shorts []string, scoresUs []int64) ([]string, error) {
+func (s redisStore) resolve(ctx context.Context, set store.Set, shorts []string, scoresUs []int64) ([]string, error) {
 	args := make([]any, 0, 2*len(shorts))
 	for i, m := range shorts {
 		args = append(args, m, scoresUs[i])
 	}
-	res, err := s.run(ctx, s.client, resolveScript, []string{set}, args...)
+	key, _ := s.setKeys(set)
+	res, err := s.run(ctx, s.client, resolveScript, []string{key}, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -891,18 +903,23 @@ func (s store) resolve(ctx context.Context, set string, shorts []string, scoresU
 	return out, nil
 }
 
-// purge runs purge.lua once on set: it drops up to limit messages of the part ("due",
-// "scheduled" or "all") for the group, closing the batches it drops, and returns how many it
-// dropped and how many are left. It returns an error wrapping ErrNotFound, having changed
-// nothing, when the group is not registered on the topic partition.
-func (s store) purge(ctx context.Context, part, group, set, which string, limit int) (int64, int64, error) {
-	tk, gk := s.keys.topic(part), s.keys.group(part, group)
-	res, err := s.run(ctx, s.client, purgeScript, []string{set, tk.messages, tk.refs, gk.keyed, tk.history, tk.groups, tk.batches}, which, limit, group)
+// purge runs purge.lua once on set, a group's due or lease set: it drops up to limit messages of
+// the span for the group, closing the batches it drops, and returns how many it dropped and how
+// many are left. It returns an error wrapping ErrNotFound, having changed nothing, when the
+// group is not registered on the topic partition.
+func (s redisStore) purge(ctx context.Context, set store.Set, span store.Span, limit int) (int64, int64, error) {
+	if set.Kind == store.ParkedSet {
+		return 0, 0, errors.New("purge: a parked set belongs to no group")
+	}
+	g := set.Group
+	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
+	key, _ := s.setKeys(set)
+	res, err := s.run(ctx, s.client, purgeScript, []string{key, tk.messages, tk.refs, gk.keyed, tk.history, tk.groups, tk.batches}, string(span), limit, g.Name)
 	if err != nil {
 		return 0, 0, err
 	}
 	if n, ok := res.(int64); ok && n == -1 {
-		return 0, 0, fmt.Errorf("consumer group %s: %w", quote(group), ErrNotFound)
+		return 0, 0, fmt.Errorf("consumer group %s: %w", quote(g.Name), ErrNotFound)
 	}
 	r, _ := res.([]any)
 	if len(r) != 2 {
@@ -911,19 +928,19 @@ func (s store) purge(ctx context.Context, part, group, set, which string, limit 
 	return asInt(r[0]), asInt(r[1]), nil
 }
 
-// requeue runs requeue.lua: members of the parked set of the dead-letter topic partition
-// deadPart go back to group on the topic partition part, due at once, without a key. Each keyed
-// member's history key on the dead-letter topic goes in KEYS, so that the script touches no
-// other key. It returns how many were requeued; on an error (ErrNotFound wrapped when the group
-// is not registered, or a Redis error such as a key of the wrong type) nothing changed.
-func (s store) requeue(ctx context.Context, part, group, deadPart string, members []string) (int64, error) {
-	tk, gk, dk := s.keys.topic(part), s.keys.group(part, group), s.keys.topic(deadPart)
+// requeue runs requeue.lua: members of the parked set of the dead-letter topic partition dead go
+// back to group g, due at once, without a key. Each keyed member's history key on the
+// dead-letter topic goes in KEYS, so that the script touches no other key. It returns how many
+// were requeued; on an error (ErrNotFound wrapped when the group is not registered, or a Redis
+// error such as a key of the wrong type) nothing changed.
+func (s redisStore) requeue(ctx context.Context, g store.Group, dead store.Partition, members []string) (int64, error) {
+	tk, gk, dk := s.keys.topic(g.Partition), s.keys.group(g), s.keys.topic(dead)
 	keys := []string{dk.parked, dk.messages, dk.refs, tk.seq, tk.messages, gk.due, tk.groups}
 	args := make([]any, 0, 3+2*len(members))
-	args = append(args, group, gk.wakeChannel, dk.history)
+	args = append(args, g.Name, gk.wakeChannel, dk.history)
 	for _, m := range members {
 		at := 0
-		if key, ok := keyOfID(memberID(m)); ok {
+		if key, ok := store.HistoryKeyOf(m); ok {
 			keys = append(keys, dk.history+key)
 			at = len(keys)
 		}
@@ -938,17 +955,17 @@ func (s store) requeue(ctx context.Context, part, group, deadPart string, member
 	case !ok || n < -1:
 		return 0, fmt.Errorf("script %s: unexpected reply %v", requeueScript.name, res)
 	case n == -1:
-		return 0, fmt.Errorf("consumer group %s: %w", quote(group), ErrNotFound)
+		return 0, fmt.Errorf("consumer group %s: %w", quote(g.Name), ErrNotFound)
 	}
 	return n, nil
 }
 
-// keyedID returns the member under which group holds the keyed message with key on a topic
-// partition: the one its keyed hash names once it claimed it, else the never-claimed ID:0 of the
-// message the key's field holds. It returns an error wrapping ErrNotFound when no message has
-// the key. (Two reads, not atomic: the member may have moved on by the time it is used.)
-func (s store) keyedID(ctx context.Context, part, group, key string) (string, error) {
-	tk, gk := s.keys.topic(part), s.keys.group(part, group)
+// keyedID returns the member under which group g holds the keyed message with key: the one its
+// keyed hash names once it claimed it, else the never-claimed ID:0 of the message the key's
+// field holds. It returns an error wrapping ErrNotFound when no message has the key. (Two
+// reads, not atomic: the member may have moved on by the time it is used.)
+func (s redisStore) keyedID(ctx context.Context, g store.Group, key string) (string, error) {
+	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
 	return bounded(ctx, s.contextTimeouts, func(ctx context.Context) (string, error) {
 		if m, err := s.client.HGet(ctx, gk.keyed, key).Result(); err == nil {
 			return m, nil
@@ -956,23 +973,25 @@ func (s store) keyedID(ctx context.Context, part, group, key string) (string, er
 			return "", classify(err)
 		}
 		v, err := s.client.HGet(ctx, tk.messages, "="+key).Result()
-		if errors.Is(err, redis.Nil) || err == nil && len(v) < 12 {
-			return "", fmt.Errorf("key %s: %w", quote(key), ErrNotFound)
-		} else if err != nil {
+		if err != nil && !errors.Is(err, redis.Nil) {
 			return "", classify(err)
 		}
-		return v[:12] + "=" + key + ":0", nil
+		m, ok := store.KeyedMember(key, v)
+		if !ok {
+			return "", fmt.Errorf("key %s: %w", quote(key), ErrNotFound)
+		}
+		return m, nil
 	})
 }
 
 // refOp runs refop.lua: op is "cancel" or "reschedule" (to m's schedule) for the message named
-// member in group; either closes the batch it names if that batch is still open. It returns the
-// state letter and the new due time (µs, -1 if unchanged), or an error wrapping ErrNotFound,
-// with nothing written, when group is not registered on the partition.
-func (s store) refOp(ctx context.Context, part, group, op, member string, call publishCall, m outgoing) (string, int64, error) {
-	tk, gk := s.keys.topic(part), s.keys.group(part, group)
-	keys := []string{s.keys.call(part, call.token), gk.due, gk.lease, tk.messages, tk.refs, gk.keyed, tk.history, tk.groups, tk.batches}
-	res, err := s.run(ctx, s.client, refOpScript, keys, call.ttl.Milliseconds(), op, member, group, m.scheduleArg(), gk.wakeChannel)
+// member in group g; either closes the batch it names if that batch is still open. It returns
+// the state letter and the new due time (µs, -1 if unchanged), or an error wrapping
+// ErrNotFound, with nothing written, when the group is not registered on the partition.
+func (s redisStore) refOp(ctx context.Context, g store.Group, op, member string, call publishCall, m outgoing) (string, int64, error) {
+	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
+	keys := []string{s.keys.call(g.Partition, call.token), gk.due, gk.lease, tk.messages, tk.refs, gk.keyed, tk.history, tk.groups, tk.batches}
+	res, err := s.run(ctx, s.client, refOpScript, keys, call.ttl.Milliseconds(), op, member, g.Name, m.scheduleArg(), gk.wakeChannel)
 	if err != nil {
 		return "", 0, err
 	}
@@ -983,7 +1002,7 @@ func (s store) refOp(ctx context.Context, part, group, op, member string, call p
 	state, _ := r[0].(string)
 	switch state {
 	case "g":
-		return "", 0, fmt.Errorf("consumer group %s: %w", quote(group), ErrNotFound)
+		return "", 0, fmt.Errorf("consumer group %s: %w", quote(g.Name), ErrNotFound)
 	case "d", "i", "n":
 		return state, asInt(r[1]), nil
 	}
@@ -991,16 +1010,16 @@ func (s store) refOp(ctx context.Context, part, group, op, member string, call p
 }
 
 // batchOp runs flushbatch.lua (op "flush" or "cancel") and returns the items of the batch.
-func (s store) batchOp(ctx context.Context, part string, call publishCall, op, bk string, groups []string) (int, error) {
-	tk := s.keys.topic(part)
-	keys := []string{s.keys.call(part, call.token), tk.messages, tk.refs, tk.groups, tk.parked, tk.batches, tk.history}
+func (s redisStore) batchOp(ctx context.Context, p store.Partition, call publishCall, op, bk string, groups []string) (int, error) {
+	tk := s.keys.topic(p)
+	keys := []string{s.keys.call(p, call.token), tk.messages, tk.refs, tk.groups, tk.parked, tk.batches, tk.history}
 	args := []any{call.ttl.Milliseconds(), op, bk, len(groups)}
 	for _, g := range groups {
-		keys = append(keys, s.keys.group(part, g).due)
+		keys = append(keys, s.keys.group(p.Of(g)).due)
 		args = append(args, g)
 	}
 	for _, g := range groups {
-		args = append(args, s.keys.group(part, g).wakeChannel)
+		args = append(args, s.keys.group(p.Of(g)).wakeChannel)
 	}
 	res, err := s.run(ctx, s.client, flushBatchScript, keys, args...)
 	if err != nil {
@@ -1009,7 +1028,7 @@ func (s store) batchOp(ctx context.Context, part string, call publishCall, op, b
 	r, _ := res.([]any)
 	if len(r) > 0 {
 		if code, _ := r[0].(int64); code == 0 {
-			return 0, &staleGroupsError{groups: asStrings(r[1:])}
+			return 0, &store.StaleGroupsError{Groups: asStrings(r[1:])}
 		}
 	}
 	if len(r) != 2 {
@@ -1017,3 +1036,50 @@ func (s store) batchOp(ctx context.Context, part string, call publishCall, op, b
 	}
 	return int(asInt(r[1])), nil
 }
+
+// registeredTopics reads the topic registry (HGETALL): every topic published to or subscribed,
+// with its partition count (0 when the entry is not a number).
+func (s redisStore) registeredTopics(ctx context.Context) (map[string]int, error) {
+	registry, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (map[string]string, error) {
+		return s.client.HGetAll(ctx, s.keys.topicRegistry()).Result()
+	})
+	if err != nil {
+		return nil, classify(err)
+	}
+	out := make(map[string]int, len(registry))
+	for topic, p := range registry {
+		out[topic], _ = strconv.Atoi(p)
+	}
+	return out, nil
+}
+
+// registeredPartitions reads topic's entry of the topic registry (HGET): its partition count
+// (0 when the entry is not a number), and false when the topic is not in the registry.
+func (s redisStore) registeredPartitions(ctx context.Context, topic string) (int, bool, error) {
+	p, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) (string, error) {
+		return s.client.HGet(ctx, s.keys.topicRegistry(), topic).Result()
+	})
+	if errors.Is(err, redis.Nil) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, classify(err)
+	}
+	partitions, _ := strconv.Atoi(p)
+	return partitions, true, nil
+}
+
+// groups returns the consumer groups registered on partition p (SMEMBERS), in no order.
+func (s redisStore) groups(ctx context.Context, p store.Partition) ([]string, error) {
+	groups, err := bounded(ctx, s.contextTimeouts, func(ctx context.Context) ([]string, error) {
+		return s.client.SMembers(ctx, s.keys.topic(p).groups).Result()
+	})
+	if err != nil {
+		return nil, classify(err)
+	}
+	return groups, nil
+}
+
+// wakeChannel is the Pub/Sub channel on which group g's subscriptions are woken: the scripts
+// publish a new earliest due time there, or 0 for "check now".
+func (s redisStore) wakeChannel(g store.Group) string { return s.keys.group(g).wakeChannel }

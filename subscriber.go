@@ -10,6 +10,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // Subscriber consumes messages of one consumer group. It implements message.Subscriber and
@@ -18,7 +20,7 @@ import (
 type Subscriber struct {
 	config  SubscriberConfig
 	logger  watermill.LoggerAdapter
-	store   store
+	store   redisStore
 	wakeHub *wakeHub
 	// deadLetterGroups is the view of the consumer groups of the dead-letter topics.
 	deadLetterGroups groupCache
@@ -111,7 +113,7 @@ func (s *Subscriber) register(ctx context.Context, topic string) ([]registration
 	}
 	regs := make([]registration, s.config.Partitions)
 	for n := range regs {
-		epoch, left, err := s.store.registerGroup(ctx, partitionName(topic, n), s.config.ConsumerGroup, window)
+		epoch, left, err := s.store.registerGroup(ctx, store.Partition{Topic: topic, N: n}.Of(s.config.ConsumerGroup), window)
 		if err != nil {
 			return nil, fmt.Errorf("redisdelay: register consumer group %s on topic %s partition %d: %w", quote(s.config.ConsumerGroup), quote(topic), n, err)
 		}

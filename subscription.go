@@ -10,6 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 const (
@@ -29,7 +31,7 @@ const (
 // channel and take turns, so that one message at most is in flight.
 type partitionConsumer struct {
 	cfg              SubscriberConfig
-	store            store
+	store            redisStore
 	wakeHub          *wakeHub
 	deadLetterGroups *groupCache
 	// register registers the group on every partition of the topic (see Subscriber.register).
@@ -38,14 +40,14 @@ type partitionConsumer struct {
 	// subscription's only stop signal, and every Redis call but the final release derives
 	// from it.
 	ctx       context.Context
-	topic     string // the topic, for messages and logs
-	part      string // the partition's name in the key space
-	partition int    // the partition's number
+	topic     string      // the topic, for messages and logs
+	part      store.Group // the consumer group on the partition, as the store names it
+	partition int         // the partition's number
 	// epoch is the group's registration on the partition that the subscription claims for,
 	// "" until it has registered (see register.lua).
 	epoch           string
 	deadLetterTopic string
-	deadLetterPart  string
+	deadLetterPart  store.Partition
 	group           string
 	logger          watermill.LoggerAdapter
 	out             chan *message.Message
@@ -74,7 +76,8 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 100 * time.Millisecond
 	retry.MaxInterval = 5 * time.Second
-	part, group := partitionName(topic, partition), s.config.ConsumerGroup
+	group := s.config.ConsumerGroup
+	part := store.Partition{Topic: topic, N: partition}.Of(group)
 	return &partitionConsumer{
 		cfg:              s.config,
 		store:            s.store,
@@ -86,13 +89,13 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 		part:             part,
 		partition:        partition,
 		deadLetterTopic:  deadLetterTopic,
-		deadLetterPart:   partitionName(deadLetterTopic, partition),
+		deadLetterPart:   store.Partition{Topic: deadLetterTopic, N: partition},
 		group:            group,
 		logger:           logger,
 		out:              out,
 		turn:             turn,
 		limit:            1,
-		claim:            claimCall{record: s.store.keys.claimRecord(part, group, newToken()), token: newToken()},
+		claim:            claimCall{subscription: newToken(), token: newToken()},
 		retry:            retry,
 	}
 }
@@ -109,7 +112,7 @@ func (s *partitionConsumer) run(reg registration) {
 	s.epoch, s.windowEnd = reg.epoch, reg.windowEnd
 	s.book = newLeaseBook(s.cfg.LeaseTimeout)
 	defer s.book.stop()
-	channel := s.store.keys.group(s.part, s.group).wakeChannel
+	channel := s.store.wakeChannel(s.part)
 	wake := s.wakeHub.watch(channel)
 	defer s.wakeHub.unwatch(channel, wake)
 	s.wake, s.woken = wake, -1
@@ -170,7 +173,7 @@ func (s *partitionConsumer) claimNext() (claimResult, time.Time, time.Time, erro
 	ctx, cancel := s.callContext()
 	defer cancel()
 	sent := time.Now()
-	res, err := s.store.claim(ctx, s.part, s.group, s.epoch, s.claim, s.limit, s.cfg.LeaseTimeout, s.book.acks)
+	res, err := s.store.claim(ctx, s.part, s.epoch, s.claim, s.limit, s.cfg.LeaseTimeout, s.book.acks)
 	if err != nil {
 		return res, sent, time.Time{}, err
 	}
@@ -191,7 +194,7 @@ func (s *partitionConsumer) claimNext() (claimResult, time.Time, time.Time, erro
 func (s *partitionConsumer) closeWindow() {
 	ctx, cancel := s.callContext()
 	defer cancel()
-	left, open, err := s.store.closeWindow(ctx, s.part)
+	left, open, err := s.store.closeWindow(ctx, s.part.Partition)
 	switch {
 	case err != nil:
 		s.logger.Error("Dropping what the new-group window kept failed, will retry", err, nil)
@@ -303,11 +306,11 @@ func (s *partitionConsumer) confirmAcks() {
 
 // confirmAcksWithin sends the queued acks through st, bounded by ctx; on failure they stay
 // queued.
-func (s *partitionConsumer) confirmAcksWithin(ctx context.Context, st store) error {
+func (s *partitionConsumer) confirmAcksWithin(ctx context.Context, st redisStore) error {
 	if len(s.book.acks) == 0 {
 		return nil
 	}
-	refused, err := st.ack(ctx, s.part, s.group, s.book.acks)
+	refused, err := st.ack(ctx, s.part, s.book.acks)
 	if err != nil {
 		return err
 	}
@@ -334,7 +337,7 @@ func (s *partitionConsumer) extendLeases() {
 	ctx, cancel := s.callContext()
 	defer cancel()
 	sent := time.Now()
-	lost, err := s.store.extend(ctx, s.part, s.group, s.cfg.LeaseTimeout, held)
+	lost, err := s.store.extend(ctx, s.part, s.cfg.LeaseTimeout, held)
 	if err != nil {
 		if s.ctx.Err() == nil {
 			s.logger.Error("Lease extension failed, will retry", err, watermill.LogFields{"held": len(held)})
@@ -388,18 +391,18 @@ func (s *partitionConsumer) stop() {
 
 // finish confirms the queued acks, sends the nacks the stop cut short and releases held
 // through st, bounded by ctx.
-func (s *partitionConsumer) finish(ctx context.Context, st store, held []*claimed) error {
+func (s *partitionConsumer) finish(ctx context.Context, st redisStore, held []*claimed) error {
 	ackErr := s.confirmAcksWithin(ctx, st)
-	return errors.Join(ackErr, s.sendUnsentNacks(ctx, st), st.release(ctx, s.part, s.group, s.claim, held))
+	return errors.Join(ackErr, s.sendUnsentNacks(ctx, st), st.release(ctx, s.part, s.claim, held))
 }
 
 // sendUnsentNacks sends again, through st, the nacks whose call the stop cut short. A nack that
 // Redis refuses because the lease is gone had run the first time (or its lease had expired):
 // either way nothing is left to do for it.
-func (s *partitionConsumer) sendUnsentNacks(ctx context.Context, st store) error {
+func (s *partitionConsumer) sendUnsentNacks(ctx context.Context, st redisStore) error {
 	for len(s.book.nacks) > 0 {
 		n := s.book.nacks[0]
-		if err := st.nack(ctx, s.part, s.group, n.c, n.delay, n.changed); err != nil && !errors.Is(err, errLeaseLost) {
+		if err := st.nack(ctx, s.part, n.c, n.delay, n.changed); err != nil && !errors.Is(err, store.ErrLeaseLost) {
 			return err
 		}
 		s.book.nackSent()

@@ -16,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // wakeEventTimeout bounds every wait for a hub event in these tests.
@@ -63,7 +65,7 @@ func TestWakeUpsTravelOverShardedPubSubOnRedis7(t *testing.T) {
 	hub := newTestWakeHub(t, client)
 	ctx := context.Background()
 	const topic = "sharded"
-	channel := testStore(client).keys.group(topic, DefaultConsumerGroup).wakeChannel
+	channel := testStore(client).wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))
 
 	wu := hub.watch(channel)
 	waitReady(t, wu)
@@ -87,7 +89,7 @@ func TestWakeUpsTravelOverClassicPubSubOnMiniredis(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	hub := newTestWakeHub(t, client)
 	const topic = "classic"
-	channel := testStore(client).keys.group(topic, DefaultConsumerGroup).wakeChannel
+	channel := testStore(client).wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))
 
 	wu := hub.watch(channel)
 	waitReady(t, wu)
@@ -113,7 +115,7 @@ func TestWakeUpsReachTheHubFromEveryMasterOfACluster(t *testing.T) {
 	for i := 0; len(byMaster) < redistest.ClusterMasters; i++ {
 		require.Less(t, i, 1000, "no topic found for every master")
 		topic := "wake-" + newToken()
-		master, err := client.MasterForKey(ctx, s.keys.group(topic, DefaultConsumerGroup).due)
+		master, err := client.MasterForKey(ctx, s.keys.group(store.Partition{Topic: topic}.Of(DefaultConsumerGroup)).due)
 		require.NoError(t, err)
 		if _, ok := byMaster[master.Options().Addr]; !ok {
 			byMaster[master.Options().Addr] = topic
@@ -121,7 +123,7 @@ func TestWakeUpsReachTheHubFromEveryMasterOfACluster(t *testing.T) {
 	}
 	watches := map[string]*wakeWatch{}
 	for _, topic := range byMaster {
-		watches[topic] = hub.watch(s.keys.group(topic, DefaultConsumerGroup).wakeChannel)
+		watches[topic] = hub.watch(s.wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup)))
 	}
 	for _, wu := range watches {
 		waitReady(t, wu)
@@ -146,7 +148,7 @@ func TestWakeUpsReachTheHubFromEveryMasterOfACluster(t *testing.T) {
 		_ = node.Close()
 		var want []string
 		if topic, ok := byMaster[addr]; ok {
-			want = []string{s.keys.group(topic, DefaultConsumerGroup).wakeChannel}
+			want = []string{s.wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))}
 		}
 		assert.ElementsMatch(t, want, shard, "PUBSUB SHARDCHANNELS on %s", addr)
 		assert.Empty(t, classic, "PUBSUB CHANNELS on %s", addr)
@@ -167,7 +169,7 @@ func TestWakeChannelFollowsItsSlotToAnotherMaster(t *testing.T) {
 	ctx := context.Background()
 
 	const topic = "moving"
-	channel := s.keys.group(topic, DefaultConsumerGroup).wakeChannel
+	channel := s.wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))
 	wu := hub.watch(channel)
 	waitReady(t, wu)
 	assert.Zero(t, receiveDue(t, wu))
@@ -219,7 +221,7 @@ func TestWakeHubSubscribesAgainAfterItsConnectionBreaks(t *testing.T) {
 		for i := 0; len(topics) < 2; i++ {
 			require.Less(t, i, 1000, "no two topics found on one master")
 			topic := "reconnect-" + newToken()
-			m, err := client.MasterForKey(ctx, s.keys.group(topic, DefaultConsumerGroup).due)
+			m, err := client.MasterForKey(ctx, s.keys.group(store.Partition{Topic: topic}.Of(DefaultConsumerGroup)).due)
 			require.NoError(t, err)
 			if master == "" {
 				master = m.Options().Addr
@@ -230,7 +232,7 @@ func TestWakeHubSubscribesAgainAfterItsConnectionBreaks(t *testing.T) {
 		}
 		slots := map[int64]bool{}
 		for _, topic := range topics {
-			slots[client.ClusterKeySlot(ctx, s.keys.group(topic, DefaultConsumerGroup).due).Val()] = true
+			slots[client.ClusterKeySlot(ctx, s.keys.group(store.Partition{Topic: topic}.Of(DefaultConsumerGroup)).due).Val()] = true
 		}
 		require.Len(t, slots, 2, "the topics are in different slots")
 		watches := watchTopics(t, hub, client, topics)
@@ -253,7 +255,7 @@ func watchTopics(t *testing.T, hub *wakeHub, client redis.UniversalClient, topic
 	s := testStore(client)
 	var watches []*wakeWatch
 	for _, topic := range topics {
-		watches = append(watches, hub.watch(s.keys.group(topic, DefaultConsumerGroup).wakeChannel))
+		watches = append(watches, hub.watch(s.wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))))
 	}
 	for _, wu := range watches {
 		waitReady(t, wu)
@@ -290,12 +292,12 @@ func assertPublishWakes(t *testing.T, client redis.UniversalClient, topic string
 	s := testStore(client)
 	ctx := context.Background()
 	drainDue(wu)
-	_, _, err := s.registerGroup(ctx, topic, DefaultConsumerGroup, 0)
+	_, _, err := s.registerGroup(ctx, store.Partition{Topic: topic}.Of(DefaultConsumerGroup), 0)
 	require.NoError(t, err)
 	data, err := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("wake"))
 	require.NoError(t, err)
 	published := time.Now()
-	_, err = s.publish(ctx, topic, testCall(), []string{DefaultConsumerGroup}, []outgoing{{data: data, delay: time.Minute}})
+	_, err = s.publish(ctx, store.Partition{Topic: topic}, testCall(), []string{DefaultConsumerGroup}, []outgoing{{data: data, delay: time.Minute}})
 	require.NoError(t, err)
 	due := time.UnixMicro(receiveDue(t, wu))
 	// Redis runs on this machine, so its clock is ours.
