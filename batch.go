@@ -18,25 +18,6 @@ import (
 // MaxWait after its first item, on the Redis clock, never early. Items go through the publish
 // script like any message (see publish_to in lua/lib), so concurrent publishes share calls.
 
-// Metadata of batching.
-const (
-	// BatchKeyMetadataKey holds the batch key of a message to publish into a batch (set it
-	// with WithBatchKey), and of a released batch.
-	BatchKeyMetadataKey = ReservedMetadataPrefix + "batch_key"
-	// BatchItemsMetadataKey is the number of items of a released batch, in decimal.
-	BatchItemsMetadataKey = ReservedMetadataPrefix + "batch_items"
-	// BatchTriggerMetadataKey is what released a batch: BatchTriggerSize, BatchTriggerTime or
-	// BatchTriggerFlush.
-	BatchTriggerMetadataKey = ReservedMetadataPrefix + "batch_trigger"
-)
-
-// Values of BatchTriggerMetadataKey.
-const (
-	BatchTriggerSize  = "size"  // it reached MaxItems or MaxBytes
-	BatchTriggerTime  = "time"  // MaxWait passed after its first item
-	BatchTriggerFlush = "flush" // Inspector.FlushBatch
-)
-
 // BatchConfig configures batching on a topic. MaxItems and MaxWait are required.
 type BatchConfig struct {
 	// MaxItems releases a batch when it holds this many items.

@@ -142,13 +142,13 @@ func (m *Metrics) latenessOf(topic, group string) prometheus.Observer {
 }
 
 // publishedOutcomes counts the outcomes of one Publish call.
-func (m *Metrics) publishedOutcomes(topic string, outcomes []PublishOutcome) {
+func (m *Metrics) publishedOutcomes(topic string, outcomes []Outcome) {
 	if m == nil {
 		return
 	}
 	var stored, dup float64
 	for _, o := range outcomes {
-		if o == Duplicate {
+		if o == OutcomeDuplicate {
 			dup++
 		} else {
 			stored++
@@ -206,15 +206,15 @@ func (m *Metrics) script(name string, d time.Duration) {
 
 // acted counts the groups an Inspector operation took effect in: cancelled (a message in
 // flight counts, since it is cancelled too) or rescheduled.
-func (m *Metrics) acted(cancel bool, topic string, groups map[string]KeyOutcome) {
+func (m *Metrics) acted(cancel bool, topic string, groups map[string]Outcome) {
 	if m == nil {
 		return
 	}
 	for g, o := range groups {
 		switch {
-		case cancel && (o == KeyDone || o == KeyInFlight):
+		case cancel && (o == OutcomeApplied || o == OutcomeInFlight):
 			m.cancelled.WithLabelValues(m.label(topic), m.label(g)).Inc()
-		case !cancel && o == KeyDone:
+		case !cancel && o == OutcomeApplied:
 			m.rescheduled.WithLabelValues(m.label(topic), m.label(g)).Inc()
 		}
 	}

@@ -330,7 +330,7 @@ func TestReadOnlyDashboardOffersNoActionsAndRefusesPosts(t *testing.T) {
 	q := seed(t)
 	srv := serve(t, q.in, dashboard.Options{})
 	ctx, c := browser(t)
-	page, err := q.in.List(context.Background(), "orders", "billing", redisdelay.ListOptions{State: redisdelay.ListScheduled, Limit: 1})
+	page, err := q.in.List(context.Background(), "orders", "billing", redisdelay.ListOptions{State: redisdelay.StateScheduled, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, page.Messages, 1)
 	ref := page.Messages[0].Ref
