@@ -10,15 +10,12 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// noEviction is the only maxmemory-policy under which Redis never deletes the queue's keys.
-const noEviction = "noeviction"
-
 // evictionGuard refuses to work on a Redis that evicts keys. It owns the outcome of the check,
 // which is made once, on first use: an evicting policy deletes scheduled messages, leases and
 // group registrations without a trace, so it is an error (ErrEvictingRedis) unless the config
 // allows it. A check that cannot reach Redis is made again on the next use.
 type evictionGuard struct {
-	client redis.UniversalClient
+	store  redisStore
 	allow  bool
 	logger watermill.LoggerAdapter
 
@@ -36,7 +33,7 @@ func (g *evictionGuard) check(ctx context.Context) error {
 	if g.done {
 		return g.err
 	}
-	policy, err := bounded(ctx, honoursContextDeadlines(g.client), g.policy)
+	policy, err := g.store.maxmemoryPolicy(ctx)
 	var reply redis.Error
 	switch {
 	case errors.As(err, &reply):
@@ -53,36 +50,4 @@ func (g *evictionGuard) check(ctx context.Context) error {
 	}
 	g.done = true
 	return g.err
-}
-
-// policy reads maxmemory-policy (CONFIG GET); on a cluster from every master, returning the
-// first that evicts, if any.
-func (g *evictionGuard) policy(ctx context.Context) (string, error) {
-	read := func(ctx context.Context, c *redis.Client) (string, error) {
-		res, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
-		if err != nil {
-			return "", err
-		}
-		return res["maxmemory-policy"], nil
-	}
-	switch c := g.client.(type) {
-	case *redis.ClusterClient:
-		var mu sync.Mutex
-		worst := noEviction
-		err := c.ForEachMaster(ctx, func(ctx context.Context, master *redis.Client) error {
-			p, err := read(ctx, master)
-			mu.Lock()
-			defer mu.Unlock()
-			if err == nil && p != noEviction {
-				worst = p
-			}
-			return err
-		})
-		return worst, err
-	case *redis.Client:
-		return read(ctx, c)
-	default:
-		res, err := g.client.ConfigGet(ctx, "maxmemory-policy").Result()
-		return res["maxmemory-policy"], err
-	}
 }

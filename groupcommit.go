@@ -295,8 +295,7 @@ func (p *Publisher) storeBatch(ctx context.Context, part store.Partition, batch 
 	call := publishCall{token: newToken(), ttl: p.callTTL}
 	// The round's calls bound their own wait, and the round frees its slot at its deadline
 	// (groupCommit.run): the script runs on the round's goroutine.
-	st := p.store
-	st.direct = true
+	st := p.store.directly()
 	var outcomes string
 	err := p.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) (err error) {
 		outcomes, err = st.publish(ctx, part, call, groups, batch)

@@ -104,8 +104,7 @@ func NewInspector(config InspectorConfig, logger watermill.LoggerAdapter) (*Insp
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	st := newStore(config.Client, config.KeyPrefix)
-	st.metrics = config.Metrics
+	st := newStore(config.Client, config.KeyPrefix, storeOptions{observe: config.Metrics.scriptObserver()})
 	return &Inspector{
 		config:  config,
 		logger:  logger.With(watermill.LogFields{"provider": "redisdelay"}),

@@ -201,10 +201,14 @@ func (m *Metrics) deadLetter(topic, group, reason string) {
 	}
 }
 
-// script records the duration of one script call.
-func (m *Metrics) script(name string, d time.Duration) {
-	if m != nil {
-		m.scriptDuration.WithLabelValues(m.label(name)).Observe(d.Seconds())
+// scriptObserver returns the function that records the duration of one script call, for the
+// store; nil when m is nil, so that the store does not time its calls.
+func (m *Metrics) scriptObserver() func(script string, took time.Duration) {
+	if m == nil {
+		return nil
+	}
+	return func(script string, took time.Duration) {
+		m.scriptDuration.WithLabelValues(m.label(script)).Observe(took.Seconds())
 	}
 }
 

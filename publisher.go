@@ -57,14 +57,12 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 		logger = watermill.NopLogger{}
 	}
 	logger = logger.With(watermill.LogFields{"provider": "redisdelay"})
-	st := newStore(config.Client, config.KeyPrefix)
-	st.durableReplicas, st.durableTimeout = config.DurableReplicas, config.DurableTimeout
-	st.metrics = config.Metrics
+	st := newStore(config.Client, config.KeyPrefix, storeOptions{durableReplicas: config.DurableReplicas, durableTimeout: config.DurableTimeout, observe: config.Metrics.scriptObserver()})
 	p := &Publisher{
 		config:   config,
 		logger:   logger,
 		store:    st,
-		eviction: evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
+		eviction: evictionGuard{store: st, allow: config.AllowEvictingRedis, logger: logger},
 		callTTL:  max(publishCallTTLFactor*config.OperationTimeout, minPublishCallTTL),
 	}
 	_, p.nopLogger = logger.(watermill.NopLogger)

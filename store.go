@@ -10,6 +10,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -31,12 +32,17 @@ type redisStore struct {
 	// it by its context: for a caller that bounds the wait itself (a group commit round, see
 	// groupCommit.run), which saves a goroutine and a hand-off per call.
 	direct bool
+	opts   storeOptions
+}
+
+// storeOptions are what a store's owner sets once.
+type storeOptions struct {
 	// durableReplicas, when > 0, makes publish WAIT for that many replicas, durableTimeout at
 	// most.
 	durableReplicas int
 	durableTimeout  time.Duration
-	// metrics records each script call's duration; nil records nothing.
-	metrics *Metrics
+	// observe, when set, is called with each script call's name and duration.
+	observe func(script string, took time.Duration)
 }
 
 // run is the one path of every script call: bounded by ctx (see bounded), on the script form the
@@ -45,8 +51,10 @@ func (s redisStore) run(ctx context.Context, c redis.Scripter, sc *script, keys 
 	if err := sc.checkKeys(keys); err != nil {
 		return nil, err
 	}
-	start := time.Now()
-	defer func() { s.metrics.script(sc.name, time.Since(start)) }()
+	if s.opts.observe != nil {
+		start := time.Now()
+		defer func() { s.opts.observe(sc.name, time.Since(start)) }()
+	}
 	res, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (any, error) {
 		if s.shebang.unsupported.Load() {
 			return sc.plain.Run(ctx, c, keys, args...).Result()
@@ -206,7 +214,7 @@ func publishReply(name string, reply any) (string, error) {
 // first run's outcomes.
 func (s redisStore) publish(ctx context.Context, p store.Partition, call publishCall, groups []string, msgs []outgoing) (string, error) {
 	keys, args := s.publishTarget(make([]string, 0, 9+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), p, call, groups, msgs)
-	if s.durableReplicas > 0 {
+	if s.opts.durableReplicas > 0 {
 		return s.publishDurably(ctx, keys, args)
 	}
 	res, err := s.run(ctx, s.client, publishScript, keys, args...)
@@ -239,13 +247,13 @@ func (s redisStore) publishDurably(ctx context.Context, keys []string, args []an
 		return "", err
 	}
 	replicas, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (int64, error) {
-		return conn.Do(ctx, "WAIT", s.durableReplicas, s.durableTimeout.Milliseconds()).Int64()
+		return conn.Do(ctx, "WAIT", s.opts.durableReplicas, s.opts.durableTimeout.Milliseconds()).Int64()
 	})
 	switch {
 	case err != nil:
 		return outcomes, fmt.Errorf("%w: stored, but WAIT failed: %w", ErrNotDurable, err)
-	case replicas < int64(s.durableReplicas):
-		return outcomes, fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.durableReplicas, s.durableTimeout)
+	case replicas < int64(s.opts.durableReplicas):
+		return outcomes, fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.opts.durableReplicas, s.opts.durableTimeout)
 	}
 	return outcomes, nil
 }
@@ -585,15 +593,77 @@ func asStrings(v any) []string {
 	return out
 }
 
-// newStore returns the store of a Publisher or Subscriber.
-func newStore(client redis.UniversalClient, prefix string) redisStore {
+// newStore returns the store of a Publisher, Subscriber or Inspector.
+func newStore(client redis.UniversalClient, prefix string, opts storeOptions) redisStore {
 	return redisStore{
 		client:          client,
 		keys:            keySpace{prefix: prefix},
 		shebang:         &shebangSupport{},
 		contextTimeouts: honoursContextDeadlines(client),
+		opts:            opts,
 	}
 }
+
+// directly returns a copy of s whose calls all run on the caller's goroutine (see
+// redisStore.direct).
+func (s redisStore) directly() redisStore {
+	s.direct = true
+	return s
+}
+
+// reopened returns a copy of s over a new client with the options of s's client, and a
+// function that closes that client, when the client is a *redis.Client or *redis.ClusterClient;
+// ok is false otherwise. Applications often close the Redis client before the Subscriber
+// (watermill-redisstream closes the client it is given); the last acks and releases then go over
+// this client, so that an acked message does not come back.
+func (s redisStore) reopened() (_ redisStore, closeClient func() error, ok bool) {
+	switch c := s.client.(type) {
+	case *redis.Client:
+		s.client = redis.NewClient(c.Options())
+	case *redis.ClusterClient:
+		s.client = redis.NewClusterClient(c.Options())
+	default:
+		return s, nil, false
+	}
+	return s, s.client.Close, true
+}
+
+// maxmemoryPolicy reads maxmemory-policy (CONFIG GET); on a cluster from every master, returning
+// the first that evicts, if any (noEviction when none does). The error is Redis's own, as it
+// is, so that the caller can tell a refused CONFIG (a redis.Error) from a failed call.
+func (s redisStore) maxmemoryPolicy(ctx context.Context) (string, error) {
+	return bounded(ctx, s.contextTimeouts, func(ctx context.Context) (string, error) {
+		read := func(ctx context.Context, c *redis.Client) (string, error) {
+			res, err := c.ConfigGet(ctx, "maxmemory-policy").Result()
+			if err != nil {
+				return "", err
+			}
+			return res["maxmemory-policy"], nil
+		}
+		switch c := s.client.(type) {
+		case *redis.ClusterClient:
+			var mu sync.Mutex
+			worst := noEviction
+			err := c.ForEachMaster(ctx, func(ctx context.Context, master *redis.Client) error {
+				p, err := read(ctx, master)
+				mu.Lock()
+				defer mu.Unlock()
+				if err == nil && p != noEviction {
+					worst = p
+				}
+				return err
+			})
+			return worst, err
+		case *redis.Client:
+			return read(ctx, c)
+		}
+		res, err := s.client.ConfigGet(ctx, "maxmemory-policy").Result()
+		return res["maxmemory-policy"], err
+	})
+}
+
+// noEviction is the only maxmemory-policy under which Redis never deletes the queue's keys.
+const noEviction = "noeviction"
 
 // honoursContextDeadlines reports whether client has go-redis's ContextTimeoutEnabled.
 func honoursContextDeadlines(client redis.UniversalClient) bool {

@@ -76,7 +76,7 @@ func TestStaleLeaseHolderIsFencedOut(t *testing.T) {
 
 // testStore returns a store on client with the default prefix.
 func testStore(client redis.UniversalClient) redisStore {
-	return newStore(client, DefaultKeyPrefix)
+	return newStore(client, DefaultKeyPrefix, storeOptions{})
 }
 
 // testCall names a new publish call.

@@ -58,14 +58,13 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		"consumer":       config.Consumer,
 	})
 	closing, stopClosing := context.WithCancel(context.Background())
-	st := newStore(config.Client, config.KeyPrefix)
-	st.metrics = config.Metrics
+	st := newStore(config.Client, config.KeyPrefix, storeOptions{observe: config.Metrics.scriptObserver()})
 	return &Subscriber{
 		config:      config,
 		logger:      logger,
 		store:       st,
 		wakeHub:     newWakeHub(config.Client, logger),
-		eviction:    evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
+		eviction:    evictionGuard{store: st, allow: config.AllowEvictingRedis, logger: logger},
 		closing:     closing,
 		stopClosing: stopClosing,
 	}, nil

@@ -368,18 +368,16 @@ func (s *partitionConsumer) backoff(err error, what string) {
 // stop confirms queued acks, sends the nacks the stop cut short, and releases every message
 // still held, and those of a claim whose reply was lost, all within one OperationTimeout; what it cannot release comes back when its
 // lease expires. When the application closed the Redis client first, it does so over a
-// short-lived client of its own built from the same options (see closedClientFallback).
+// short-lived client of its own built from the same options (see redisStore.reopened).
 func (s *partitionConsumer) stop() {
 	held := s.book.held()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OperationTimeout)
 	defer cancel()
-	st := s.store
-	err := s.finish(ctx, st, held)
+	err := s.finish(ctx, s.store, held)
 	if errors.Is(err, redis.ErrClosed) {
-		if fallback := closedClientFallback(st.client); fallback != nil {
-			defer func() { _ = fallback.Close() }()
-			st.client = fallback
-			err = s.finish(ctx, st, held)
+		if fallback, closeClient, ok := s.store.reopened(); ok {
+			defer func() { _ = closeClient() }()
+			err = s.finish(ctx, fallback, held)
 		}
 	}
 	if err != nil {
@@ -406,20 +404,6 @@ func (s *partitionConsumer) sendUnsentNacks(ctx context.Context, st redisStore) 
 			return err
 		}
 		s.book.nackSent()
-	}
-	return nil
-}
-
-// closedClientFallback returns a new client with the options of client, when client is a
-// *redis.Client or *redis.ClusterClient (else nil). Applications often close the Redis client
-// before the Subscriber (watermill-redisstream closes the client it is given); the last acks
-// and releases then go over this client, so that an acked message does not come back.
-func closedClientFallback(client redis.UniversalClient) redis.UniversalClient {
-	switch c := client.(type) {
-	case *redis.Client:
-		return redis.NewClient(c.Options())
-	case *redis.ClusterClient:
-		return redis.NewClusterClient(c.Options())
 	}
 	return nil
 }
