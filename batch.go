@@ -119,20 +119,20 @@ func UnpackBatch(msg *message.Message, u Unmarshaler) ([]*message.Message, error
 // batch whose MaxWait has passed is no longer open: it is on its way with trigger time).
 // Errors as for Cancel.
 func (i *Inspector) FlushBatch(ctx context.Context, topic, batchKey string) (int, error) {
-	return i.batchOp(ctx, "flush", topic, batchKey)
+	return i.batchOp(ctx, store.BatchFlush, topic, batchKey)
 }
 
 // CancelBatch drops the open batch of batchKey on topic with its items; no group receives it.
 // It returns how many items it held, 0 when no batch was open. Errors as for Cancel.
 func (i *Inspector) CancelBatch(ctx context.Context, topic, batchKey string) (int, error) {
-	return i.batchOp(ctx, "cancel", topic, batchKey)
+	return i.batchOp(ctx, store.BatchCancel, topic, batchKey)
 }
 
-func (i *Inspector) batchOp(ctx context.Context, op, topic, batchKey string) (int, error) {
+func (i *Inspector) batchOp(ctx context.Context, op store.BatchOp, topic, batchKey string) (int, error) {
 	var n int
-	err := i.byKey(ctx, op+" batch", topic, batchKey, func(ctx context.Context, part store.Partition, call publishCall, groups []string) error {
+	err := i.byKey(ctx, string(op)+" batch", topic, batchKey, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
 		var err error
-		n, err = i.store.batchOp(ctx, part, call, op, batchKey, groups)
+		n, err = i.store.BatchOp(ctx, part, call, op, batchKey, groups)
 		return err
 	})
 	return n, err

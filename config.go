@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 const (
@@ -172,7 +174,7 @@ func (c PublisherConfig) Validate() error {
 		return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas is %d, want >= 0", c.DurableReplicas)
 	}
 	if c.DurableReplicas > 0 {
-		if _, ok := masterConn(c.Client); !ok {
+		if !store.CanWaitForReplicas(c.Client) {
 			return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", c.Client)
 		}
 		if c.DurableTimeout <= 0 || c.DurableTimeout >= c.OperationTimeout {

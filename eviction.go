@@ -8,6 +8,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // evictionGuard refuses to work on a Redis that evicts keys. It owns the outcome of the check,
@@ -15,7 +17,7 @@ import (
 // group registrations without a trace, so it is an error (ErrEvictingRedis) unless the config
 // allows it. A check that cannot reach Redis is made again on the next use.
 type evictionGuard struct {
-	store  redisStore
+	store  store.Store
 	allow  bool
 	logger watermill.LoggerAdapter
 
@@ -33,7 +35,7 @@ func (g *evictionGuard) check(ctx context.Context) error {
 	if g.done {
 		return g.err
 	}
-	policy, err := g.store.maxmemoryPolicy(ctx)
+	policy, err := g.store.MaxmemoryPolicy(ctx)
 	var reply redis.Error
 	switch {
 	case errors.As(err, &reply):
@@ -41,12 +43,12 @@ func (g *evictionGuard) check(ctx context.Context) error {
 		g.logger.Info("Cannot read maxmemory-policy (CONFIG GET refused); make sure it is noeviction", watermill.LogFields{"err": err.Error()})
 	case err != nil:
 		return fmt.Errorf("redisdelay: read maxmemory-policy: %w", err)
-	case policy == noEviction:
+	case policy == store.NoEviction:
 	case g.allow:
 		// Watermill's LoggerAdapter has no warn level; Error is the level above Info.
 		g.logger.Error("Redis evicts keys and AllowEvictingRedis is set: scheduled messages can be lost silently", ErrEvictingRedis, watermill.LogFields{"maxmemory_policy": policy})
 	default:
-		g.err = fmt.Errorf("redisdelay: %w: maxmemory-policy is %q; set it to %q (CONFIG SET maxmemory-policy noeviction, or in redis.conf), or set AllowEvictingRedis", ErrEvictingRedis, policy, noEviction)
+		g.err = fmt.Errorf("redisdelay: %w: maxmemory-policy is %q; set it to %q (CONFIG SET maxmemory-policy noeviction, or in redis.conf), or set AllowEvictingRedis", ErrEvictingRedis, policy, store.NoEviction)
 	}
 	g.done = true
 	return g.err

@@ -52,7 +52,7 @@ var errNotStored = errors.New("messages were not stored")
 // round runs on its own goroutine and, when its store call returns, gives its result to its
 // calls and starts the next round from the calls still pending.
 type groupCommit struct {
-	store func(ctx context.Context, batch []outgoing) (string, error)
+	store func(ctx context.Context, batch []store.Outgoing) (string, error)
 
 	mu          sync.Mutex
 	pending     []*commitCall // in call order
@@ -76,7 +76,7 @@ type groupCommit struct {
 // commitCall is one commit call.
 type commitCall struct {
 	ctx   context.Context
-	msgs  []outgoing
+	msgs  []store.Outgoing
 	taken bool              // in a round; guarded by groupCommit.mu
 	done  chan commitResult // buffered; receives the call's part of its round's result
 }
@@ -91,7 +91,7 @@ type commitResult struct {
 // newGroupCommit returns a groupCommit that stores each round with store. store gets the
 // messages of the round's calls, in call order, and a context whose deadline is the latest of
 // theirs; it must store all of them or none, and return one outcome letter per message.
-func newGroupCommit(store func(ctx context.Context, batch []outgoing) (string, error)) *groupCommit {
+func newGroupCommit(store func(ctx context.Context, batch []store.Outgoing) (string, error)) *groupCommit {
 	return &groupCommit{store: store, lingerMax: lingerMax}
 }
 
@@ -102,7 +102,7 @@ func newGroupCommit(store func(ctx context.Context, batch []outgoing) (string, e
 // ctx.Err(), and msgs are never stored. When ctx ends while the round is under way, it returns an
 // error wrapping ErrOutcomeUnknown and ctx.Err(): msgs are then either all stored or none is.
 // The cancellation of ctx never aborts a round under way, since other calls share it.
-func (g *groupCommit) commit(ctx context.Context, msgs []outgoing) (string, error) {
+func (g *groupCommit) commit(ctx context.Context, msgs []store.Outgoing) (string, error) {
 	c := &commitCall{ctx: ctx, msgs: msgs, done: make(chan commitResult, 1)}
 	g.mu.Lock()
 	g.pending = append(g.pending, c)
@@ -199,7 +199,7 @@ func (g *groupCommit) takeRound() []*commitCall {
 // returned ErrOutcomeUnknown by then.
 func (g *groupCommit) run(round []*commitCall) {
 	ctx, cancel := roundContext(round)
-	var batch []outgoing
+	var batch []store.Outgoing
 	for _, c := range round {
 		batch = append(batch, c.msgs...)
 	}
@@ -251,11 +251,11 @@ func roundContext(round []*commitCall) (context.Context, context.CancelFunc) {
 
 // commit stores msgs on topic partition part through its groupCommit; see
 // groupCommit.commit for the result.
-func (p *Publisher) commit(ctx context.Context, part store.Partition, msgs []outgoing) (string, error) {
+func (p *Publisher) commit(ctx context.Context, part store.Partition, msgs []store.Outgoing) (string, error) {
 	g, ok := p.queues.Load(part)
 	if !ok {
 		var loaded bool
-		g, loaded = p.queues.LoadOrStore(part, newGroupCommit(func(ctx context.Context, batch []outgoing) (string, error) {
+		g, loaded = p.queues.LoadOrStore(part, newGroupCommit(func(ctx context.Context, batch []store.Outgoing) (string, error) {
 			return p.storeBatch(ctx, part, batch)
 		}))
 		if !loaded && p.queueCount.Add(1) > maxQueues {
@@ -291,14 +291,14 @@ func (g *groupCommit) idle() bool {
 // storeBatch runs the publish script for batch on topic partition part, for its registered
 // consumer groups, bounded by ctx. The batch gets one call token, so that a script
 // run that the client repeats stores nothing more.
-func (p *Publisher) storeBatch(ctx context.Context, part store.Partition, batch []outgoing) (string, error) {
-	call := publishCall{token: newToken(), ttl: p.callTTL}
+func (p *Publisher) storeBatch(ctx context.Context, part store.Partition, batch []store.Outgoing) (string, error) {
+	call := store.Call{Token: store.NewToken(), TTL: p.callTTL}
 	// The round's calls bound their own wait, and the round frees its slot at its deadline
 	// (groupCommit.run): the script runs on the round's goroutine.
-	st := p.store.directly()
+	st := p.store.Directly()
 	var outcomes string
 	err := p.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) (err error) {
-		outcomes, err = st.publish(ctx, part, call, groups, batch)
+		outcomes, err = st.Publish(ctx, part, call, groups, batch)
 		return err
 	})
 	return outcomes, err

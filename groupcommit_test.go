@@ -263,7 +263,7 @@ type fakeStore struct {
 	once    sync.Once
 
 	mu        sync.Mutex
-	batches   [][]outgoing
+	batches   [][]store.Outgoing
 	ctxs      []context.Context // the context of each store call
 	releases  map[int]chan struct{}
 	results   map[int]error // what store call i returns
@@ -277,7 +277,7 @@ func newFakeStore(t *testing.T) *fakeStore {
 	return f
 }
 
-func (f *fakeStore) store(ctx context.Context, batch []outgoing) (string, error) {
+func (f *fakeStore) store(ctx context.Context, batch []store.Outgoing) (string, error) {
 	f.mu.Lock()
 	i := len(f.batches)
 	f.batches = append(f.batches, batch)
@@ -324,7 +324,7 @@ func (f *fakeStore) finish(i int, err error) {
 func (f *fakeStore) open() { f.once.Do(func() { close(f.all) }) }
 
 // recorded returns the batches of the store calls so far, in the order they started.
-func (f *fakeStore) recorded() [][]outgoing {
+func (f *fakeStore) recorded() [][]store.Outgoing {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.batches[:len(f.batches):len(f.batches)]
@@ -366,10 +366,10 @@ func collect(t *testing.T, out <-chan outcome, n int) map[int]outcome {
 }
 
 // messagesOf returns n messages of call id; message j reads "id/j".
-func messagesOf(id, n int) []outgoing {
-	msgs := make([]outgoing, n)
+func messagesOf(id, n int) []store.Outgoing {
+	msgs := make([]store.Outgoing, n)
 	for j := range msgs {
-		msgs[j] = outgoing{data: fmt.Appendf(nil, "%d/%d", id, j)}
+		msgs[j] = store.Outgoing{Data: fmt.Appendf(nil, "%d/%d", id, j)}
 	}
 	return msgs
 }
@@ -388,14 +388,14 @@ func sized(n, size int) map[int]int {
 
 // roundsOf checks that the messages of each call are in one batch only, whole, in order and
 // contiguous, and returns the calls of each batch, in batch order.
-func roundsOf(t *testing.T, batches [][]outgoing, sizes map[int]int) [][]int {
+func roundsOf(t *testing.T, batches [][]store.Outgoing, sizes map[int]int) [][]int {
 	t.Helper()
 	seen := map[int]bool{}
 	rounds := make([][]int, len(batches))
 	for r, batch := range batches {
 		for k := 0; k < len(batch); {
 			var id, j int
-			_, err := fmt.Sscanf(string(batch[k].data), "%d/%d", &id, &j)
+			_, err := fmt.Sscanf(string(batch[k].Data), "%d/%d", &id, &j)
 			require.NoError(t, err)
 			require.False(t, seen[id], "call %d is in more than one round", id)
 			seen[id] = true
@@ -403,7 +403,7 @@ func roundsOf(t *testing.T, batches [][]outgoing, sizes map[int]int) [][]int {
 			require.Positive(t, n, "call %d is unknown", id)
 			require.LessOrEqual(t, k+n, len(batch), "call %d is cut at the end of round %d", id, r)
 			for j := range n {
-				require.Equal(t, fmt.Sprintf("%d/%d", id, j), string(batch[k+j].data), "round %d, message %d", r, k+j)
+				require.Equal(t, fmt.Sprintf("%d/%d", id, j), string(batch[k+j].Data), "round %d, message %d", r, k+j)
 			}
 			rounds[r] = append(rounds[r], id)
 			k += n
@@ -452,7 +452,7 @@ func TestPublisherForgetsIdleQueuesPastTheBound(t *testing.T) {
 	require.NoError(t, err)
 	data, _ := DefaultMarshalerUnmarshaler{}.Marshal("", message.NewMessage("m", nil))
 	for i := range maxQueues + 10 {
-		_, err := p.commit(context.Background(), store.Partition{Topic: "t" + strconv.Itoa(i)}, []outgoing{{data: data}})
+		_, err := p.commit(context.Background(), store.Partition{Topic: "t" + strconv.Itoa(i)}, []store.Outgoing{{Data: data}})
 		require.NoError(t, err)
 	}
 	n := 0

@@ -34,14 +34,14 @@ type registeredTopics struct {
 
 // ensure writes topic to the registry unless it did already. A failure is logged and tried
 // again next time: the registry serves the Inspector only, never delivery.
-func (r *registeredTopics) ensure(ctx context.Context, st redisStore, topic string, partitions int, logger watermill.LoggerAdapter) {
+func (r *registeredTopics) ensure(ctx context.Context, st store.Store, topic string, partitions int, logger watermill.LoggerAdapter) {
 	r.mu.Lock()
 	done := r.seen[topic]
 	r.mu.Unlock()
 	if done {
 		return
 	}
-	if err := st.registerTopic(ctx, topic, partitions); err != nil {
+	if err := st.RegisterTopic(ctx, topic, partitions); err != nil {
 		// Info, not Error: on a full Redis every publish would log it, and delivery is fine.
 		logger.Info("Cannot add the topic to the topic registry yet; the Inspector finds it through its groups meanwhile", watermill.LogFields{"topic": topic, "err": err.Error()})
 		return
@@ -70,7 +70,7 @@ type TopicInfo struct {
 func (i *Inspector) Topics(ctx context.Context) ([]TopicInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	registry, err := i.store.registeredTopics(ctx)
+	registry, err := i.store.RegisteredTopics(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("redisdelay: read the topic registry: %w", err)
 	}
@@ -93,7 +93,7 @@ func (i *Inspector) topic(ctx context.Context, topic string) (TopicInfo, error) 
 	if err := ValidateName("topic", topic); err != nil {
 		return TopicInfo{}, err
 	}
-	partitions, registered, err := i.store.registeredPartitions(ctx, topic)
+	partitions, registered, err := i.store.RegisteredPartitions(ctx, topic)
 	if err != nil {
 		return TopicInfo{}, fmt.Errorf("redisdelay: topic %s: %w", quote(topic), err)
 	}
@@ -132,7 +132,7 @@ func (i *Inspector) group(ctx context.Context, topic, group string) (TopicInfo, 
 func (i *Inspector) groupsOf(ctx context.Context, topic string, partitions int) ([]string, error) {
 	set := map[string]bool{}
 	for n := 0; n < partitions; n++ {
-		groups, err := i.store.groups(ctx, store.Partition{Topic: topic, N: n})
+		groups, err := i.store.Groups(ctx, store.Partition{Topic: topic, N: n})
 		if err != nil {
 			return nil, fmt.Errorf("redisdelay: groups of topic %s: %w", quote(topic), err)
 		}
@@ -197,7 +197,7 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 	type job struct {
 		stats     []*GroupStats
 		partition int
-		counts    []groupCounts
+		counts    []store.GroupCounts
 	}
 	var stats []*GroupStats
 	var jobs []*job
@@ -223,7 +223,7 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 			dead[k] = store.Partition{Topic: DefaultDeadLetterTopic(topic, st.Group), N: j.partition}
 		}
 		var err error
-		j.counts, err = i.store.stats(ctx, store.Partition{Topic: topic, N: j.partition}, groups, dead)
+		j.counts, err = i.store.Stats(ctx, store.Partition{Topic: topic, N: j.partition}, groups, dead)
 		if err != nil {
 			return fmt.Errorf("redisdelay: stats of topic %s: %w", quote(topic), err)
 		}
@@ -235,16 +235,16 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 	for _, j := range jobs {
 		for k, c := range j.counts {
 			st := j.stats[k]
-			st.Scheduled += c.scheduled
-			st.Due += c.due
-			st.InFlight += c.inFlight
-			st.DeadLetters += c.dead
-			st.Paused = st.Paused || c.paused
-			if c.due > 0 && c.headUs >= 0 {
-				st.OldestDueAge = max(st.OldestDueAge, time.Duration(c.nowUs-c.headUs)*time.Microsecond)
+			st.Scheduled += c.Scheduled
+			st.Due += c.Due
+			st.InFlight += c.InFlight
+			st.DeadLetters += c.Dead
+			st.Paused = st.Paused || c.Paused
+			if c.Due > 0 && c.HeadUs >= 0 {
+				st.OldestDueAge = max(st.OldestDueAge, time.Duration(c.NowUs-c.HeadUs)*time.Microsecond)
 			}
-			if c.nextDueUs >= 0 {
-				if next := time.UnixMicro(c.nextDueUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
+			if c.NextDueUs >= 0 {
+				if next := time.UnixMicro(c.NextDueUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
 					st.NextDue = next
 				}
 			}
@@ -280,7 +280,7 @@ func (i *Inspector) setPaused(ctx context.Context, topic, group string, paused b
 		return err
 	}
 	for n := 0; n < info.Partitions; n++ {
-		if _, err := i.store.setPaused(ctx, store.Partition{Topic: topic, N: n}.Of(group), paused); err != nil && !errors.Is(err, ErrNotFound) {
+		if _, err := i.store.SetPaused(ctx, store.Partition{Topic: topic, N: n}.Of(group), paused); err != nil && !errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("redisdelay: pause or resume group %s on topic %s: %w", quote(group), quote(topic), err)
 		}
 	}
@@ -318,7 +318,7 @@ func (i *Inspector) RemoveGroup(ctx context.Context, topic, group string) (int64
 	for n := 0; n < info.Partitions; n++ {
 		g := store.Partition{Topic: topic, N: n}.Of(group)
 		for first := true; ; first = false {
-			removed, d, left, err := i.store.removeGroup(ctx, g, first, removeGroupChunk)
+			removed, d, left, err := i.store.RemoveGroup(ctx, g, first, removeGroupChunk)
 			dropped += d
 			if err != nil {
 				return dropped, fmt.Errorf("redisdelay: remove group %s from topic %s: %w", quote(group), quote(topic), err)
@@ -441,10 +441,13 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 		if err != nil {
 			return ListPage{}, err
 		}
-		at, first := c, p != c.partition || opts.Cursor == ""
+		var after store.Cursor
+		if p == c.partition && opts.Cursor != "" {
+			after = store.Cursor{ScoreUs: c.scoreUs, Member: c.member, After: true}
+		}
 		for len(page.Messages) < limit {
 			want := min(limit-len(page.Messages), listCallLimit)
-			rows, _, cut, err := i.store.list(ctx, set, span, at.scoreUs, at.member, first, want, ListReadBytes, listReadBudget)
+			rows, _, cut, err := i.store.List(ctx, set, span, after, want, ListReadBytes, listReadBudget)
 			if err != nil {
 				return ListPage{}, fmt.Errorf("redisdelay: list group %s on topic %s: %w", quote(group), quote(topic), err)
 			}
@@ -457,10 +460,10 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 			}
 			if len(rows) > 0 {
 				last := rows[len(rows)-1]
-				at, first = cursor{partition: p, scoreUs: last.scoreUs, member: last.member}, false
+				after = store.Cursor{ScoreUs: last.ScoreUs, Member: last.Member, After: true}
 			}
 			if cut || len(page.Messages) == limit {
-				page.NextCursor = encodeCursor(at)
+				page.NextCursor = encodeCursor(cursor{partition: p, scoreUs: after.ScoreUs, member: after.Member})
 				return page, nil
 			}
 			if len(rows) < want {
@@ -498,40 +501,40 @@ func deadLetterPartition(g store.Group) store.Partition {
 
 // describe turns a listed member into a MessageInfo, decoding the stored message from r.data:
 // its first bytes (List) or all of it (Message, full).
-func (i *Inspector) describe(topic, group string, partition int, r listed, leased bool, full bool) MessageInfo {
-	id, attempt, _ := store.ParseMember(r.member)
-	m := MessageInfo{Topic: topic, Group: group, Ref: store.MakeRef(partition, r.member, r.scoreUs), ID: id, Attempt: attempt, State: StateScheduled}
+func (i *Inspector) describe(topic, group string, partition int, r store.Listed, leased bool, full bool) MessageInfo {
+	id, attempt, _ := store.ParseMember(r.Member)
+	m := MessageInfo{Topic: topic, Group: group, Ref: store.MakeRef(partition, r.Member, r.ScoreUs), ID: id, Attempt: attempt, State: StateScheduled}
 	bk, isBatch := store.BatchKeyOf(id)
 	if key, ok := store.KeyOf(id); ok {
 		m.Key = key
 	}
 	if leased {
-		m.State, m.LeaseDeadline = StateInFlight, time.UnixMicro(r.scoreUs)
+		m.State, m.LeaseDeadline = StateInFlight, time.UnixMicro(r.ScoreUs)
 	} else {
-		m.DueAt = time.UnixMicro(r.scoreUs)
+		m.DueAt = time.UnixMicro(r.ScoreUs)
 	}
-	if r.size < 0 {
+	if r.Size < 0 {
 		m.Vanished = true
 		return m
 	}
 	var msg *message.Message
 	var err error
-	whole := len(r.data) == r.size
+	whole := len(r.Data) == r.Size
 	payloadSize := -1 // unknown
 	switch {
 	case isBatch && !whole:
-		msg, err = batchPreview(id, bk, partition, r.data)
-		payloadSize = r.size - 1
+		msg, err = batchPreview(id, bk, partition, r.Data)
+		payloadSize = r.Size - 1
 	case isBatch:
-		msg, err = batchMessage(id, bk, partition, r.data)
+		msg, err = batchMessage(id, bk, partition, r.Data)
 	case whole:
-		msg, err = i.config.Unmarshaler.Unmarshal(topic, r.data)
+		msg, err = i.config.Unmarshaler.Unmarshal(topic, r.Data)
 	case isDefaultUnmarshaler(i.config.Unmarshaler):
 		var complete bool
 		msg = message.NewMessage("", nil)
-		msg.UUID, msg.Metadata, msg.Payload, complete, err = decodeHeader(topic, r.data, r.size)
+		msg.UUID, msg.Metadata, msg.Payload, complete, err = decodeHeader(topic, r.Data, r.Size)
 		if complete {
-			payloadSize = r.size - (len(r.data) - len(msg.Payload))
+			payloadSize = r.Size - (len(r.Data) - len(msg.Payload))
 		} else {
 			m.Partial, msg.Payload = true, nil
 		}
@@ -546,7 +549,7 @@ func (i *Inspector) describe(topic, group string, partition int, r listed, lease
 		payloadSize = len(msg.Payload)
 	}
 	if m.Partial {
-		payloadSize = r.size
+		payloadSize = r.Size
 	}
 	m.UUID, m.Metadata, m.PayloadSize = msg.UUID, msg.Metadata, payloadSize
 	if m.Key != "" {
@@ -623,7 +626,7 @@ func (i *Inspector) MessageByKey(ctx context.Context, topic, group, key string) 
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
 	p := keyPartition(key, i.config.Partitions)
-	id, err := i.store.keyedID(ctx, store.Partition{Topic: topic, N: p}.Of(group), key)
+	id, err := i.store.KeyedMember(ctx, store.Partition{Topic: topic, N: p}.Of(group), key)
 	if err != nil {
 		return MessageInfo{}, err
 	}
@@ -638,14 +641,14 @@ func (i *Inspector) show(ctx context.Context, topic, group string, r store.Ref, 
 	if dead {
 		what, set = "dead letter", store.Parked(deadLetterPartition(g))
 	}
-	l, _, found, err := i.store.show(ctx, set, r)
+	l, _, found, err := i.store.Show(ctx, set, r)
 	if err != nil {
 		return MessageInfo{}, fmt.Errorf("redisdelay: %s %s of group %s on topic %s: %w", what, quote(name), quote(group), quote(topic), err)
 	}
 	if !found {
 		return MessageInfo{}, fmt.Errorf("redisdelay: %s %s of group %s on topic %s: %w", what, quote(name), quote(group), quote(topic), ErrNotFound)
 	}
-	m := i.describe(topic, group, r.Partition, l, l.leased && !dead, true)
+	m := i.describe(topic, group, r.Partition, l, l.Leased && !dead, true)
 	if dead {
 		m.State = StateDeadLettered
 	}
@@ -692,7 +695,7 @@ func (i *Inspector) requeue(ctx context.Context, info TopicInfo, group string, r
 			members, err := i.wholeMembers(ctx, dead, chunk)
 			if err == nil && len(members) > 0 {
 				var n int64
-				n, err = i.store.requeue(ctx, g, deadPart, members)
+				n, err = i.store.Requeue(ctx, g, deadPart, members)
 				moved += n
 			}
 			if err != nil {
@@ -709,7 +712,7 @@ func (i *Inspector) requeue(ctx context.Context, info TopicInfo, group string, r
 			continue
 		}
 		for {
-			rows, _, _, err := i.store.list(ctx, dead, store.All, 0, "", true, requeueChunk, 0, listReadBudget)
+			rows, _, _, err := i.store.List(ctx, dead, store.All, store.Cursor{}, requeueChunk, 0, listReadBudget)
 			if err != nil {
 				return moved, err
 			}
@@ -718,7 +721,7 @@ func (i *Inspector) requeue(ctx context.Context, info TopicInfo, group string, r
 			}
 			chunk := make([]store.Ref, len(rows))
 			for n, r := range rows {
-				chunk[n] = store.RefOf(p, r.member, r.scoreUs)
+				chunk[n] = store.RefOf(p, r.Member, r.ScoreUs)
 			}
 			if err := requeue(chunk); err != nil {
 				return moved, err
@@ -761,7 +764,7 @@ func (i *Inspector) purge(ctx context.Context, info TopicInfo, group string, sta
 			return dropped, err
 		}
 		for {
-			n, left, err := i.store.purge(ctx, set, span, removeGroupChunk)
+			n, left, err := i.store.Purge(ctx, set, span, removeGroupChunk)
 			dropped += n
 			if err != nil {
 				return dropped, fmt.Errorf("redisdelay: purge group %s on topic %s: %w", quote(group), quote(topic), err)
@@ -813,7 +816,7 @@ func (i *Inspector) wholeMembers(ctx context.Context, set store.Set, refs []stor
 	var out, shorts []string
 	var scores []int64
 	resolve := func() error {
-		found, err := i.store.resolve(ctx, set, shorts, scores)
+		found, err := i.store.Resolve(ctx, set, shorts, scores)
 		for _, m := range found {
 			if m != "" {
 				out = append(out, m)
@@ -906,7 +909,7 @@ func forEachConcurrently(ctx context.Context, n int, f func(ctx context.Context,
 // the group is removed while the call runs (checked in the same script as the write, which
 // then writes nothing), or the Redis error, within OperationTimeout.
 func (i *Inspector) CancelRef(ctx context.Context, topic, group, ref string) (Outcome, error) {
-	o, _, err := i.refOp(ctx, topic, group, ref, "cancel", outgoing{})
+	o, _, err := i.refOp(ctx, topic, group, ref, store.RefCancel, store.Outgoing{})
 	return o, err
 }
 
@@ -916,16 +919,16 @@ func (i *Inspector) CancelRef(ctx context.Context, topic, group, ref string) (Ou
 // is closed, earlier or later: later items of the key open a new batch, so none joins a batch
 // whose delivery has moved. Errors as for CancelRef.
 func (i *Inspector) RescheduleRef(ctx context.Context, topic, group, ref string, dueAt time.Time) (Outcome, time.Time, error) {
-	return i.refOp(ctx, topic, group, ref, "reschedule", outgoing{at: dueAt})
+	return i.refOp(ctx, topic, group, ref, store.RefReschedule, store.Outgoing{At: dueAt})
 }
 
 // RunNowRef makes the message that ref names due at once in its consumer group. A batch still
 // open for its batch key is closed, as by RescheduleRef. Errors as for CancelRef.
 func (i *Inspector) RunNowRef(ctx context.Context, topic, group, ref string) (Outcome, time.Time, error) {
-	return i.refOp(ctx, topic, group, ref, "reschedule", outgoing{})
+	return i.refOp(ctx, topic, group, ref, store.RefReschedule, store.Outgoing{})
 }
 
-func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, when outgoing) (Outcome, time.Time, error) {
+func (i *Inspector) refOp(ctx context.Context, topic, group, ref string, op store.RefOp, when store.Outgoing) (Outcome, time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
 	info, err := i.group(ctx, topic, group)
@@ -941,8 +944,8 @@ func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, whe
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("redisdelay: %s message %s of group %s on topic %s: %w", op, quote(ref), quote(group), quote(topic), err)
 	}
-	call := publishCall{token: newToken(), ttl: i.callTTL}
-	state, dueUs, err := i.store.refOp(ctx, g, op, member, call, when)
+	call := store.Call{Token: store.NewToken(), TTL: i.callTTL}
+	o, dueUs, err := i.store.RefOp(ctx, g, op, member, call, when)
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("redisdelay: %s message %s of group %s on topic %s: %w", op, quote(ref), quote(group), quote(topic), err)
 	}
@@ -950,13 +953,7 @@ func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, whe
 	if dueUs >= 0 {
 		due = time.UnixMicro(dueUs)
 	}
-	outcome := OutcomeNotFound
-	switch state {
-	case "d":
-		outcome = OutcomeApplied
-	case "i":
-		outcome = OutcomeInFlight
-	}
-	i.config.Metrics.acted(op == "cancel", topic, map[string]Outcome{group: outcome})
+	outcome := outcomeOf(o)
+	i.config.Metrics.acted(op == store.RefCancel, topic, map[string]Outcome{group: outcome})
 	return outcome, due, nil
 }

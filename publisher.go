@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,7 +28,7 @@ const (
 type Publisher struct {
 	config PublisherConfig
 	logger watermill.LoggerAdapter
-	store  redisStore
+	store  store.Store
 
 	closeMu sync.RWMutex // Publish holds it for reading, so Close waits for publishes under way
 	closed  bool
@@ -57,7 +56,7 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 		logger = watermill.NopLogger{}
 	}
 	logger = logger.With(watermill.LogFields{"provider": "redisdelay"})
-	st := newStore(config.Client, config.KeyPrefix, storeOptions{durableReplicas: config.DurableReplicas, durableTimeout: config.DurableTimeout, observe: config.Metrics.scriptObserver()})
+	st := store.New(config.Client, config.KeyPrefix, store.Options{DurableReplicas: config.DurableReplicas, DurableTimeout: config.DurableTimeout, Observe: config.Metrics.scriptObserver()})
 	p := &Publisher{
 		config:   config,
 		logger:   logger,
@@ -153,7 +152,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 		return nil, nil
 	}
 	now := time.Now()
-	batch := make([]outgoing, len(msgs))
+	batch := make([]store.Outgoing, len(msgs))
 	partitions := make([]int, len(msgs))
 	roundRobin := 0
 	if p.config.Partitions > 1 {
@@ -192,10 +191,10 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 		}
 		if isBatched {
 			cfg := p.config.Batching[topic]
-			spec = "B" + strconv.Itoa(cfg.MaxItems) + " " + strconv.FormatInt(cfg.MaxWait.Microseconds(), 10) + " " + strconv.Itoa(cfg.maxBytes()) + "=" + bk
+			spec = store.BatchSpec(cfg.MaxItems, cfg.MaxWait, cfg.maxBytes(), bk)
 			partitions[i] = keyPartition(bk, p.config.Partitions)
 		}
-		batch[i] = outgoing{data: data, delay: d, at: at, latest: latest, keySpec: spec}
+		batch[i] = store.Outgoing{Data: data, Delay: d, At: at, Latest: latest, KeySpec: spec}
 	}
 
 	// Not cancelled with the message's context: a message received from a Subscriber is often
@@ -213,7 +212,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 		}
 	} else {
 		for n, indexes := range byPartition(partitions) {
-			part := make([]outgoing, len(indexes))
+			part := make([]store.Outgoing, len(indexes))
 			for j, i := range indexes {
 				part[j] = batch[i]
 			}
@@ -231,7 +230,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 
 // commitPart stores part, the messages of msgs for partition n of topic, and writes their
 // outcomes to outcomes at indexes (at 0, 1, … when indexes is nil).
-func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []outgoing, firstUUID string, outcomes []Outcome, indexes []int) error {
+func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []store.Outgoing, firstUUID string, outcomes []Outcome, indexes []int) error {
 	letters, err := p.commit(ctx, store.Partition{Topic: topic, N: n}, part)
 	if err != nil {
 		return fmt.Errorf("redisdelay: publish %d message(s) to topic %s partition %d (first UUID %s): %w", len(part), quote(topic), n, quote(firstUUID), err)
@@ -241,7 +240,7 @@ func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []
 		if indexes != nil {
 			i = indexes[j]
 		}
-		outcomes[i] = publishOutcome(letters[j])
+		outcomes[i] = outcomeOf(store.PublishOutcome(letters, j))
 	}
 	return nil
 }

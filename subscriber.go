@@ -20,7 +20,7 @@ import (
 type Subscriber struct {
 	config  SubscriberConfig
 	logger  watermill.LoggerAdapter
-	store   redisStore
+	store   store.Store
 	wakeHub *wakeHub
 	// deadLetterGroups is the view of the consumer groups of the dead-letter topics.
 	deadLetterGroups groupCache
@@ -58,7 +58,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		"consumer":       config.Consumer,
 	})
 	closing, stopClosing := context.WithCancel(context.Background())
-	st := newStore(config.Client, config.KeyPrefix, storeOptions{observe: config.Metrics.scriptObserver()})
+	st := store.New(config.Client, config.KeyPrefix, store.Options{Observe: config.Metrics.scriptObserver()})
 	return &Subscriber{
 		config:      config,
 		logger:      logger,
@@ -112,7 +112,7 @@ func (s *Subscriber) register(ctx context.Context, topic string) ([]registration
 	}
 	regs := make([]registration, s.config.Partitions)
 	for n := range regs {
-		epoch, left, err := s.store.registerGroup(ctx, store.Partition{Topic: topic, N: n}.Of(s.config.ConsumerGroup), window)
+		epoch, left, err := s.store.RegisterGroup(ctx, store.Partition{Topic: topic, N: n}.Of(s.config.ConsumerGroup), window, NewGroupWindowMaxMessages)
 		if err != nil {
 			return nil, fmt.Errorf("redisdelay: register consumer group %s on topic %s partition %d: %w", quote(s.config.ConsumerGroup), quote(topic), n, err)
 		}

@@ -65,7 +65,7 @@ func TestWakeUpsTravelOverShardedPubSubOnRedis7(t *testing.T) {
 	hub := newTestWakeHub(t, client)
 	ctx := context.Background()
 	const topic = "sharded"
-	channel := testStore(client).wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))
+	channel := testStore(client).WakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))
 
 	wu := hub.watch(channel)
 	waitReady(t, wu)
@@ -89,7 +89,7 @@ func TestWakeUpsTravelOverClassicPubSubOnMiniredis(t *testing.T) {
 	t.Cleanup(func() { _ = client.Close() })
 	hub := newTestWakeHub(t, client)
 	const topic = "classic"
-	channel := testStore(client).wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))
+	channel := testStore(client).WakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))
 
 	wu := hub.watch(channel)
 	waitReady(t, wu)
@@ -114,8 +114,8 @@ func TestWakeUpsReachTheHubFromEveryMasterOfACluster(t *testing.T) {
 	byMaster := map[string]string{} // master address -> topic
 	for i := 0; len(byMaster) < redistest.ClusterMasters; i++ {
 		require.Less(t, i, 1000, "no topic found for every master")
-		topic := "wake-" + newToken()
-		master, err := client.MasterForKey(ctx, s.keys.group(store.Partition{Topic: topic}.Of(DefaultConsumerGroup)).due)
+		topic := "wake-" + store.NewToken()
+		master, err := client.MasterForKey(ctx, keysForTest("", topic, DefaultConsumerGroup).Due)
 		require.NoError(t, err)
 		if _, ok := byMaster[master.Options().Addr]; !ok {
 			byMaster[master.Options().Addr] = topic
@@ -123,7 +123,7 @@ func TestWakeUpsReachTheHubFromEveryMasterOfACluster(t *testing.T) {
 	}
 	watches := map[string]*wakeWatch{}
 	for _, topic := range byMaster {
-		watches[topic] = hub.watch(s.wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup)))
+		watches[topic] = hub.watch(s.WakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup)))
 	}
 	for _, wu := range watches {
 		waitReady(t, wu)
@@ -148,7 +148,7 @@ func TestWakeUpsReachTheHubFromEveryMasterOfACluster(t *testing.T) {
 		_ = node.Close()
 		var want []string
 		if topic, ok := byMaster[addr]; ok {
-			want = []string{s.wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))}
+			want = []string{s.WakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))}
 		}
 		assert.ElementsMatch(t, want, shard, "PUBSUB SHARDCHANNELS on %s", addr)
 		assert.Empty(t, classic, "PUBSUB CHANNELS on %s", addr)
@@ -169,7 +169,7 @@ func TestWakeChannelFollowsItsSlotToAnotherMaster(t *testing.T) {
 	ctx := context.Background()
 
 	const topic = "moving"
-	channel := s.wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))
+	channel := s.WakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))
 	wu := hub.watch(channel)
 	waitReady(t, wu)
 	assert.Zero(t, receiveDue(t, wu))
@@ -215,13 +215,12 @@ func TestWakeHubSubscribesAgainAfterItsConnectionBreaks(t *testing.T) {
 		cluster := redistest.StartCluster(t, redistest.ClusterOptions{})
 		client := cluster.Client(t)
 		hub := newTestWakeHub(t, client)
-		s := testStore(client)
 		var topics []string
 		var master string
 		for i := 0; len(topics) < 2; i++ {
 			require.Less(t, i, 1000, "no two topics found on one master")
-			topic := "reconnect-" + newToken()
-			m, err := client.MasterForKey(ctx, s.keys.group(store.Partition{Topic: topic}.Of(DefaultConsumerGroup)).due)
+			topic := "reconnect-" + store.NewToken()
+			m, err := client.MasterForKey(ctx, keysForTest("", topic, DefaultConsumerGroup).Due)
 			require.NoError(t, err)
 			if master == "" {
 				master = m.Options().Addr
@@ -232,7 +231,7 @@ func TestWakeHubSubscribesAgainAfterItsConnectionBreaks(t *testing.T) {
 		}
 		slots := map[int64]bool{}
 		for _, topic := range topics {
-			slots[client.ClusterKeySlot(ctx, s.keys.group(store.Partition{Topic: topic}.Of(DefaultConsumerGroup)).due).Val()] = true
+			slots[client.ClusterKeySlot(ctx, keysForTest("", topic, DefaultConsumerGroup).Due).Val()] = true
 		}
 		require.Len(t, slots, 2, "the topics are in different slots")
 		watches := watchTopics(t, hub, client, topics)
@@ -255,7 +254,7 @@ func watchTopics(t *testing.T, hub *wakeHub, client redis.UniversalClient, topic
 	s := testStore(client)
 	var watches []*wakeWatch
 	for _, topic := range topics {
-		watches = append(watches, hub.watch(s.wakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))))
+		watches = append(watches, hub.watch(s.WakeChannel(store.Partition{Topic: topic}.Of(DefaultConsumerGroup))))
 	}
 	for _, wu := range watches {
 		waitReady(t, wu)
@@ -292,12 +291,12 @@ func assertPublishWakes(t *testing.T, client redis.UniversalClient, topic string
 	s := testStore(client)
 	ctx := context.Background()
 	drainDue(wu)
-	_, _, err := s.registerGroup(ctx, store.Partition{Topic: topic}.Of(DefaultConsumerGroup), 0)
+	_, _, err := s.RegisterGroup(ctx, store.Partition{Topic: topic}.Of(DefaultConsumerGroup), 0, 0)
 	require.NoError(t, err)
 	data, err := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("wake"))
 	require.NoError(t, err)
 	published := time.Now()
-	_, err = s.publish(ctx, store.Partition{Topic: topic}, testCall(), []string{DefaultConsumerGroup}, []outgoing{{data: data, delay: time.Minute}})
+	_, err = s.Publish(ctx, store.Partition{Topic: topic}, testCall(), []string{DefaultConsumerGroup}, []store.Outgoing{{Data: data, Delay: time.Minute}})
 	require.NoError(t, err)
 	due := time.UnixMicro(receiveDue(t, wu))
 	// Redis runs on this machine, so its clock is ours.
@@ -455,3 +454,11 @@ func (p *holdingProxy) close() {
 		_ = c.Close()
 	}
 }
+
+// testStore returns a store on client with the default prefix.
+func testStore(client redis.UniversalClient) store.Store {
+	return store.New(client, DefaultKeyPrefix, store.Options{})
+}
+
+// testCall names a new publish call.
+func testCall() store.Call { return store.Call{Token: store.NewToken(), TTL: time.Minute} }

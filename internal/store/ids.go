@@ -66,10 +66,10 @@ func BatchKeyOf(id string) (string, bool) {
 // fencing token.
 func Member(id string, attempt int64) string { return id + ":" + strconv.FormatInt(attempt, 10) }
 
-// KeyedMember returns the member of a keyed message that no group has claimed yet, ID:0, from
+// keyedMember returns the member of a keyed message that no group has claimed yet, ID:0, from
 // its key and the value of its messages hash field, which starts with the ID's hex digits. It
 // returns false for a value too short to hold them.
-func KeyedMember(key, value string) (string, bool) {
+func keyedMember(key, value string) (string, bool) {
 	if len(value) < seqDigits {
 		return "", false
 	}
@@ -106,9 +106,9 @@ func memberID(m string) string {
 	return id
 }
 
-// HistoryKeyOf returns what names the history of the message of member m: the key part of its
+// historyKeyOf returns what names the history of the message of member m: the key part of its
 // ID (a message key, or a batch's), and false when its ID has none.
-func HistoryKeyOf(m string) (string, bool) { return keyPart(memberID(m)) }
+func historyKeyOf(m string) (string, bool) { return keyPart(memberID(m)) }
 
 // shortForm returns the short form "ID|" of a member that holds its message, and false for any
 // other member.
