@@ -441,10 +441,7 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 		if err != nil {
 			return ListPage{}, err
 		}
-		var after store.Cursor
-		if p == c.partition && opts.Cursor != "" {
-			after = store.Cursor{ScoreUs: c.scoreUs, Member: c.member, After: true}
-		}
+		after := c.in(p)
 		for len(page.Messages) < limit {
 			want := min(limit-len(page.Messages), listCallLimit)
 			rows, _, cut, err := i.store.List(ctx, set, span, after, want, ListReadBytes, listReadBudget)
@@ -463,7 +460,7 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 				after = store.Cursor{ScoreUs: last.ScoreUs, Member: last.Member, After: true}
 			}
 			if cut || len(page.Messages) == limit {
-				page.NextCursor = encodeCursor(cursor{partition: p, scoreUs: after.ScoreUs, member: after.Member})
+				page.NextCursor = encodeCursor(cursor{partition: p, at: after})
 				return page, nil
 			}
 			if len(rows) < want {
@@ -777,11 +774,20 @@ func (i *Inspector) purge(ctx context.Context, info TopicInfo, group string, sta
 	return dropped, nil
 }
 
-// cursor is the position after the last message of a List page.
+// cursor is the position after the last message of a List page: in a partition, after a
+// message (unless it is the zero cursor, of the first page).
 type cursor struct {
 	partition int
-	scoreUs   int64
-	member    string
+	at        store.Cursor
+}
+
+// in returns where a page starts in partition p: after c in c's partition, else at the
+// beginning.
+func (c cursor) in(p int) store.Cursor {
+	if p != c.partition {
+		return store.Cursor{}
+	}
+	return c.at
 }
 
 // maxCursorMember bounds the member of a cursor, which list.lua compares byte by byte: longer
@@ -789,7 +795,7 @@ type cursor struct {
 const maxCursorMember = 2048
 
 func encodeCursor(c cursor) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(c.partition) + " " + strconv.FormatInt(c.scoreUs, 10) + " " + c.member))
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(c.partition) + " " + strconv.FormatInt(c.at.ScoreUs, 10) + " " + c.at.Member))
 }
 
 func decodeCursor(s string) (cursor, error) {
@@ -806,7 +812,7 @@ func decodeCursor(s string) (cursor, error) {
 	if err1 != nil || err2 != nil || p < 0 || len(f[2]) > maxCursorMember {
 		return cursor{}, fmt.Errorf("malformed cursor %s", quote(s))
 	}
-	return cursor{partition: p, scoreUs: us, member: f[2]}, nil
+	return cursor{partition: p, at: store.Cursor{ScoreUs: us, Member: f[2], After: true}}, nil
 }
 
 // wholeMembers returns the members that refs name in set (a due or parked set) of their

@@ -441,8 +441,8 @@ func TestLeaseSetKeepsTheSkiplistEncodingAndTheMarkerIsNoLease(t *testing.T) {
 	}, 5*time.Second, 10*time.Millisecond, "the marker is not counted as in flight")
 }
 
-// TestTheLeaseSetMarkerHasNoRef: the lease set's marker member (see scripts.go) is not a
-// message: a ref crafted from it names nothing.
+// TestTheLeaseSetMarkerHasNoRef: the lease set's marker member (see internal/store/scripts.go)
+// is not a message: a ref crafted from it names nothing.
 func TestTheLeaseSetMarkerHasNoRef(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()

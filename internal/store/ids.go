@@ -6,21 +6,11 @@ import (
 	"strings"
 )
 
-// ids.go owns the one format that names a message: its internal ID, its member in a sorted set,
-// and the ref an operator copies. Every other file calls these; none splits a member itself.
-//
-// An internal ID is seqDigits hex digits, so that IDs sort in publish order, followed for a
-// keyed message by "=" and its key; a batch is a keyed message whose key is batchMark, the
-// batch key, batchMark and more hex digits. In a consumer group an ID is a member of the due or
-// the lease sorted set, named
-//
-//	ID          due, never claimed, stored in the messages hash
-//	ID|message  due, never claimed, the message kept in the member (see scripts.go)
-//	ID:N        due after N attempts, or leased for attempt N (the lease's fencing token); a
-//	            keyed ID always has the :N, after the last ':' since a key may hold ':'
-//
-// A member that holds its message is named by its short form "ID|" and its score, so that a
-// list or a ref never carries the whole message. lua/lib/split.lua reads members the same way.
+// ids.go owns the Go side of the one format that names a message: its internal ID (hex
+// digits, then "=" and a key for a keyed message, a batch's key between batchMark bytes), its
+// member in a sorted set (ID, ID|message, ID:N, and the short form "ID|"), as the data model at
+// the top of scripts.go describes them and lua/lib/split.lua reads them, and the ref an
+// operator copies. Every other file calls these; none splits a member itself.
 
 // seqDigits is how many hex digits start every internal ID.
 const seqDigits = 12
