@@ -36,7 +36,7 @@ type Publisher struct {
 	groups     groupCache
 	topics     registeredTopics
 	eviction   evictionGuard
-	queues     sync.Map      // partition name -> *groupCommit, bounded by maxQueues
+	queues     sync.Map      // store.Partition -> *groupCommit, bounded by maxQueues
 	queueCount atomic.Int64  // entries in queues
 	next       atomic.Uint64 // round-robin partition counter
 	callTTL    time.Duration // how long Redis keeps a publish call's token

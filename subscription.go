@@ -71,7 +71,7 @@ type partitionConsumer struct {
 	windowEnd time.Time
 }
 
-// newSubscription returns the subscription of one partition of topic.
+// newPartitionConsumer returns the consumer of one partition of topic.
 func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterTopic string, partition int, out chan *message.Message, turn chan struct{}, logger watermill.LoggerAdapter) *partitionConsumer {
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 100 * time.Millisecond

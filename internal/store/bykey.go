@@ -227,7 +227,7 @@ func (s Store) KeyedMember(ctx context.Context, g Group, key string) (string, er
 		} else if !errors.Is(err, redis.Nil) {
 			return "", classify(err)
 		}
-		v, err := s.client.HGet(ctx, tk.messages, "="+key).Result()
+		v, err := s.client.HGet(ctx, tk.messages, keyedField(key)).Result()
 		if err != nil && !errors.Is(err, redis.Nil) {
 			return "", classify(err)
 		}

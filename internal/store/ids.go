@@ -56,6 +56,10 @@ func BatchKeyOf(id string) (string, bool) {
 // fencing token.
 func Member(id string, attempt int64) string { return id + ":" + strconv.FormatInt(attempt, 10) }
 
+// keyedField returns the messages hash field of the keyed message with key: "=" and the key.
+// Its value starts with the message ID's hex digits (see keyedMember).
+func keyedField(key string) string { return "=" + key }
+
 // keyedMember returns the member of a keyed message that no group has claimed yet, ID:0, from
 // its key and the value of its messages hash field, which starts with the ID's hex digits. It
 // returns false for a value too short to hold them.
