@@ -1,24 +1,24 @@
-package redisdelay
+package groupcommit
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/alicebob/miniredis/v2"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 )
 
+// errOutcomeUnknown is the error the Committers of these tests wrap when a call gives up while
+// its round is under way.
+var errOutcomeUnknown = errors.New("outcome unknown")
+
 func TestGroupCommitCombinesConcurrentCallsIntoWholeRounds(t *testing.T) {
 	f := newFakeStore(t)
-	g := newGroupCommit(f.store)
+	g := New(f.store, errOutcomeUnknown)
 	const calls = 100
 	sizes := map[int]int{}
 	out := make(chan outcome, calls)
@@ -28,7 +28,7 @@ func TestGroupCommitCombinesConcurrentCallsIntoWholeRounds(t *testing.T) {
 			sizes[id] = overlapAt // enough to start a round while others are under way
 		}
 		if id == calls/2 {
-			sizes[id] = maxCombinedMessages + 500
+			sizes[id] = maxCombinedItems + 500
 		}
 		goCommit(g, id, sizes[id], time.Minute, out)
 		if id < maxInFlight {
@@ -47,7 +47,7 @@ func TestGroupCommitCombinesConcurrentCallsIntoWholeRounds(t *testing.T) {
 	stored := 0
 	for r, ids := range rounds {
 		stored += len(ids)
-		if n := len(f.recorded()[r]); n > maxCombinedMessages {
+		if n := len(f.recorded()[r]); n > maxCombinedItems {
 			require.Len(t, ids, 1, "round %d holds %d messages from more than one call", r, n)
 		}
 		for k := 1; k < len(ids); k++ {
@@ -59,7 +59,7 @@ func TestGroupCommitCombinesConcurrentCallsIntoWholeRounds(t *testing.T) {
 
 func TestGroupCommitRunsAtMostMaxInFlightStoreCallsAtOnce(t *testing.T) {
 	f := newFakeStore(t)
-	g := newGroupCommit(f.store)
+	g := New(f.store, errOutcomeUnknown)
 	const calls = 64
 	out := fillSlots(t, g, f, calls)
 	require.Len(t, f.recorded(), maxInFlight, "no round starts while maxInFlight are under way")
@@ -75,7 +75,7 @@ func TestGroupCommitRunsAtMostMaxInFlightStoreCallsAtOnce(t *testing.T) {
 
 func TestGroupCommitReturnsWithinItsDeadlineWhenTheStoreHangs(t *testing.T) {
 	f := newFakeStore(t) // never released: the store hangs and ignores its context
-	g := newGroupCommit(f.store)
+	g := New(f.store, errOutcomeUnknown)
 	const calls, deadline, slack = 64, 200 * time.Millisecond, 100 * time.Millisecond
 	out := make(chan outcome, calls)
 	// The first calls hold every slot past the others' deadline, so that those give up pending.
@@ -104,18 +104,18 @@ func TestGroupCommitReturnsWithinItsDeadlineWhenTheStoreHangs(t *testing.T) {
 		require.LessOrEqual(t, o.elapsed, deadlines[id]+slack, "call %d", id)
 		require.ErrorIs(t, o.err, context.DeadlineExceeded, "call %d", id)
 		if inRound[id] {
-			require.ErrorIs(t, o.err, ErrOutcomeUnknown, "call %d was in a round", id)
-			require.NotErrorIs(t, o.err, errNotStored, "call %d was in a round", id)
+			require.ErrorIs(t, o.err, errOutcomeUnknown, "call %d was in a round", id)
+			require.NotErrorIs(t, o.err, ErrNotStored, "call %d was in a round", id)
 		} else {
-			require.ErrorIs(t, o.err, errNotStored, "call %d was pending", id)
-			require.NotErrorIs(t, o.err, ErrOutcomeUnknown, "call %d was pending", id)
+			require.ErrorIs(t, o.err, ErrNotStored, "call %d was pending", id)
+			require.NotErrorIs(t, o.err, errOutcomeUnknown, "call %d was pending", id)
 		}
 	}
 }
 
 func TestGroupCommitLeaksNoSlotWhenCallsGiveUp(t *testing.T) {
 	f := newFakeStore(t)
-	g := newGroupCommit(f.store)
+	g := New(f.store, errOutcomeUnknown)
 	const calls = 64
 	out := make(chan outcome, calls)
 	// The rounds of the first smallInFlight calls outlive the others' deadline, so they give up
@@ -132,9 +132,9 @@ func TestGroupCommitLeaksNoSlotWhenCallsGiveUp(t *testing.T) {
 	notStored := 0
 	for id, o := range collect(t, out, calls) {
 		switch {
-		case errors.Is(o.err, ErrOutcomeUnknown):
+		case errors.Is(o.err, errOutcomeUnknown):
 			unknown[id] = true
-		case errors.Is(o.err, errNotStored):
+		case errors.Is(o.err, ErrNotStored):
 			notStored++
 		default:
 			t.Fatalf("call %d: %v", id, o.err)
@@ -148,7 +148,7 @@ func TestGroupCommitLeaksNoSlotWhenCallsGiveUp(t *testing.T) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	_, err := g.commit(ctx, messagesOf(last, 1))
+	_, err := g.Commit(ctx, messagesOf(last, 1))
 	require.NoError(t, err)
 	require.Less(t, time.Since(start), time.Second)
 
@@ -157,14 +157,14 @@ func TestGroupCommitLeaksNoSlotWhenCallsGiveUp(t *testing.T) {
 	require.Equal(t, []int{last}, rounds[len(rounds)-1])
 	for _, ids := range rounds[:len(rounds)-1] {
 		for _, id := range ids {
-			require.True(t, unknown[id], "call %d returned errNotStored but was stored", id)
+			require.True(t, unknown[id], "call %d returned ErrNotStored but was stored", id)
 		}
 	}
 }
 
 func TestGroupCommitReturnsOnceItsRoundIsStoredWhileOtherCallsKeepArriving(t *testing.T) {
 	f := newFakeStore(t)
-	g := newGroupCommit(f.store)
+	g := New(f.store, errOutcomeUnknown)
 	const waves, perWave = 8, 5
 	out := make(chan outcome, maxInFlight+waves*perWave)
 	next := 0
@@ -199,7 +199,7 @@ func TestGroupCommitGivesARoundsStoreErrorToEveryCallOfThatRoundOnly(t *testing.
 		2:           errors.New("round 2 failed"),
 		maxInFlight: errors.New("first combined round failed"),
 	}
-	g := newGroupCommit(f.store)
+	g := New(f.store, errOutcomeUnknown)
 	const calls = 40
 	out := fillSlots(t, g, f, calls)
 	f.open()
@@ -216,7 +216,7 @@ func TestGroupCommitGivesARoundsStoreErrorToEveryCallOfThatRoundOnly(t *testing.
 
 func TestGroupCommitStoresARoundUnderTheLatestDeadlineOfItsCallsAndNoCallsCancellation(t *testing.T) {
 	f := newFakeStore(t)
-	g := newGroupCommit(f.store)
+	g := New(f.store, errOutcomeUnknown)
 	out := make(chan outcome, maxInFlight+2)
 	for id := range maxInFlight {
 		goCommit(g, id, overlapAt, time.Minute, out)
@@ -226,7 +226,7 @@ func TestGroupCommitStoresARoundUnderTheLatestDeadlineOfItsCallsAndNoCallsCancel
 	early, giveUp := context.WithTimeout(context.Background(), time.Minute)
 	defer giveUp()
 	go func() {
-		_, err := g.commit(early, messagesOf(maxInFlight, overlapAt))
+		_, err := g.Commit(early, messagesOf(maxInFlight, overlapAt))
 		out <- outcome{id: maxInFlight, err: err}
 	}()
 	eventually(t, "the early call pending", func() bool { return pendingCalls(g) == 1 })
@@ -238,7 +238,7 @@ func TestGroupCommitStoresARoundUnderTheLatestDeadlineOfItsCallsAndNoCallsCancel
 
 	giveUp()
 	gaveUp := collect(t, out, 2) // call 0, whose round was stored, and the early call
-	require.ErrorIs(t, gaveUp[maxInFlight].err, ErrOutcomeUnknown)
+	require.ErrorIs(t, gaveUp[maxInFlight].err, errOutcomeUnknown)
 	require.ErrorIs(t, gaveUp[maxInFlight].err, context.Canceled)
 	f.mu.Lock()
 	ctx := f.ctxs[maxInFlight]
@@ -253,7 +253,7 @@ func TestGroupCommitStoresARoundUnderTheLatestDeadlineOfItsCallsAndNoCallsCancel
 	require.NoError(t, late[maxInFlight+1].err)
 }
 
-// fakeStore is a store function for groupCommit that records every batch and blocks each store
+// fakeStore is a store function for a Committer that records every batch and blocks each store
 // call, ignoring its context, until the test releases it: one with finish, all with open.
 type fakeStore struct {
 	entered chan int // receives the index of each store call as it starts
@@ -261,7 +261,7 @@ type fakeStore struct {
 	once    sync.Once
 
 	mu        sync.Mutex
-	batches   [][]outgoing
+	batches   [][]string
 	ctxs      []context.Context // the context of each store call
 	releases  map[int]chan struct{}
 	results   map[int]error // what store call i returns
@@ -275,7 +275,7 @@ func newFakeStore(t *testing.T) *fakeStore {
 	return f
 }
 
-func (f *fakeStore) store(ctx context.Context, batch []outgoing) (string, error) {
+func (f *fakeStore) store(ctx context.Context, batch []string) (string, error) {
 	f.mu.Lock()
 	i := len(f.batches)
 	f.batches = append(f.batches, batch)
@@ -322,7 +322,7 @@ func (f *fakeStore) finish(i int, err error) {
 func (f *fakeStore) open() { f.once.Do(func() { close(f.all) }) }
 
 // recorded returns the batches of the store calls so far, in the order they started.
-func (f *fakeStore) recorded() [][]outgoing {
+func (f *fakeStore) recorded() [][]string {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.batches[:len(f.batches):len(f.batches)]
@@ -337,12 +337,12 @@ type outcome struct {
 
 // goCommit commits n messages of call id on g, with a deadline of timeout from its start, and
 // sends the outcome to out.
-func goCommit(g *groupCommit, id, n int, timeout time.Duration, out chan<- outcome) {
+func goCommit(g *Committer[string], id, n int, timeout time.Duration, out chan<- outcome) {
 	go func() {
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), timeout)
 		defer cancel()
-		_, err := g.commit(ctx, messagesOf(id, n))
+		_, err := g.Commit(ctx, messagesOf(id, n))
 		out <- outcome{id: id, err: err, elapsed: time.Since(start)}
 	}()
 }
@@ -364,10 +364,10 @@ func collect(t *testing.T, out <-chan outcome, n int) map[int]outcome {
 }
 
 // messagesOf returns n messages of call id; message j reads "id/j".
-func messagesOf(id, n int) []outgoing {
-	msgs := make([]outgoing, n)
+func messagesOf(id, n int) []string {
+	msgs := make([]string, n)
 	for j := range msgs {
-		msgs[j] = outgoing{data: fmt.Appendf(nil, "%d/%d", id, j)}
+		msgs[j] = fmt.Sprintf("%d/%d", id, j)
 	}
 	return msgs
 }
@@ -386,14 +386,14 @@ func sized(n, size int) map[int]int {
 
 // roundsOf checks that the messages of each call are in one batch only, whole, in order and
 // contiguous, and returns the calls of each batch, in batch order.
-func roundsOf(t *testing.T, batches [][]outgoing, sizes map[int]int) [][]int {
+func roundsOf(t *testing.T, batches [][]string, sizes map[int]int) [][]int {
 	t.Helper()
 	seen := map[int]bool{}
 	rounds := make([][]int, len(batches))
 	for r, batch := range batches {
 		for k := 0; k < len(batch); {
 			var id, j int
-			_, err := fmt.Sscanf(string(batch[k].data), "%d/%d", &id, &j)
+			_, err := fmt.Sscanf(batch[k], "%d/%d", &id, &j)
 			require.NoError(t, err)
 			require.False(t, seen[id], "call %d is in more than one round", id)
 			seen[id] = true
@@ -401,7 +401,7 @@ func roundsOf(t *testing.T, batches [][]outgoing, sizes map[int]int) [][]int {
 			require.Positive(t, n, "call %d is unknown", id)
 			require.LessOrEqual(t, k+n, len(batch), "call %d is cut at the end of round %d", id, r)
 			for j := range n {
-				require.Equal(t, fmt.Sprintf("%d/%d", id, j), string(batch[k+j].data), "round %d, message %d", r, k+j)
+				require.Equal(t, fmt.Sprintf("%d/%d", id, j), batch[k+j], "round %d, message %d", r, k+j)
 			}
 			rounds[r] = append(rounds[r], id)
 			k += n
@@ -436,33 +436,16 @@ func eventually(t *testing.T, what string, cond func() bool) {
 }
 
 // pendingCalls returns how many calls wait for a round.
-func pendingCalls(g *groupCommit) int {
+func pendingCalls(g *Committer[string]) int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	return len(g.pending)
 }
 
-func TestPublisherForgetsIdleQueuesPastTheBound(t *testing.T) {
-	mr := miniredis.RunT(t)
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	defer client.Close()
-	p, err := NewPublisher(PublisherConfig{Client: client}, nil)
-	require.NoError(t, err)
-	data, _ := DefaultMarshalerUnmarshaler{}.Marshal("", message.NewMessage("m", nil))
-	for i := range maxQueues + 10 {
-		_, err := p.commit(context.Background(), "t"+strconv.Itoa(i), []outgoing{{data: data}})
-		require.NoError(t, err)
-	}
-	n := 0
-	p.queues.Range(func(any, any) bool { n++; return true })
-	require.LessOrEqual(t, n, 10, "idle queues are forgotten once there are more than maxQueues")
-	require.Equal(t, int64(n), p.queueCount.Load())
-}
-
 // fillSlots starts calls commits of overlapAt messages each (enough to start a round while
 // others are under way) with a minute's deadline and waits until the first maxInFlight rounds
 // are in the store and every call is pending or in one of them.
-func fillSlots(t *testing.T, g *groupCommit, f *fakeStore, calls int) chan outcome {
+func fillSlots(t *testing.T, g *Committer[string], f *fakeStore, calls int) chan outcome {
 	t.Helper()
 	out := make(chan outcome, calls)
 	for id := range calls {
@@ -480,12 +463,12 @@ func fillSlots(t *testing.T, g *groupCommit, f *fakeStore, calls int) chan outco
 // starts then, while the stuck one finishes in the background.
 func TestGroupCommitFreesAStuckRoundsSlotAtItsDeadline(t *testing.T) {
 	f := newFakeStore(t)
-	g := newGroupCommit(f.store)
+	g := New(f.store, errOutcomeUnknown)
 	out := make(chan outcome, 2)
 	goCommit(g, 0, 1, 100*time.Millisecond, out)
 	waitEntered(t, f, 1) // round 0 never returns until the test ends
 	stuck := collect(t, out, 1)[0]
-	require.ErrorIs(t, stuck.err, ErrOutcomeUnknown)
+	require.ErrorIs(t, stuck.err, errOutcomeUnknown)
 	require.ErrorIs(t, stuck.err, context.DeadlineExceeded)
 
 	goCommit(g, 1, 1, time.Minute, out)
@@ -500,7 +483,7 @@ func TestGroupCommitFreesAStuckRoundsSlotAtItsDeadline(t *testing.T) {
 // the calls arriving meanwhile wait and share the next round.
 func TestGroupCommitRunsSmallInFlightRoundsForFewMessages(t *testing.T) {
 	f := newFakeStore(t)
-	g := newGroupCommit(f.store)
+	g := New(f.store, errOutcomeUnknown)
 	const calls = 20 // of one message: fewer than overlapAt
 	out := make(chan outcome, calls)
 	for id := range smallInFlight {
@@ -538,7 +521,7 @@ func ids(from, to int) []int {
 // caller then publishes again (call 4) and round 1 finishes: of the 4 active calls (round 1's,
 // round 2's and call 4), a round waits for its share of 2 (smallInFlight rounds), so call 4
 // waits for call 1's caller to come back.
-func startCohorts(t *testing.T, g *groupCommit, f *fakeStore, out chan outcome) time.Time {
+func startCohorts(t *testing.T, g *Committer[string], f *fakeStore, out chan outcome) time.Time {
 	t.Helper()
 	require.Equal(t, 2, smallInFlight, "the steps below assume two rounds at once")
 	goCommit(g, 0, 1, time.Minute, out)
@@ -563,7 +546,7 @@ func startCohorts(t *testing.T, g *groupCommit, f *fakeStore, out chan outcome) 
 // round woke up join the calls that waited and the two cohorts keep their size.
 func TestGroupCommitWaitsForTheCallersOfTheLastRound(t *testing.T) {
 	f := newFakeStore(t)
-	g := newGroupCommit(f.store)
+	g := New(f.store, errOutcomeUnknown)
 	g.lingerMax = time.Minute // only the callers' return starts the next round
 	out := make(chan outcome, 6)
 	startCohorts(t, g, f, out)
@@ -586,7 +569,7 @@ func TestGroupCommitWaitsForTheCallersOfTheLastRound(t *testing.T) {
 // A caller that does not come back delays the next round by lingerMax only.
 func TestGroupCommitLingersAtMostLingerMax(t *testing.T) {
 	f := newFakeStore(t)
-	g := newGroupCommit(f.store)
+	g := New(f.store, errOutcomeUnknown)
 	g.lingerMax = 50 * time.Millisecond
 	out := make(chan outcome, 5)
 	finished := startCohorts(t, g, f, out)
@@ -598,4 +581,27 @@ func TestGroupCommitLingersAtMostLingerMax(t *testing.T) {
 	require.Less(t, waited, 2*time.Second, "but no longer than about lingerMax")
 	rounds := roundsOf(t, f.recorded(), ones(5))
 	require.Equal(t, []int{4}, rounds[3])
+}
+
+// A Committer is idle only while no call is pending and no round is under way.
+func TestGroupCommitIsIdleOnlyWithNothingPendingOrUnderWay(t *testing.T) {
+	f := newFakeStore(t)
+	g := New(f.store, errOutcomeUnknown)
+	require.True(t, g.Idle(), "a new Committer")
+	out := make(chan outcome, smallInFlight+1)
+	for id := range smallInFlight {
+		goCommit(g, id, 1, time.Minute, out)
+		waitEntered(t, f, 1)
+	}
+	require.False(t, g.Idle(), "rounds under way")
+	goCommit(g, smallInFlight, 1, time.Minute, out)
+	eventually(t, "the last call pending", func() bool { return pendingCalls(g) == 1 })
+	f.finish(0, nil)
+	f.finish(1, nil)
+	require.NoError(t, collect(t, out, 2)[0].err)
+	waitEntered(t, f, 1)
+	require.False(t, g.Idle(), "the last call's round under way")
+	f.open()
+	require.NoError(t, collect(t, out, 1)[smallInFlight].err)
+	eventually(t, "idle once every round gave its result", g.Idle)
 }
