@@ -24,7 +24,7 @@ const (
 	recheckJitter = 0.25
 )
 
-// subscription is the consumer of one partition of a Subscribe call: a single goroutine that
+// partitionConsumer is the consumer of one partition of a Subscribe call: a single goroutine that
 // runs the claim loop (this file), hands messages out (delivery.go) and acts on their outcome.
 // It owns its claim token, its claim size and its retry backoff; what it holds in Redis is in
 // its leaseBook. The subscriptions of the partitions of one Subscribe call share its output
@@ -71,7 +71,7 @@ type partitionConsumer struct {
 	windowEnd time.Time
 }
 
-// newSubscription returns the subscription of one partition of topic.
+// newPartitionConsumer returns the consumer of one partition of topic for one Subscribe call.
 func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterTopic string, partition int, out chan *message.Message, turn chan struct{}, logger watermill.LoggerAdapter) *partitionConsumer {
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 100 * time.Millisecond
