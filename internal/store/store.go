@@ -47,8 +47,8 @@ func New(client redis.UniversalClient, prefix string, opts Options) Store {
 }
 
 // Directly returns a copy of s whose calls all run on the caller's goroutine, for a caller that
-// bounds the wait itself (a group commit round frees its slot at its deadline), which saves a
-// goroutine and a hand-off per call.
+// bounds the wait itself (a round of groupcommit.Committer frees its slot at its deadline),
+// which saves a goroutine and a hand-off per call.
 func (s Store) Directly() Store {
 	s.direct = true
 	return s
