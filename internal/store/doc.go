@@ -8,5 +8,5 @@
 // the table of scripts; keys.go the key layout; ids.go the ID, member and ref format;
 // errors.go the errors; publish.go storing messages; consume.go a consumer's operations;
 // bykey.go the operations by key, ref and batch key; admin.go the operator's writes and
-// counts; browse.go the operator's reads.
+// counts; browse.go the operator's reads; fortest.go the hooks of tests outside the package.
 package store
