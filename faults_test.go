@@ -84,6 +84,8 @@ func TestPublishScriptThatRunsTwiceStoresOnce(t *testing.T) {
 			require.NoError(t, pub.Publish(topic, message.NewMessage(string(rune('a'+i)), nil)))
 		}
 		require.GreaterOrEqual(t, reruns.Load(), int64(n/4), "the hook must have run publish scripts twice")
+		in := newInspector(t, b, 1)
+		assert.Equal(t, int64(n), statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).Due, "each message stored once")
 
 		ch := subscribe(t, sub, topic)
 		seen := map[string]int{}
@@ -92,7 +94,7 @@ func TestPublishScriptThatRunsTwiceStoresOnce(t *testing.T) {
 			seen[msg.UUID]++
 			msg.Ack()
 		}
-		expectNone(t, ch, 200*time.Millisecond)
+		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
 		assert.Len(t, seen, n, "every message once")
 	})
 }
@@ -117,12 +119,14 @@ func TestPublishWhoseReplyIsLostReportsOutcomeUnknown(t *testing.T) {
 		err = pub.Publish(topic, message.NewMessage("lost-reply", nil))
 		require.ErrorIs(t, err, redisdelay.ErrOutcomeUnknown)
 		assert.Contains(t, err.Error(), topic)
-		// It did run: the message arrives, once.
+		// It did run: the message is stored, once, and arrives.
+		in := newInspector(t, b, 1)
+		assert.Equal(t, int64(1), statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).Due)
 		ch := subscribe(t, sub, topic)
 		msg := receive(t, ch, 5*time.Second)
 		assert.Equal(t, "lost-reply", msg.UUID)
 		msg.Ack()
-		expectNone(t, ch, 200*time.Millisecond)
+		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
 	})
 }
 
@@ -153,8 +157,10 @@ func TestLostClaimReplyCostsNoAttempt(t *testing.T) {
 			msg.Ack()
 		}
 		assert.GreaterOrEqual(t, dropped.Load(), int64(1), "the hook must have dropped a claim reply")
-		dlt := newSubscriber(t, b, nil)
-		expectNone(t, subscribe(t, dlt, redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)), 300*time.Millisecond)
+		// No lease of a lost claim is left to expire into a dead letter, and none was dead-lettered.
+		in := newInspector(t, b, 1)
+		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
+		assert.Zero(t, statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).DeadLetters)
 	})
 }
 
@@ -178,11 +184,12 @@ func TestMessageThatKillsItsConsumerEveryTimeStillBecomesADeadLetter(t *testing.
 			require.NoError(t, client.Close())
 			t.Cleanup(func() { _ = sub.Close() })
 		}
-		// A healthy consumer claims it once the last lease expired: it never reaches its handler.
-		healthy := subscribe(t, newSubscriber(t, b, cfg), topic)
+		// A healthy consumer claims it once the last lease expired: it never reaches its handler,
+		// and the group holds nothing more.
+		subscribe(t, newSubscriber(t, b, cfg), topic)
 		dead := receive(t, subscribe(t, newSubscriber(t, b, nil), redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)), 5*time.Second)
 		assert.Equal(t, "poison", dead.UUID)
-		expectNone(t, healthy, 100*time.Millisecond)
+		waitDrained(t, newInspector(t, b, 1), topic, redisdelay.DefaultConsumerGroup)
 		assert.Equal(t, redisdelay.DeadLetterReasonLeaseExpired, dead.Metadata.Get(redisdelay.DeadLetterReasonMetadataKey))
 	})
 }
@@ -250,6 +257,7 @@ func TestAckedLastMessageDoesNotComeBackWhenTheClientIsClosedFirst(t *testing.T)
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
 		for round := range 5 {
 			client := newClientLike(b)
 			sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, LeaseTimeout: 300 * time.Millisecond}, errorLogger{})
@@ -262,10 +270,10 @@ func TestAckedLastMessageDoesNotComeBackWhenTheClientIsClosedFirst(t *testing.T)
 			require.NoError(t, client.Close())
 			require.NoError(t, sub.Close())
 
-			check := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.LeaseTimeout = 300 * time.Millisecond })
-			checkCh := subscribe(t, check, topic)
-			expectNone(t, checkCh, 500*time.Millisecond) // past the lease
-			require.NoError(t, check.Close(), "round %d", round)
+			// The ack reached Redis: no lease is left to expire and bring the message back, and
+			// it was not released either.
+			s := waitStats(t, in, topic, redisdelay.DefaultConsumerGroup, "without a lease", func(s redisdelay.GroupStats) bool { return s.InFlight == 0 })
+			assert.Zero(t, s.Scheduled+s.Due, "round %d: the acked message is due again", round)
 		}
 	})
 }
@@ -274,6 +282,7 @@ func TestAnyDeadLetterTopicWorksForManyTopics(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		shared := "dead-" + newTopic()
 		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
 		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) {
 			c.MaxAttempts = 1
 			c.DeadLetterTopic = func(string, string) string { return shared }
@@ -292,7 +301,7 @@ func TestAnyDeadLetterTopicWorksForManyTopics(t *testing.T) {
 			assert.Equal(t, letter.Metadata.Get(redisdelay.DeadLetterTopicMetadataKey), string(letter.Payload))
 			letter.Ack()
 		}
-		expectNone(t, dead, 300*time.Millisecond)
+		waitDrained(t, in, shared, redisdelay.DefaultConsumerGroup) // one dead letter per topic, no more
 		for _, topic := range topics {
 			assert.Equal(t, topic, got["poison-"+topic])
 		}
@@ -333,15 +342,14 @@ func TestNilMessageIsRejectedAndNothingIsStored(t *testing.T) {
 	b := embeddedRedis(t)
 	topic := newTopic()
 	pub := newPublisher(t, b)
-	sub := newSubscriber(t, b, nil)
-	ch := subscribe(t, sub, topic)
+	require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
 	var err error
 	require.NotPanics(t, func() { err = pub.Publish(topic, message.NewMessage("ok", nil), nil) })
 	var me *redisdelay.MessageError
 	require.ErrorAs(t, err, &me)
 	assert.Equal(t, topic, me.Topic)
 	assert.Contains(t, err.Error(), "message 2 of 2 is nil")
-	expectNone(t, ch, 200*time.Millisecond)
+	assert.Zero(t, redisdelay.ScheduledForTest(context.Background(), b.client, topic, redisdelay.DefaultConsumerGroup), "nothing of the call is stored")
 }
 
 func TestEvictingRedisIsRefusedUnlessAllowed(t *testing.T) {
@@ -507,6 +515,6 @@ func TestDurablePublishWhoseWaitFailsReportsNotDurable(t *testing.T) {
 		msg := receive(t, ch, 5*time.Second)
 		assert.Equal(t, "stored-not-replicated", msg.UUID, "it was stored")
 		msg.Ack()
-		expectNone(t, ch, 200*time.Millisecond)
+		waitDrained(t, newInspector(t, b, 1), topic, redisdelay.DefaultConsumerGroup) // once
 	})
 }
