@@ -2,7 +2,9 @@ package redisdelay_test
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -416,52 +418,128 @@ func TestFullRedisRefusesPublishesAndCanBeDrained(t *testing.T) {
 	require.NoError(t, pub.Publish(topic, message.NewMessage("after", nil)), "drained, Redis takes publishes again")
 }
 
-func TestPublishReturnsWithinOperationTimeoutWhenRedisFreezes(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	b := backend{name: "redis", client: srv.Client(t)}
-	const timeout = 500 * time.Millisecond
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: b.client, OperationTimeout: timeout}, errorLogger{})
+// blackhole accepts TCP connections and never answers, like a Redis that hangs.
+func blackhole(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	require.NoError(t, pub.Publish("orders", message.NewMessage("warm-up", nil)))
-	require.NoError(t, srv.Signal(syscall.SIGSTOP))
-	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	return l.Addr().String()
+}
 
-	var wg sync.WaitGroup
-	took := make([]time.Duration, 64)
-	errs := make([]error, 64)
-	for i := range took {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			start := time.Now()
-			errs[i] = pub.Publish("orders", message.NewMessage("frozen", nil))
-			took[i] = time.Since(start)
-		}()
-	}
-	wg.Wait()
-	for i := range took {
-		assert.Error(t, errs[i])
-		assert.LessOrEqual(t, took[i], timeout+100*time.Millisecond, "publisher %d", i)
+// TestPublishReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer: whether Redis is frozen
+// (SIGSTOP, after a publish opened the connections), never answers (a listener that accepts and
+// stays silent) or refuses connections, 64 concurrent Publish calls each fail within
+// OperationTimeout + 100 ms, with an error naming the topic and the message, whatever the
+// client's ContextTimeoutEnabled.
+func TestPublishReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	for _, fault := range []struct {
+		name string
+		// start returns the address to publish to, and, for a Redis that answers at first, the
+		// function that freezes it.
+		start func(t *testing.T) (addr string, freeze func())
+	}{
+		{"frozen", func(t *testing.T) (string, func()) {
+			srv := redistest.Start(t, redistest.Options{})
+			return srv.Addr, func() {
+				require.NoError(t, srv.Signal(syscall.SIGSTOP))
+				t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+			}
+		}},
+		{"hanging", func(t *testing.T) (string, func()) { return blackhole(t), nil }},
+		{"refused", func(t *testing.T) (string, func()) {
+			port, err := redistest.FreePort()
+			require.NoError(t, err)
+			return fmt.Sprintf("127.0.0.1:%d", port), nil
+		}},
+	} {
+		for _, ctxTimeouts := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", fault.name, ctxTimeouts), func(t *testing.T) {
+				addr, freeze := fault.start(t)
+				client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: ctxTimeouts})
+				t.Cleanup(func() { _ = client.Close() })
+				pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, OperationTimeout: timeout}, errorLogger{})
+				require.NoError(t, err)
+				if freeze != nil {
+					require.NoError(t, pub.Publish("orders", message.NewMessage("warm-up", nil)))
+					freeze()
+				}
+				var wg sync.WaitGroup
+				took := make([]time.Duration, 64)
+				errs := make([]error, len(took))
+				for i := range took {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						start := time.Now()
+						errs[i] = pub.Publish("orders", message.NewMessage("m-"+strconv.Itoa(i), nil))
+						took[i] = time.Since(start)
+					}()
+				}
+				wg.Wait()
+				for i := range took {
+					if assert.Error(t, errs[i], "publisher %d", i) {
+						assert.Contains(t, errs[i].Error(), `"orders"`)
+						assert.Contains(t, errs[i].Error(), strconv.Quote("m-"+strconv.Itoa(i)))
+					}
+					assert.LessOrEqual(t, took[i], timeout+100*time.Millisecond, "publisher %d", i)
+				}
+			})
+		}
 	}
 }
 
-func TestCloseReturnsWithinOperationTimeoutWhenRedisFreezes(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	b := backend{name: "redis", client: srv.Client(t)}
+// TestCloseReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer: a Subscriber that holds claimed
+// messages on two topics (one handed out, one waiting behind it) closes within
+// OperationTimeout + 100 ms when Redis is frozen (SIGSTOP) or stopped, and its output channels
+// are closed when Close returns.
+func TestCloseReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer(t *testing.T) {
 	const timeout = 500 * time.Millisecond
-	pub := newPublisher(t, b)
-	sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.OperationTimeout = timeout })
-	topics := []string{newTopic(), newTopic()}
-	for _, topic := range topics {
-		ch := subscribe(t, sub, topic)
-		require.NoError(t, pub.Publish(topic, message.NewMessage("a", nil), message.NewMessage("b", nil)))
-		receive(t, ch, 5*time.Second).Ack() // "b" waits, claimed, to be handed out
+	for _, fault := range []struct {
+		name string
+		stop func(t *testing.T, srv *redistest.Server)
+	}{
+		{"frozen", func(t *testing.T, srv *redistest.Server) {
+			require.NoError(t, srv.Signal(syscall.SIGSTOP))
+			t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+		}},
+		{"stopped", func(t *testing.T, srv *redistest.Server) { srv.Stop() }},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.Options{})
+			b := backend{name: "redis", client: srv.Client(t)}
+			pub := newPublisher(t, b)
+			sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.OperationTimeout = timeout })
+			var chs []<-chan *message.Message
+			for _, topic := range []string{newTopic(), newTopic()} {
+				ch := subscribe(t, sub, topic)
+				require.NoError(t, pub.Publish(topic, message.NewMessage("a", nil), message.NewMessage("b", nil)))
+				receive(t, ch, 5*time.Second).Ack() // "b" waits, claimed, to be handed out
+				chs = append(chs, ch)
+			}
+			fault.stop(t, srv)
+			start := time.Now()
+			require.NoError(t, sub.Close())
+			assert.LessOrEqual(t, time.Since(start), timeout+100*time.Millisecond)
+			for _, ch := range chs {
+				select {
+				case _, open := <-ch:
+					assert.False(t, open, "a message came out after Close returned")
+				default:
+					t.Error("an output channel is still open after Close returned")
+				}
+			}
+		})
 	}
-	require.NoError(t, srv.Signal(syscall.SIGSTOP))
-	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
-	start := time.Now()
-	require.NoError(t, sub.Close())
-	assert.LessOrEqual(t, time.Since(start), timeout+100*time.Millisecond)
 }
 
 // commandFault is a go-redis hook that fails every command of one name without sending it, as

@@ -3,7 +3,6 @@ package redisdelay_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -292,46 +291,10 @@ func TestCorruptStoredMessageIsRemovedAndDeliveryGoesOn(t *testing.T) {
 	})
 }
 
-// blackhole accepts TCP connections and never answers, like a Redis that hangs.
-func blackhole(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = c.Close() })
-		}
-	}()
-	return l.Addr().String()
-}
-
-func TestPublishFailsWithinOperationTimeoutWhenRedisIsUnreachable(t *testing.T) {
-	port, err := redistest.FreePort()
-	require.NoError(t, err)
-	for name, addr := range map[string]string{"refused": fmt.Sprintf("127.0.0.1:%d", port), "hanging": blackhole(t)} {
-		for _, ctxTimeouts := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", name, ctxTimeouts), func(t *testing.T) {
-				client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: ctxTimeouts})
-				defer client.Close()
-				pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, OperationTimeout: 300 * time.Millisecond}, nil)
-				require.NoError(t, err)
-				start := time.Now()
-				err = pub.Publish("orders", message.NewMessage("m-1", nil))
-				took := time.Since(start)
-				require.Error(t, err)
-				assert.Contains(t, err.Error(), `"orders"`)
-				assert.Contains(t, err.Error(), `"m-1"`)
-				assert.Less(t, took, 400*time.Millisecond, "Publish must give up within OperationTimeout + 100 ms")
-			})
-		}
-	}
-}
-
-func TestSubscriberRecoversWhenRedisComesUpAndClosesWhileItIsDown(t *testing.T) {
+// TestSubscriberRecoversWhenRedisComesUp: Subscribe does not fail while Redis is down, and the
+// subscription receives what is published once it is up. (Close while Redis is down or frozen:
+// TestCloseReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer.)
+func TestSubscriberRecoversWhenRedisComesUp(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	b := backend{name: "redis", client: srv.Client(t)}
 	srv.Stop()
@@ -346,12 +309,6 @@ func TestSubscriberRecoversWhenRedisComesUpAndClosesWhileItIsDown(t *testing.T) 
 	require.Eventually(t, func() bool { return pub.Publish(topic, message.NewMessage("after-outage", nil)) == nil }, 5*time.Second, 50*time.Millisecond)
 	msg := receive(t, ch, 10*time.Second)
 	assert.Equal(t, "after-outage", msg.UUID)
-
-	// Down again while a message is held: Close still returns in bounded time.
-	srv.Stop()
-	start := time.Now()
-	require.NoError(t, sub.Close())
-	assert.Less(t, time.Since(start), 3*time.Second)
-	_, open := <-ch
-	assert.False(t, open)
+	msg.Ack()
+	waitDrained(t, newInspector(t, b, 1), topic, redisdelay.DefaultConsumerGroup)
 }
