@@ -146,7 +146,7 @@ func ExampleWithKey() {
 	fmt.Println("cancel in group order-service:", res.Groups["order-service"])
 	// Output:
 	// publish: scheduled
-	// cancel in group order-service: done
+	// cancel in group order-service: applied
 }
 
 func ExampleDefaultDeadLetterTopic() {

@@ -342,8 +342,8 @@ func TestReadOnlyDashboardShowsNoActionsAndRefusesEveryPost(t *testing.T) {
 	for _, u := range []string{
 		"/", "/topic/orders/group/billing",
 		"/topic/orders/group/billing/message?ref=" + url.QueryEscape(ref),
-		"/topic/mail/group/sender?state=dead",
-		"/topic/mail/group/sender/message?state=dead&ref=" + url.QueryEscape(deadRef),
+		"/topic/mail/group/sender?state=dead-lettered",
+		"/topic/mail/group/sender/message?state=dead-lettered&ref=" + url.QueryEscape(deadRef),
 	} {
 		res := get(t, srv.URL+u)
 		require.Equal(t, http.StatusOK, res.status, u)
@@ -453,7 +453,7 @@ func TestActionsChangeTheQueueAndReportTheOutcome(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, get(t, srv.URL+"/topic/orders/group/billing/message?ref="+url.QueryEscape(ref)).status)
 
 	// Requeue a dead letter from its page, reached from the dead-letter tab.
-	dead := get(t, srv.URL+"/topic/mail/group/sender?state=dead")
+	dead := get(t, srv.URL+"/topic/mail/group/sender?state=dead-lettered")
 	msgLinks := links(dead.body, "/message?")
 	require.Len(t, msgLinks, 2)
 	deadPage := get(t, srv.URL+msgLinks[0])

@@ -274,7 +274,7 @@ type messageView struct {
 	CancelURL, RescheduleURL, RunNowURL, RequeueURL string
 }
 
-// message renders one message, named by ?ref= (with state=dead for a dead letter), ?key= or
+// message renders one message, named by ?ref= (with state=dead-lettered for a dead letter), ?key= or
 // the search box's ?q=, an exact ref or key.
 func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	topic, group, ok := s.target(w, r)

@@ -174,7 +174,7 @@ func TestCancelByRefRemovesTheMessageFromItsGroup(t *testing.T) {
 	require.Len(t, page.Messages, 1)
 
 	out := q.ok("cancel", "--topic", topic, "--group", "billing", "--ref", page.Messages[0].Ref, "--yes")
-	assert.Regexp(t, `(?m)^billing\s+done$`, out)
+	assert.Regexp(t, `(?m)^billing\s+applied$`, out)
 
 	assert.Equal(t, redisdelay.StateFinished, q.status(topic, "order-1", "billing").State)
 	assert.Equal(t, redisdelay.StateScheduled, q.status(topic, "order-1", "shipping").State)
