@@ -42,6 +42,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)
+	redistest.ReportSkips()
 	os.Exit(code)
 }
 
