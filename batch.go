@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -17,58 +16,6 @@ import (
 // it reaches MaxItems (or MaxBytes), in the same script call as the item that fills it, or
 // MaxWait after its first item, on the Redis clock, never early. Items go through the publish
 // script like any message (see publish_to in lua/lib), so concurrent publishes share calls.
-
-// Metadata of batching.
-const (
-	// BatchKeyMetadataKey holds the batch key of a message to publish into a batch (set it
-	// with WithBatchKey), and of a released batch.
-	BatchKeyMetadataKey = ReservedMetadataPrefix + "batch_key"
-	// BatchItemsMetadataKey is the number of items of a released batch, in decimal.
-	BatchItemsMetadataKey = ReservedMetadataPrefix + "batch_items"
-	// BatchTriggerMetadataKey is what released a batch: BatchTriggerSize, BatchTriggerTime or
-	// BatchTriggerFlush.
-	BatchTriggerMetadataKey = ReservedMetadataPrefix + "batch_trigger"
-)
-
-// Values of BatchTriggerMetadataKey.
-const (
-	BatchTriggerSize  = "size"  // it reached MaxItems or MaxBytes
-	BatchTriggerTime  = "time"  // MaxWait passed after its first item
-	BatchTriggerFlush = "flush" // Inspector.FlushBatch
-)
-
-// BatchConfig configures batching on a topic. MaxItems and MaxWait are required.
-type BatchConfig struct {
-	// MaxItems releases a batch when it holds this many items.
-	MaxItems int
-	// MaxWait releases a batch this long after its first item, on the Redis clock;
-	// microsecond precision, at least 1 ms.
-	MaxWait time.Duration
-	// MaxBytes releases a batch when its items' marshaled bytes reach it; MaxBatchBytes when
-	// zero, and at most MaxBatchBytes.
-	MaxBytes int
-}
-
-// MaxBatchBytes is the most bytes of marshaled items a batch collects (BatchConfig.MaxBytes,
-// and its value when zero): a batch that reaches it is released (BatchTriggerSize). Adding an
-// item costs O(item) in Redis, but closing a batch copies it once inside Redis (about 1 ms of
-// Redis time per MiB), and a subscriber receives it as one message.
-const MaxBatchBytes = 1 << 20
-
-func (c BatchConfig) validate(topic string) error {
-	if c.MaxItems < 1 || c.MaxWait < time.Millisecond || c.MaxBytes < 0 || c.MaxBytes > MaxBatchBytes {
-		return fmt.Errorf("redisdelay: PublisherConfig.Batching[%s] is %+v, want MaxItems >= 1, MaxWait >= 1ms and 0 <= MaxBytes <= %d (MaxBatchBytes)", quote(topic), c, MaxBatchBytes)
-	}
-	return nil
-}
-
-// maxBytes is MaxBytes, or MaxBatchBytes when it is zero.
-func (c BatchConfig) maxBytes() int {
-	if c.MaxBytes == 0 {
-		return MaxBatchBytes
-	}
-	return c.MaxBytes
-}
 
 // WithBatchKey sets msg's batch key (BatchKeyMetadataKey) and returns msg. The key follows the
 // rules of message keys (ValidateKey); the topic must be configured for batching.

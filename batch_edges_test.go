@@ -76,14 +76,14 @@ func publishScheduled(t *testing.T, pub *redisdelay.Publisher, topic string, msg
 	require.NoError(t, err)
 	require.Len(t, outcomes, len(msgs))
 	for i, o := range outcomes {
-		require.Equal(t, redisdelay.Scheduled, o, "item %s", msgs[i].UUID)
+		require.Equal(t, redisdelay.OutcomeScheduled, o, "item %s", msgs[i].UUID)
 	}
 }
 
 // scheduledRefs returns the refs of group's scheduled messages.
 func scheduledRefs(t *testing.T, in *redisdelay.Inspector, topic, group string) []string {
 	t.Helper()
-	page, err := in.List(context.Background(), topic, group, redisdelay.ListOptions{State: redisdelay.ListScheduled})
+	page, err := in.List(context.Background(), topic, group, redisdelay.ListOptions{State: redisdelay.StateScheduled})
 	require.NoError(t, err)
 	var refs []string
 	for _, m := range page.Messages {
@@ -169,7 +169,7 @@ func TestRunNowOnAnOpenBatchClosesIt(t *testing.T) {
 				refs := scheduledRefs(t, in, topic, "a")
 				require.Len(t, refs, 1, "the open batch")
 				ctx := context.Background()
-				var o redisdelay.KeyOutcome
+				var o redisdelay.Outcome
 				var err error
 				switch op {
 				case "run now":
@@ -180,7 +180,7 @@ func TestRunNowOnAnOpenBatchClosesIt(t *testing.T) {
 					o, err = in.CancelRef(ctx, topic, "a", refs[0])
 				}
 				require.NoError(t, err)
-				assert.Equal(t, redisdelay.KeyDone, o)
+				assert.Equal(t, redisdelay.OutcomeApplied, o)
 				// No consumer has claimed anything yet: only the operation can have closed it.
 				n, err := in.FlushBatch(ctx, topic, "dock")
 				require.NoError(t, err)

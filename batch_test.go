@@ -97,7 +97,7 @@ func TestFlushAndCancelBatches(t *testing.T) {
 		ch := subscribe(t, newSubscriber(t, b, nil), topic)
 		require.NoError(t, pub.Publish(topic, parcel("east", 1), parcel("east", 2), parcel("west", 3)))
 
-		page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled})
+		page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled})
 		require.NoError(t, err)
 		require.Len(t, page.Messages, 2, "an open batch is listed as one scheduled message")
 		for _, m := range page.Messages {

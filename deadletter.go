@@ -42,10 +42,10 @@ func (s *Subscriber) deadLetterTopic(topic string) (string, error) {
 // metadata: its metadata is changed in place. If the move fails, the message keeps its lease and
 // is dead-lettered on its next claim, after the lease expired.
 func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reason string) {
-	letter.Metadata[DeadLetterTopicKey] = s.topic
-	letter.Metadata[DeadLetterGroupKey] = s.group
-	letter.Metadata[DeadLetterAttemptsKey] = strconv.FormatInt(min(c.attempt, int64(s.cfg.MaxAttempts)), 10)
-	letter.Metadata[DeadLetterReasonKey] = reason
+	letter.Metadata[DeadLetterTopicMetadataKey] = s.topic
+	letter.Metadata[DeadLetterGroupMetadataKey] = s.group
+	letter.Metadata[DeadLetterAttemptsMetadataKey] = strconv.FormatInt(min(c.attempt, int64(s.cfg.MaxAttempts)), 10)
+	letter.Metadata[DeadLetterReasonMetadataKey] = reason
 	if key, ok := keyOfID(c.id); ok && !strings.HasPrefix(key, batchPrefix) {
 		letter.Metadata[KeyMetadataKey] = key // the letter itself is stored without a key
 	}

@@ -70,20 +70,9 @@ func scheduleOf(msg *message.Message, now time.Time) (d time.Duration, at, lates
 	if served, ok := msg.Metadata[ServedDelayMetadataKey]; ok && served == servedDelay(untilStr, forStr) {
 		return 0, time.Time{}, time.Time{}, nil
 	}
-	var until time.Time
-	if untilStr != "" {
-		if until, err = time.Parse(time.RFC3339, untilStr); err != nil {
-			return 0, time.Time{}, time.Time{}, &metadataError{key: delay.DelayedUntilKey, value: untilStr, err: errors.New("not an RFC3339 time")}
-		}
-	}
-	if forStr != "" {
-		if d, err = time.ParseDuration(forStr); err != nil {
-			return 0, time.Time{}, time.Time{}, &metadataError{key: delay.DelayedForKey, value: forStr, err: errors.New("not a Go duration such as \"1m30s\"")}
-		}
-	}
-
-	tooLong := func(key, value string, d time.Duration) error {
-		return &metadataError{key: key, value: value, err: fmt.Errorf("delay %s exceeds MaxDelay %s", d, MaxDelay)}
+	until, d, err := parseDelayMetadata(untilStr, forStr)
+	if err != nil {
+		return 0, time.Time{}, time.Time{}, err
 	}
 	switch {
 	case untilStr == "" && forStr == "":
@@ -99,6 +88,35 @@ func scheduleOf(msg *message.Message, now time.Time) (d time.Duration, at, lates
 		}
 		return 0, until, time.Time{}, nil
 	}
+	remaining, latest := clampToUntil(now, d, until)
+	if remaining > MaxDelay {
+		if d > MaxDelay {
+			return 0, time.Time{}, time.Time{}, tooLong(delay.DelayedForKey, forStr, remaining)
+		}
+		return 0, time.Time{}, time.Time{}, tooLong(delay.DelayedUntilKey, untilStr, remaining)
+	}
+	return remaining, time.Time{}, latest, nil
+}
+
+// parseDelayMetadata parses Watermill's _watermill_delayed_until (RFC3339) and
+// _watermill_delayed_for (a Go duration); an empty value gives the zero value.
+func parseDelayMetadata(untilStr, forStr string) (until time.Time, d time.Duration, err error) {
+	if untilStr != "" {
+		if until, err = time.Parse(time.RFC3339, untilStr); err != nil {
+			return until, 0, &metadataError{key: delay.DelayedUntilKey, value: untilStr, err: errors.New("not an RFC3339 time")}
+		}
+	}
+	if forStr != "" {
+		if d, err = time.ParseDuration(forStr); err != nil {
+			return until, 0, &metadataError{key: delay.DelayedForKey, value: forStr, err: errors.New("not a Go duration such as \"1m30s\"")}
+		}
+	}
+	return until, d, nil
+}
+
+// clampToUntil is the due time of a message with both delay keys, as a delay from now (never
+// negative): now + d, but no earlier than until and no later than latest, until + 1.1s.
+func clampToUntil(now time.Time, d time.Duration, until time.Time) (remaining time.Duration, latest time.Time) {
 	due := now.Add(d)
 	if due.Before(until) {
 		due = until
@@ -107,14 +125,12 @@ func scheduleOf(msg *message.Message, now time.Time) (d time.Duration, at, lates
 	if due.After(latest) {
 		due = latest
 	}
-	remaining := max(due.Sub(now), 0)
-	if remaining > MaxDelay {
-		if d > MaxDelay {
-			return 0, time.Time{}, time.Time{}, tooLong(delay.DelayedForKey, forStr, remaining)
-		}
-		return 0, time.Time{}, time.Time{}, tooLong(delay.DelayedUntilKey, untilStr, remaining)
-	}
-	return remaining, time.Time{}, latest, nil
+	return max(due.Sub(now), 0), latest
+}
+
+// tooLong is the error for a delay beyond MaxDelay, naming the metadata entry that asked for it.
+func tooLong(key, value string, d time.Duration) error {
+	return &metadataError{key: key, value: value, err: fmt.Errorf("delay %s exceeds MaxDelay %s", d, MaxDelay)}
 }
 
 // metadataError is a problem with one metadata entry; Publish turns it into a MessageError.

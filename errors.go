@@ -66,7 +66,7 @@ type MessageError struct {
 }
 
 // Error names the topic, the UUID, and the key and value when there is one; each is quoted in
-// full up to maxQuoted bytes, and longer ones by their first maxQuoted bytes and their length.
+// full up to 64 bytes, and longer ones by their first 64 bytes and their length.
 func (e *MessageError) Error() string {
 	if e.Key == "" {
 		return fmt.Sprintf("redisdelay: topic %s: message %s: %v", quote(e.Topic), quote(e.UUID), e.Err)

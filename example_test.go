@@ -146,7 +146,7 @@ func ExampleWithKey() {
 	fmt.Println("cancel in group order-service:", res.Groups["order-service"])
 	// Output:
 	// publish: scheduled
-	// cancel in group order-service: done
+	// cancel in group order-service: applied
 }
 
 func ExampleDefaultDeadLetterTopic() {
@@ -187,8 +187,8 @@ func ExampleDefaultDeadLetterTopic() {
 	dead := exampleReceive(dlq)
 	fmt.Println("topic:", deadLetterTopic)
 	fmt.Println("payload:", string(dead.Payload))
-	fmt.Println("reason:", dead.Metadata.Get(redisdelay.DeadLetterReasonKey))
-	fmt.Println("attempts:", dead.Metadata.Get(redisdelay.DeadLetterAttemptsKey))
+	fmt.Println("reason:", dead.Metadata.Get(redisdelay.DeadLetterReasonMetadataKey))
+	fmt.Println("attempts:", dead.Metadata.Get(redisdelay.DeadLetterAttemptsMetadataKey))
 	dead.Ack()
 	// Output:
 	// topic: invoice.send.dead-letter.billing

@@ -62,7 +62,7 @@ func RequeueUncheckedForTest(ctx context.Context, in *Inspector, topic, group st
 
 // PurgeUncheckedForTest runs Inspector.Purge on a topic of one partition without its check in
 // Go that the group is registered (see RequeueUncheckedForTest).
-func PurgeUncheckedForTest(ctx context.Context, in *Inspector, topic, group string, state ListState) (int64, error) {
+func PurgeUncheckedForTest(ctx context.Context, in *Inspector, topic, group string, state State) (int64, error) {
 	return in.purge(ctx, TopicInfo{Topic: topic, Partitions: 1}, group, state)
 }
 

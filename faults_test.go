@@ -183,7 +183,7 @@ func TestMessageThatKillsItsConsumerEveryTimeStillBecomesADeadLetter(t *testing.
 		dead := receive(t, subscribe(t, newSubscriber(t, b, nil), redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)), 5*time.Second)
 		assert.Equal(t, "poison", dead.UUID)
 		expectNone(t, healthy, 100*time.Millisecond)
-		assert.Equal(t, redisdelay.DeadLetterReasonLeaseExpired, dead.Metadata.Get(redisdelay.DeadLetterReasonKey))
+		assert.Equal(t, redisdelay.DeadLetterReasonLeaseExpired, dead.Metadata.Get(redisdelay.DeadLetterReasonMetadataKey))
 	})
 }
 
@@ -288,8 +288,8 @@ func TestAnyDeadLetterTopicWorksForManyTopics(t *testing.T) {
 		got := map[string]string{}
 		for range topics {
 			letter := receive(t, dead, 5*time.Second)
-			got[letter.UUID] = letter.Metadata.Get(redisdelay.DeadLetterTopicKey)
-			assert.Equal(t, letter.Metadata.Get(redisdelay.DeadLetterTopicKey), string(letter.Payload))
+			got[letter.UUID] = letter.Metadata.Get(redisdelay.DeadLetterTopicMetadataKey)
+			assert.Equal(t, letter.Metadata.Get(redisdelay.DeadLetterTopicMetadataKey), string(letter.Payload))
 			letter.Ack()
 		}
 		expectNone(t, dead, 300*time.Millisecond)

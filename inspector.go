@@ -67,8 +67,16 @@ func (c InspectorConfig) Validate() error {
 	return nil
 }
 
-// Inspector finds and acts on the messages of a queue: by key, Cancel, Reschedule, RunNow and
-// Status. It is a type of its own, not a part of Publisher, because what it acts on is shared by
+// Inspector finds and acts on the messages of a queue. Its methods, by job:
+//
+//   - topics and groups: Topics, Stats, Pause, Resume, RemoveGroup;
+//   - messages by key: Cancel, Reschedule, RescheduleAfter, RunNow, Status, MessageByKey;
+//   - lists and refs: List (one page per call), Message, DeadLetter, CancelRef, RescheduleRef,
+//     RunNowRef;
+//   - dead letters and bulk: Requeue, Purge;
+//   - batches: FlushBatch, CancelBatch.
+//
+// It is a type of its own, not a part of Publisher, because what it acts on is shared by
 // every publisher and subscriber of a topic: an operator's tool (a CLI, a dashboard, a support
 // script) needs it without publishing anything, and one config serves all its operations. It
 // is safe for concurrent use and holds no resources; there is nothing to close.
@@ -104,42 +112,6 @@ func NewInspector(config InspectorConfig, logger watermill.LoggerAdapter) (*Insp
 	}, nil
 }
 
-// KeyOutcome is what an operation by key did in one consumer group.
-type KeyOutcome int
-
-const (
-	// KeyNotFound: no message has the key (never published, or done and its history, if
-	// any, expired).
-	KeyNotFound KeyOutcome = iota + 1
-	// KeyDone: the operation took effect in the group.
-	KeyDone
-	// KeyInFlight: a consumer of the group holds the message. Reschedule and RunNow leave it
-	// as it is. Cancel cancels it all the same: a delivery the handler already has finishes,
-	// but its Ack and Nack are refused as for a lost lease (logged at info level) and no Nack
-	// or expired lease brings the message back; a message claimed but not yet handed to the
-	// handler is handed out only if its subscription has not learned of the lost lease first
-	// (fencing before hand-over), so it arrives at most once.
-	KeyInFlight
-	// KeyFinished: the group no longer holds the message: it acked, dead-lettered or
-	// cancelled it already, or was registered after the message was published.
-	KeyFinished
-)
-
-// String returns "not found", "done", "in flight" or "finished".
-func (o KeyOutcome) String() string {
-	switch o {
-	case KeyNotFound:
-		return "not found"
-	case KeyDone:
-		return "done"
-	case KeyInFlight:
-		return "in flight"
-	case KeyFinished:
-		return "finished"
-	}
-	return "KeyOutcome(" + strconv.Itoa(int(o)) + ")"
-}
-
 // ParkedGroup is the name under which results report messages published while no consumer group
 // was registered on the topic: they wait, parked, for the first group that registers. Once a
 // group is registered, the copy a topic keeps for groups that register within its new-group
@@ -151,7 +123,7 @@ type KeyResult struct {
 	Topic, Key string
 	// Groups holds the outcome in each consumer group registered on the topic, by name; it
 	// holds ParkedGroup too when the message was parked.
-	Groups map[string]KeyOutcome
+	Groups map[string]Outcome
 	// DueAt is the new due time, on the Redis clock, for Reschedule and RunNow.
 	DueAt time.Time
 }
@@ -159,18 +131,18 @@ type KeyResult struct {
 // Found reports whether a message had the key.
 func (r KeyResult) Found() bool {
 	for _, o := range r.Groups {
-		if o != KeyNotFound {
+		if o != OutcomeNotFound {
 			return true
 		}
 	}
 	return false
 }
 
-// Done reports whether the operation took effect in at least one group (for Cancel, KeyInFlight
+// Applied reports whether the operation took effect in at least one group (for Cancel, OutcomeInFlight
 // counts: the message was cancelled there too).
-func (r KeyResult) Done() bool {
+func (r KeyResult) Applied() bool {
 	for _, o := range r.Groups {
-		if o == KeyDone {
+		if o == OutcomeApplied {
 			return true
 		}
 	}
@@ -178,10 +150,10 @@ func (r KeyResult) Done() bool {
 }
 
 // Cancel cancels the message with key on topic: no consumer group receives it afterwards. In
-// a group that holds it due (first attempt, or waiting for a retry) it is removed (KeyDone).
+// a group that holds it due (first attempt, or waiting for a retry) it is removed (OutcomeApplied).
 // In a group that holds it in flight the delivery under way finishes (one claimed but not yet
 // handed to the handler may not be handed out), but its Ack or Nack is refused and it never
-// comes back (KeyInFlight). The message is deleted once no group holds it,
+// comes back (OutcomeInFlight). The message is deleted once no group holds it,
 // and the key is free again, or keeps its history for PublisherConfig.KeyRetention, recorded
 // as cancelled in each group that held it.
 //
@@ -204,7 +176,7 @@ func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, e
 // Reschedule makes the message with key due at dueAt (Unix time; a past time means at once,
 // measured on the Redis clock) in every consumer group that holds it due, a message waiting for
 // a retry included, keeping its attempt count; earlier or later both work, and subscribers that
-// sleep past the new time are woken. A group that holds it in flight keeps it (KeyInFlight).
+// sleep past the new time are woken. A group that holds it in flight keeps it (OutcomeInFlight).
 // Microsecond precision. Errors as for Cancel.
 func (i *Inspector) Reschedule(ctx context.Context, topic, key string, dueAt time.Time) (KeyResult, error) {
 	return i.reschedule(ctx, topic, key, outgoing{at: dueAt})
@@ -265,79 +237,32 @@ func checkTopicKey(topic, key string) error {
 }
 
 // keyOutcomes decodes the state letters of cancel.lua or reschedule.lua: the parked set's
-// first, then one per group; done is the letter of KeyDone. The parked set's counts only while
+// first, then one per group; done is the letter of OutcomeApplied. The parked set's counts only while
 // no group is registered: after that, it is the new-group window's copy (see ParkedGroup).
-func keyOutcomes(states string, groups []string, done byte) map[string]KeyOutcome {
-	out := make(map[string]KeyOutcome, len(groups)+1)
+func keyOutcomes(states string, groups []string, done byte) map[string]Outcome {
+	out := make(map[string]Outcome, len(groups)+1)
 	if states[0] == done && len(groups) == 0 {
-		out[ParkedGroup] = KeyDone
+		out[ParkedGroup] = OutcomeApplied
 	}
 	for n, g := range groups {
 		switch states[1+n] {
 		case done:
-			out[g] = KeyDone
+			out[g] = OutcomeApplied
 		case 'i':
-			out[g] = KeyInFlight
+			out[g] = OutcomeInFlight
 		case 'f':
-			out[g] = KeyFinished
+			out[g] = OutcomeFinished
 		default:
-			out[g] = KeyNotFound
+			out[g] = OutcomeNotFound
 		}
 	}
 	return out
 }
 
-// KeyState is where a consumer group stands with the message that has a key.
-type KeyState int
-
-const (
-	// StateNotFound: nothing is known of a message with the key in the group.
-	StateNotFound KeyState = iota + 1
-	// StateScheduled: due at GroupStatus.DueAt, after GroupStatus.Attempt attempts.
-	StateScheduled
-	// StateInFlight: leased to a consumer for attempt GroupStatus.Attempt until
-	// GroupStatus.LeaseDeadline.
-	StateInFlight
-	// StateAcked: acknowledged, on attempt GroupStatus.Attempt, at GroupStatus.FinishedAt.
-	StateAcked
-	// StateDeadLettered: moved to the dead-letter topic after GroupStatus.Attempt attempts,
-	// at GroupStatus.FinishedAt, for GroupStatus.Reason (DeadLetterReasonNacked or
-	// DeadLetterReasonLeaseExpired).
-	StateDeadLettered
-	// StateCancelled: cancelled by Inspector.Cancel at GroupStatus.FinishedAt.
-	StateCancelled
-	// StateFinished: the group no longer holds the message, which other groups still do, and
-	// keeps no history of it (PublisherConfig.KeyRetention was 0), or it was registered after
-	// the message was published.
-	StateFinished
-)
-
-// String returns the state in words: "not found", "scheduled", "in flight", "acked",
-// "dead-lettered", "cancelled" or "finished".
-func (s KeyState) String() string {
-	switch s {
-	case StateNotFound:
-		return "not found"
-	case StateScheduled:
-		return "scheduled"
-	case StateInFlight:
-		return "in flight"
-	case StateAcked:
-		return "acked"
-	case StateDeadLettered:
-		return "dead-lettered"
-	case StateCancelled:
-		return "cancelled"
-	case StateFinished:
-		return "finished"
-	}
-	return "KeyState(" + strconv.Itoa(int(s)) + ")"
-}
-
-// GroupStatus is one consumer group's state with a keyed message. Times are on the Redis clock,
+// KeyGroupStatus is one consumer group's state with a keyed message. Times are on the Redis clock,
 // microsecond precision; the ones that do not apply to the state are zero.
-type GroupStatus struct {
-	State         KeyState
+type KeyGroupStatus struct {
+	State         State
 	DueAt         time.Time // StateScheduled
 	LeaseDeadline time.Time // StateInFlight
 	// Attempt is the attempts so far (StateScheduled), the attempt under way (StateInFlight),
@@ -355,7 +280,7 @@ type KeyStatus struct {
 	Live bool
 	// Groups holds the status in each consumer group registered on the topic, by name, and
 	// under ParkedGroup the parked message's, when it waits for a first group.
-	Groups map[string]GroupStatus
+	Groups map[string]KeyGroupStatus
 }
 
 // Status returns where each consumer group stands with the message that has key on topic: its
@@ -370,7 +295,7 @@ func (i *Inspector) Status(ctx context.Context, topic, key string) (KeyStatus, e
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
 	part := partitionName(topic, keyPartition(key, i.config.Partitions))
-	st := KeyStatus{Topic: topic, Key: key, Groups: map[string]GroupStatus{}}
+	st := KeyStatus{Topic: topic, Key: key, Groups: map[string]KeyGroupStatus{}}
 	wrap := func(err error) error {
 		return fmt.Errorf("redisdelay: status of key %s on topic %s: %w", quote(key), quote(topic), err)
 	}
@@ -387,7 +312,7 @@ func (i *Inspector) Status(ctx context.Context, topic, key string) (KeyStatus, e
 	}
 	st.Live = live
 	if parkedUs >= 0 && len(groups) == 0 {
-		st.Groups[ParkedGroup] = GroupStatus{State: StateScheduled, DueAt: time.UnixMicro(parkedUs)}
+		st.Groups[ParkedGroup] = KeyGroupStatus{State: StateScheduled, DueAt: time.UnixMicro(parkedUs)}
 	}
 	for n, g := range groups {
 		gs, err := groupStatus(states[n])
@@ -400,34 +325,34 @@ func (i *Inspector) Status(ctx context.Context, topic, key string) (KeyStatus, e
 }
 
 // groupStatus decodes one group's reply of status.lua.
-func groupStatus(s keyStatus) (GroupStatus, error) {
+func groupStatus(s keyStatus) (KeyGroupStatus, error) {
 	switch s.state {
 	case 'd':
-		return GroupStatus{State: StateScheduled, DueAt: time.UnixMicro(s.timeUs), Attempt: int(s.attempt)}, nil
+		return KeyGroupStatus{State: StateScheduled, DueAt: time.UnixMicro(s.timeUs), Attempt: int(s.attempt)}, nil
 	case 'l':
-		return GroupStatus{State: StateInFlight, LeaseDeadline: time.UnixMicro(s.timeUs), Attempt: int(s.attempt)}, nil
+		return KeyGroupStatus{State: StateInFlight, LeaseDeadline: time.UnixMicro(s.timeUs), Attempt: int(s.attempt)}, nil
 	case 'f':
-		return GroupStatus{State: StateFinished}, nil
+		return KeyGroupStatus{State: StateFinished}, nil
 	case 'n':
-		return GroupStatus{State: StateNotFound}, nil
+		return KeyGroupStatus{State: StateNotFound}, nil
 	case 'h':
 		return historyRecord(s.record)
 	}
-	return GroupStatus{}, fmt.Errorf("unknown state %q", s.state)
+	return KeyGroupStatus{}, fmt.Errorf("unknown state %q", s.state)
 }
 
 // historyRecord decodes a record that ended in lua/lib wrote: "outcome time attempt[ reason]".
-func historyRecord(record string) (GroupStatus, error) {
+func historyRecord(record string) (KeyGroupStatus, error) {
 	f := strings.SplitN(record, " ", 4)
 	if len(f) < 3 {
-		return GroupStatus{}, fmt.Errorf("malformed history record %q", record)
+		return KeyGroupStatus{}, fmt.Errorf("malformed history record %q", record)
 	}
 	us, err1 := strconv.ParseInt(f[1], 10, 64)
 	attempt, err2 := strconv.Atoi(f[2])
 	if err := errors.Join(err1, err2); err != nil {
-		return GroupStatus{}, fmt.Errorf("malformed history record %q: %w", record, err)
+		return KeyGroupStatus{}, fmt.Errorf("malformed history record %q: %w", record, err)
 	}
-	gs := GroupStatus{FinishedAt: time.UnixMicro(us), Attempt: attempt}
+	gs := KeyGroupStatus{FinishedAt: time.UnixMicro(us), Attempt: attempt}
 	switch f[0] {
 	case "acked":
 		gs.State = StateAcked
@@ -439,7 +364,7 @@ func historyRecord(record string) (GroupStatus, error) {
 	case "cancelled":
 		gs.State = StateCancelled
 	default:
-		return GroupStatus{}, fmt.Errorf("malformed history record %q", record)
+		return KeyGroupStatus{}, fmt.Errorf("malformed history record %q", record)
 	}
 	return gs, nil
 }

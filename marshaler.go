@@ -50,7 +50,7 @@ type DefaultMarshalerUnmarshaler struct{}
 // append only.
 var wellKnownKeys = []string{
 	delay.DelayedUntilKey, delay.DelayedForKey,
-	DeadLetterTopicKey, DeadLetterGroupKey, DeadLetterAttemptsKey, DeadLetterReasonKey,
+	DeadLetterTopicMetadataKey, DeadLetterGroupMetadataKey, DeadLetterAttemptsMetadataKey, DeadLetterReasonMetadataKey,
 }
 
 const (

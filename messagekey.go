@@ -16,17 +16,6 @@ import (
 // message lives, by which it is deduplicated on publish and found again by the Inspector
 // (Cancel, Reschedule, RunNow, Status), in O(log N) per consumer group.
 
-// KeyMetadataKey is the metadata key that holds a message's key; WithKey sets it. Publish
-// stores the key apart from the marshaled message (it is part of the message's internal ID,
-// and is not paid for twice), and every delivery and dead letter carries it again. A dead
-// letter is stored without a key on its dead-letter topic; re-publishing it to its source topic
-// uses the key again.
-const KeyMetadataKey = ReservedMetadataPrefix + "key"
-
-// OnDuplicateMetadataKey is the metadata key that overrides PublisherConfig.OnDuplicate for one
-// message; its value is a DuplicatePolicy. Publish acts on it and does not store it.
-const OnDuplicateMetadataKey = ReservedMetadataPrefix + "on_duplicate"
-
 // MaxKeyLength is the longest message key, in bytes.
 const MaxKeyLength = 256
 
@@ -97,40 +86,15 @@ func (p DuplicatePolicy) scriptCode() string {
 	return ""
 }
 
-// PublishOutcome is what PublishWithResult did with one message.
-type PublishOutcome int
-
-const (
-	// Scheduled means the message was stored and scheduled.
-	Scheduled PublishOutcome = iota + 1
-	// Duplicate means its key was taken and nothing was stored (see DuplicatePolicy).
-	Duplicate
-	// Replaced means it replaced the message that had its key (see DuplicatePolicy).
-	Replaced
-)
-
-// String returns "scheduled", "duplicate" or "replaced".
-func (o PublishOutcome) String() string {
-	switch o {
-	case Scheduled:
-		return "scheduled"
-	case Duplicate:
-		return "duplicate"
-	case Replaced:
-		return "replaced"
-	}
-	return "PublishOutcome(" + strconv.Itoa(int(o)) + ")"
-}
-
 // publishOutcome decodes an outcome letter of publish_to.
-func publishOutcome(letter byte) PublishOutcome {
+func publishOutcome(letter byte) Outcome {
 	switch letter {
 	case 'd':
-		return Duplicate
+		return OutcomeDuplicate
 	case 'r':
-		return Replaced
+		return OutcomeReplaced
 	}
-	return Scheduled
+	return OutcomeScheduled
 }
 
 // keySpecOf returns the key spec of msg for publish_to: "" without a key, else the policy

@@ -132,7 +132,7 @@ func BenchmarkCancelByKey(b *testing.B) {
 				b.Error(err)
 				return
 			}
-			if res.Groups[redisdelay.DefaultConsumerGroup] == redisdelay.KeyDone {
+			if res.Groups[redisdelay.DefaultConsumerGroup] == redisdelay.OutcomeApplied {
 				done.Add(1)
 			}
 		}

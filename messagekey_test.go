@@ -45,7 +45,7 @@ func publisherWith(t *testing.T, b backend, edit func(*redisdelay.PublisherConfi
 }
 
 // publishOne publishes msg and returns its outcome.
-func publishOne(t *testing.T, pub *redisdelay.Publisher, topic string, msg *message.Message) redisdelay.PublishOutcome {
+func publishOne(t *testing.T, pub *redisdelay.Publisher, topic string, msg *message.Message) redisdelay.Outcome {
 	t.Helper()
 	outcomes, err := pub.PublishWithResult(topic, msg)
 	require.NoError(t, err)
@@ -79,7 +79,7 @@ func TestCancelledMessageReachesNoGroup(t *testing.T) {
 
 		res, err := in.Cancel(context.Background(), topic, "order-42")
 		require.NoError(t, err)
-		assert.Equal(t, map[string]redisdelay.KeyOutcome{"a": redisdelay.KeyDone, "b": redisdelay.KeyDone}, res.Groups)
+		assert.Equal(t, map[string]redisdelay.Outcome{"a": redisdelay.OutcomeApplied, "b": redisdelay.OutcomeApplied}, res.Groups)
 		assert.True(t, res.Found())
 
 		for _, ch := range []<-chan *message.Message{chA, chB} {
@@ -91,7 +91,7 @@ func TestCancelledMessageReachesNoGroup(t *testing.T) {
 		again, err := in.Cancel(context.Background(), topic, "order-42")
 		require.NoError(t, err)
 		assert.False(t, again.Found(), "the message is gone: %v", again.Groups)
-		assert.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("order-42", time.Hour, "")), "the key is free again")
+		assert.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("order-42", time.Hour, "")), "the key is free again")
 	})
 }
 
@@ -139,7 +139,7 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 		}()
 
 		// Four cancellers take the keys in due order, racing the subscriber's claims.
-		outcomes := make([]redisdelay.KeyOutcome, n)
+		outcomes := make([]redisdelay.Outcome, n)
 		var next atomic.Int64
 		var wg sync.WaitGroup
 		for range 4 {
@@ -158,7 +158,7 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 		wg.Wait()
 		expected := 0
 		for _, o := range outcomes {
-			if o == redisdelay.KeyNotFound {
+			if o == redisdelay.OutcomeNotFound {
 				expected++
 			}
 		}
@@ -176,27 +176,27 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 
 		mu.Lock()
 		defer mu.Unlock()
-		counts := map[redisdelay.KeyOutcome]int{}
+		counts := map[redisdelay.Outcome]int{}
 		for i, o := range outcomes {
 			key := "k" + strconv.Itoa(i)
 			counts[o]++
 			assert.LessOrEqual(t, received[key], 1, "key %s delivered more than once", key)
 			switch o {
-			case redisdelay.KeyDone:
+			case redisdelay.OutcomeApplied:
 				assert.Zero(t, received[key], "key %s was delivered although Cancel removed it while due", key)
-			case redisdelay.KeyNotFound:
+			case redisdelay.OutcomeNotFound:
 				// Already acked (and, with no history kept, gone).
 				assert.Equal(t, 1, received[key], "key %s was acked before the cancel, so it was delivered once", key)
-			case redisdelay.KeyInFlight:
+			case redisdelay.OutcomeInFlight:
 				// Claimed before the cancel: at most once (checked above).
 			default:
 				t.Errorf("key %s: unexpected outcome %s", key, o)
 			}
 		}
 		t.Logf("cancel outcomes: %v", counts)
-		assert.GreaterOrEqual(t, total, counts[redisdelay.KeyNotFound], "the messages acked before their cancel were delivered")
-		assert.LessOrEqual(t, total, n-counts[redisdelay.KeyDone], "no message removed while due was delivered")
-		assert.Positive(t, counts[redisdelay.KeyDone], "some cancels must have come before the claim")
+		assert.GreaterOrEqual(t, total, counts[redisdelay.OutcomeNotFound], "the messages acked before their cancel were delivered")
+		assert.LessOrEqual(t, total, n-counts[redisdelay.OutcomeApplied], "no message removed while due was delivered")
+		assert.Positive(t, counts[redisdelay.OutcomeApplied], "some cancels must have come before the claim")
 	})
 }
 
@@ -211,7 +211,7 @@ func TestRescheduleIsNeverEarlyAgainstTheNewDueTime(t *testing.T) {
 		require.NoError(t, pub.Publish(topic, keyed("earlier", time.Hour, "")))
 		res, err := in.RescheduleAfter(context.Background(), topic, "earlier", 300*time.Millisecond)
 		require.NoError(t, err)
-		require.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup])
+		require.Equal(t, redisdelay.OutcomeApplied, res.Groups[redisdelay.DefaultConsumerGroup])
 		msg := receive(t, ch, 5*time.Second)
 		arrived := time.Now()
 		assert.Equal(t, "earlier", msg.Metadata.Get(redisdelay.KeyMetadataKey))
@@ -223,7 +223,7 @@ func TestRescheduleIsNeverEarlyAgainstTheNewDueTime(t *testing.T) {
 		require.NoError(t, pub.Publish(topic, keyed("later", 200*time.Millisecond, "")))
 		res, err = in.Reschedule(context.Background(), topic, "later", time.Now().Add(800*time.Millisecond))
 		require.NoError(t, err)
-		require.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup])
+		require.Equal(t, redisdelay.OutcomeApplied, res.Groups[redisdelay.DefaultConsumerGroup])
 		msg = receive(t, ch, 5*time.Second)
 		assert.False(t, time.Now().Before(res.DueAt), "arrived before the new due time %s", res.DueAt)
 		assert.Equal(t, "later", msg.Metadata.Get(redisdelay.KeyMetadataKey))
@@ -234,19 +234,19 @@ func TestRescheduleIsNeverEarlyAgainstTheNewDueTime(t *testing.T) {
 		start := time.Now()
 		res, err = in.RunNow(context.Background(), topic, "now")
 		require.NoError(t, err)
-		require.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup])
+		require.Equal(t, redisdelay.OutcomeApplied, res.Groups[redisdelay.DefaultConsumerGroup])
 		msg = receive(t, ch, 5*time.Second)
 		assert.Equal(t, "now", msg.Metadata.Get(redisdelay.KeyMetadataKey))
 		assert.Less(t, time.Since(start), time.Second, "RunNow wakes the subscriber")
 		// In flight now: rescheduling leaves it alone.
 		res, err = in.RunNow(context.Background(), topic, "now")
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyInFlight, res.Groups[redisdelay.DefaultConsumerGroup])
+		assert.Equal(t, redisdelay.OutcomeInFlight, res.Groups[redisdelay.DefaultConsumerGroup])
 		msg.Ack()
 
 		res, err = in.RunNow(context.Background(), topic, "never-published")
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyNotFound, res.Groups[redisdelay.DefaultConsumerGroup])
+		assert.Equal(t, redisdelay.OutcomeNotFound, res.Groups[redisdelay.DefaultConsumerGroup])
 	})
 }
 
@@ -255,16 +255,16 @@ func TestDuplicatePolicies(t *testing.T) {
 		for _, tc := range []struct {
 			policy   redisdelay.DuplicatePolicy
 			second   time.Duration // due time of the second message, the first is due in 1 min
-			outcome  redisdelay.PublishOutcome
+			outcome  redisdelay.Outcome
 			keepsNew bool
 		}{
-			{redisdelay.KeepExisting, 2 * time.Minute, redisdelay.Duplicate, false},
-			{redisdelay.ReplaceExisting, 2 * time.Minute, redisdelay.Replaced, true},
-			{redisdelay.ReplaceExisting, 30 * time.Second, redisdelay.Replaced, true},
-			{redisdelay.KeepEarlier, 30 * time.Second, redisdelay.Replaced, true},
-			{redisdelay.KeepEarlier, 2 * time.Minute, redisdelay.Duplicate, false},
-			{redisdelay.KeepLater, 2 * time.Minute, redisdelay.Replaced, true},
-			{redisdelay.KeepLater, 30 * time.Second, redisdelay.Duplicate, false},
+			{redisdelay.KeepExisting, 2 * time.Minute, redisdelay.OutcomeDuplicate, false},
+			{redisdelay.ReplaceExisting, 2 * time.Minute, redisdelay.OutcomeReplaced, true},
+			{redisdelay.ReplaceExisting, 30 * time.Second, redisdelay.OutcomeReplaced, true},
+			{redisdelay.KeepEarlier, 30 * time.Second, redisdelay.OutcomeReplaced, true},
+			{redisdelay.KeepEarlier, 2 * time.Minute, redisdelay.OutcomeDuplicate, false},
+			{redisdelay.KeepLater, 2 * time.Minute, redisdelay.OutcomeReplaced, true},
+			{redisdelay.KeepLater, 30 * time.Second, redisdelay.OutcomeDuplicate, false},
 		} {
 			name := string(tc.policy) + "/" + tc.second.String()
 			t.Run(name, func(t *testing.T) {
@@ -274,7 +274,7 @@ func TestDuplicatePolicies(t *testing.T) {
 				sub := newSubscriber(t, b, nil)
 				require.NoError(t, sub.SubscribeInitialize(topic))
 
-				require.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("k", time.Minute, "first")))
+				require.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("k", time.Minute, "first")))
 				before, err := in.Status(context.Background(), topic, "k")
 				require.NoError(t, err)
 				require.Equal(t, redisdelay.StateScheduled, before.Groups[redisdelay.DefaultConsumerGroup].State)
@@ -307,7 +307,7 @@ func TestDuplicatePolicies(t *testing.T) {
 			replace.Metadata.Set(redisdelay.OnDuplicateMetadataKey, string(redisdelay.ReplaceExisting))
 			outcomes, err := pub.PublishWithResult(topic, keyed("k", time.Minute, "first"), keyed("k", time.Minute, "second"), replace, keyed("other", time.Minute, ""))
 			require.NoError(t, err)
-			assert.Equal(t, []redisdelay.PublishOutcome{redisdelay.Scheduled, redisdelay.Duplicate, redisdelay.Replaced, redisdelay.Scheduled}, outcomes)
+			assert.Equal(t, []redisdelay.Outcome{redisdelay.OutcomeScheduled, redisdelay.OutcomeDuplicate, redisdelay.OutcomeReplaced, redisdelay.OutcomeScheduled}, outcomes)
 			in := newInspector(t, b, 1)
 			_, err = in.RunNow(context.Background(), topic, "k")
 			require.NoError(t, err)
@@ -328,9 +328,9 @@ func TestKeyIsFreeOnceDoneOrOnceItsRetentionEnds(t *testing.T) {
 				pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.KeyRetention = retention })
 				// No new-group window, which keeps the key taken while it keeps the message.
 				ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.NewGroupWindow = -1 }), topic)
-				require.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("k", 0, "1")))
+				require.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("k", 0, "1")))
 				msg := receive(t, ch, 5*time.Second)
-				require.Equal(t, redisdelay.Duplicate, publishOne(t, pub, topic, keyed("k", 0, "2")), "in flight: the key is taken")
+				require.Equal(t, redisdelay.OutcomeDuplicate, publishOne(t, pub, topic, keyed("k", 0, "2")), "in flight: the key is taken")
 				msg.Ack()
 				if retention > 0 && b.miniredis != nil {
 					// miniredis lets keys expire only when told that time passed.
@@ -345,14 +345,14 @@ func TestKeyIsFreeOnceDoneOrOnceItsRetentionEnds(t *testing.T) {
 						require.NoError(t, err)
 						return s.Groups[redisdelay.DefaultConsumerGroup].State == redisdelay.StateAcked
 					}, 5*time.Second, 5*time.Millisecond)
-					require.Equal(t, redisdelay.Duplicate, publishOne(t, pub, topic, keyed("k", 0, "3")), "retained: the key is taken")
+					require.Equal(t, redisdelay.OutcomeDuplicate, publishOne(t, pub, topic, keyed("k", 0, "3")), "retained: the key is taken")
 				}
 				start := time.Now()
 				require.Eventually(t, func() bool {
 					if b.miniredis != nil {
 						b.miniredis.FastForward(10 * time.Millisecond)
 					}
-					return publishOne(t, pub, topic, keyed("k", 0, "4")) == redisdelay.Scheduled
+					return publishOne(t, pub, topic, keyed("k", 0, "4")) == redisdelay.OutcomeScheduled
 				}, 5*time.Second, 10*time.Millisecond, "the key must be free again")
 				if retention > 0 && b.miniredis == nil {
 					assert.GreaterOrEqual(t, time.Since(start), retention/2, "the key is taken for about the retention")
@@ -370,7 +370,7 @@ func TestStatusThroughEveryState(t *testing.T) {
 		topic := newTopic()
 		pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.KeyRetention = time.Minute })
 		in := newInspector(t, b, 1)
-		status := func(key string) redisdelay.GroupStatus {
+		status := func(key string) redisdelay.KeyGroupStatus {
 			t.Helper()
 			s, err := in.Status(context.Background(), topic, key)
 			require.NoError(t, err)
@@ -447,7 +447,7 @@ func TestStatusThroughEveryState(t *testing.T) {
 		for _, op := range []func(context.Context, string, string) (redisdelay.KeyResult, error){in.Cancel, in.RunNow} {
 			res, err := op(context.Background(), topic, "c")
 			require.NoError(t, err)
-			assert.Equal(t, redisdelay.KeyFinished, res.Groups[redisdelay.DefaultConsumerGroup])
+			assert.Equal(t, redisdelay.OutcomeFinished, res.Groups[redisdelay.DefaultConsumerGroup])
 		}
 	})
 }
@@ -476,7 +476,7 @@ func TestKeysOnAPartitionedTopic(t *testing.T) {
 				want[key] = true
 			}
 			require.NoError(t, err)
-			assert.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup], key)
+			assert.Equal(t, redisdelay.OutcomeApplied, res.Groups[redisdelay.DefaultConsumerGroup], key)
 		}
 		got := map[string]bool{}
 		for range want {
@@ -546,14 +546,14 @@ func TestCallsByKeyThatRunTwiceActOnceAndReturnTheFirstResult(t *testing.T) {
 		pub := publisherWith(t, backend{name: b.name, client: client}, func(*redisdelay.PublisherConfig) {})
 		in := newInspector(t, backend{name: b.name, client: client}, 1)
 
-		assert.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("a", time.Hour, "")), "a second run must not call the message its own duplicate")
-		assert.Equal(t, redisdelay.Scheduled, publishOne(t, pub, topic, keyed("b", time.Hour, "")))
+		assert.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("a", time.Hour, "")), "a second run must not call the message its own duplicate")
+		assert.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("b", time.Hour, "")))
 		res, err := in.Cancel(context.Background(), topic, "a")
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup], "the second run must report the first run's cancel")
+		assert.Equal(t, redisdelay.OutcomeApplied, res.Groups[redisdelay.DefaultConsumerGroup], "the second run must report the first run's cancel")
 		res, err = in.RescheduleAfter(context.Background(), topic, "b", 200*time.Millisecond)
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyDone, res.Groups[redisdelay.DefaultConsumerGroup])
+		assert.Equal(t, redisdelay.OutcomeApplied, res.Groups[redisdelay.DefaultConsumerGroup])
 		assert.GreaterOrEqual(t, reruns.Load(), int64(4), "the hook must have run every call twice")
 
 		msg := receive(t, subscribe(t, sub, topic), 5*time.Second)

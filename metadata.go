@@ -1,5 +1,8 @@
 package redisdelay
 
+// This file is the one home of every metadata key the adapter reads or writes (all start with
+// ReservedMetadataPrefix) and of the rules Publish applies to them.
+
 import (
 	"errors"
 	"strings"
@@ -30,6 +33,36 @@ const DueTimeMetadataKey = ReservedMetadataPrefix + "due_time"
 // drops the key.
 const ServedDelayMetadataKey = ReservedMetadataPrefix + "served_delay"
 
+// KeyMetadataKey is the metadata key that holds a message's key; WithKey sets it. Publish
+// stores the key apart from the marshaled message (it is part of the message's internal ID,
+// and is not paid for twice), and every delivery and dead letter carries it again. A dead
+// letter is stored without a key on its dead-letter topic; re-publishing it to its source topic
+// uses the key again.
+const KeyMetadataKey = ReservedMetadataPrefix + "key"
+
+// OnDuplicateMetadataKey is the metadata key that overrides PublisherConfig.OnDuplicate for one
+// message; its value is a DuplicatePolicy. Publish acts on it and does not store it.
+const OnDuplicateMetadataKey = ReservedMetadataPrefix + "on_duplicate"
+
+// Metadata of batching.
+const (
+	// BatchKeyMetadataKey holds the batch key of a message to publish into a batch (set it
+	// with WithBatchKey), and of a released batch.
+	BatchKeyMetadataKey = ReservedMetadataPrefix + "batch_key"
+	// BatchItemsMetadataKey is the number of items of a released batch, in decimal.
+	BatchItemsMetadataKey = ReservedMetadataPrefix + "batch_items"
+	// BatchTriggerMetadataKey is what released a batch: BatchTriggerSize, BatchTriggerTime or
+	// BatchTriggerFlush.
+	BatchTriggerMetadataKey = ReservedMetadataPrefix + "batch_trigger"
+)
+
+// Values of BatchTriggerMetadataKey.
+const (
+	BatchTriggerSize  = "size"  // it reached MaxItems or MaxBytes
+	BatchTriggerTime  = "time"  // MaxWait passed after its first item
+	BatchTriggerFlush = "flush" // Inspector.FlushBatch
+)
+
 // servedDelay is the value of ServedDelayMetadataKey for the given delay metadata.
 func servedDelay(until, delayFor string) string { return until + "|" + delayFor }
 
@@ -42,18 +75,18 @@ var deliveryMetadata = []string{AttemptMetadataKey, DueTimeMetadataKey, ServedDe
 // Metadata a dead letter gains when it is moved to its dead-letter topic. Publish keeps these
 // keys, so a dead letter can be re-published as it is.
 const (
-	// DeadLetterTopicKey is the topic the message ran out of attempts on.
-	DeadLetterTopicKey = ReservedMetadataPrefix + "dead_letter_topic"
-	// DeadLetterGroupKey is the consumer group it ran out of attempts in.
-	DeadLetterGroupKey = ReservedMetadataPrefix + "dead_letter_group"
-	// DeadLetterAttemptsKey is the number of attempts it had, in decimal.
-	DeadLetterAttemptsKey = ReservedMetadataPrefix + "dead_letter_attempts"
-	// DeadLetterReasonKey is why the last attempt failed: DeadLetterReasonNacked or
+	// DeadLetterTopicMetadataKey is the topic the message ran out of attempts on.
+	DeadLetterTopicMetadataKey = ReservedMetadataPrefix + "dead_letter_topic"
+	// DeadLetterGroupMetadataKey is the consumer group it ran out of attempts in.
+	DeadLetterGroupMetadataKey = ReservedMetadataPrefix + "dead_letter_group"
+	// DeadLetterAttemptsMetadataKey is the number of attempts it had, in decimal.
+	DeadLetterAttemptsMetadataKey = ReservedMetadataPrefix + "dead_letter_attempts"
+	// DeadLetterReasonMetadataKey is why the last attempt failed: DeadLetterReasonNacked or
 	// DeadLetterReasonLeaseExpired.
-	DeadLetterReasonKey = ReservedMetadataPrefix + "dead_letter_reason"
+	DeadLetterReasonMetadataKey = ReservedMetadataPrefix + "dead_letter_reason"
 )
 
-// Values of DeadLetterReasonKey.
+// Values of DeadLetterReasonMetadataKey.
 const (
 	// DeadLetterReasonNacked means the last attempt ended with Nack.
 	DeadLetterReasonNacked = "nacked"
@@ -65,16 +98,16 @@ const (
 // publishableReserved are the reserved keys Publish accepts: the delivery keys, which it drops,
 // and the message key, the duplicate policy and the dead-letter keys, which it keeps.
 var publishableReserved = map[string]bool{
-	KeyMetadataKey:         true,
-	OnDuplicateMetadataKey: true,
-	BatchKeyMetadataKey:    true,
-	AttemptMetadataKey:     true,
-	DueTimeMetadataKey:     true,
-	ServedDelayMetadataKey: true,
-	DeadLetterTopicKey:     true,
-	DeadLetterGroupKey:     true,
-	DeadLetterAttemptsKey:  true,
-	DeadLetterReasonKey:    true,
+	KeyMetadataKey:                true,
+	OnDuplicateMetadataKey:        true,
+	BatchKeyMetadataKey:           true,
+	AttemptMetadataKey:            true,
+	DueTimeMetadataKey:            true,
+	ServedDelayMetadataKey:        true,
+	DeadLetterTopicMetadataKey:    true,
+	DeadLetterGroupMetadataKey:    true,
+	DeadLetterAttemptsMetadataKey: true,
+	DeadLetterReasonMetadataKey:   true,
 }
 
 // checkReservedMetadata refuses a metadata key that starts with ReservedMetadataPrefix and is

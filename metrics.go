@@ -72,14 +72,26 @@ func NewMetrics(config MetricsConfig) (*Metrics, error) {
 	if config.Logger == nil {
 		config.Logger = watermill.NopLogger{}
 	}
-	ns := config.Namespace
+	m := newMetricVectors(config.Namespace)
+	m.logger = config.Logger
+	for _, c := range []prometheus.Collector{m.published, m.deduplicated, m.claimed, m.acked, m.nacked, m.leaseExpired, m.deadLettered,
+		m.cancelled, m.rescheduled, m.lateness, m.scriptDuration, m.scheduled, m.due, m.inFlight, m.deadLetters, m.dueAge, m.samplerErrors} {
+		if err := config.Registerer.Register(c); err != nil {
+			return nil, fmt.Errorf("redisdelay: register metrics: %w", err)
+		}
+	}
+	return m, nil
+}
+
+// newMetricVectors creates the metrics, unregistered, in namespace ns.
+func newMetricVectors(ns string) *Metrics {
 	counter := func(name, help string, labels ...string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: name, Help: help}, labels)
 	}
 	gauge := func(name, help string) *prometheus.GaugeVec {
 		return prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: ns, Name: name, Help: help}, []string{"topic", "consumer_group"})
 	}
-	m := &Metrics{
+	return &Metrics{
 		published:    counter("published_total", "Messages stored by Publish (scheduled or replacing a message with the same key).", "topic"),
 		deduplicated: counter("deduplicated_total", "Messages Publish did not store because their key was taken.", "topic"),
 		claimed:      counter("claimed_total", "Messages claimed for a delivery attempt.", "topic", "consumer_group"),
@@ -106,15 +118,7 @@ func NewMetrics(config MetricsConfig) (*Metrics, error) {
 		dueAge:        gauge("oldest_due_age_seconds", "How long the oldest due message has been due, as the sampler last saw it."),
 		samplerErrors: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sampler_errors_total", Help: "Sampling passes that failed."}),
 		sampled:       map[[2]string]bool{},
-		logger:        config.Logger,
 	}
-	for _, c := range []prometheus.Collector{m.published, m.deduplicated, m.claimed, m.acked, m.nacked, m.leaseExpired, m.deadLettered,
-		m.cancelled, m.rescheduled, m.lateness, m.scriptDuration, m.scheduled, m.due, m.inFlight, m.deadLetters, m.dueAge, m.samplerErrors} {
-		if err := config.Registerer.Register(c); err != nil {
-			return nil, fmt.Errorf("redisdelay: register metrics: %w", err)
-		}
-	}
-	return m, nil
 }
 
 // label returns v as a label value: v itself, or InvalidLabelValue when v is not valid UTF-8,
@@ -142,13 +146,13 @@ func (m *Metrics) latenessOf(topic, group string) prometheus.Observer {
 }
 
 // publishedOutcomes counts the outcomes of one Publish call.
-func (m *Metrics) publishedOutcomes(topic string, outcomes []PublishOutcome) {
+func (m *Metrics) publishedOutcomes(topic string, outcomes []Outcome) {
 	if m == nil {
 		return
 	}
 	var stored, dup float64
 	for _, o := range outcomes {
-		if o == Duplicate {
+		if o == OutcomeDuplicate {
 			dup++
 		} else {
 			stored++
@@ -206,15 +210,15 @@ func (m *Metrics) script(name string, d time.Duration) {
 
 // acted counts the groups an Inspector operation took effect in: cancelled (a message in
 // flight counts, since it is cancelled too) or rescheduled.
-func (m *Metrics) acted(cancel bool, topic string, groups map[string]KeyOutcome) {
+func (m *Metrics) acted(cancel bool, topic string, groups map[string]Outcome) {
 	if m == nil {
 		return
 	}
 	for g, o := range groups {
 		switch {
-		case cancel && (o == KeyDone || o == KeyInFlight):
+		case cancel && (o == OutcomeApplied || o == OutcomeInFlight):
 			m.cancelled.WithLabelValues(m.label(topic), m.label(g)).Inc()
-		case !cancel && o == KeyDone:
+		case !cancel && o == OutcomeApplied:
 			m.rescheduled.WithLabelValues(m.label(topic), m.label(g)).Inc()
 		}
 	}

@@ -179,15 +179,15 @@ func (r *modelRun) exec(o op) {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		switch outcomes[0] {
-		case redisdelay.Scheduled:
+		case redisdelay.OutcomeScheduled:
 			s := r.newSlot(msg.UUID, start.Add(o.delay), time.Now().Add(o.delay))
 			if key != "" {
 				s.key = key
 				r.keys[key] = s
 			}
-		case redisdelay.Duplicate:
+		case redisdelay.OutcomeDuplicate:
 			r.slots[msg.UUID] = &slot{uuids: []string{msg.UUID}, groups: map[string]*groupExp{}}
-		case redisdelay.Replaced:
+		case redisdelay.OutcomeReplaced:
 			s := r.keys[key]
 			if s == nil {
 				r.failf("model", "publish %s: Replaced, but the model knows no message with key %s", msg.UUID, key)
@@ -217,7 +217,7 @@ func (r *modelRun) exec(o op) {
 		}
 		r.mu.Lock()
 		defer r.mu.Unlock()
-		if len(outcomes) != 1 || outcomes[0] != redisdelay.Scheduled {
+		if len(outcomes) != 1 || outcomes[0] != redisdelay.OutcomeScheduled {
 			r.failf("error", "publish batch item: outcomes %v, want Scheduled", outcomes)
 			return
 		}
@@ -283,7 +283,7 @@ func (r *modelRun) exec(o op) {
 		defer r.mu.Unlock()
 		s := r.keys[key]
 		for gn, out := range res.Groups {
-			if out != redisdelay.KeyDone && out != redisdelay.KeyInFlight {
+			if out != redisdelay.OutcomeApplied && out != redisdelay.OutcomeInFlight {
 				continue
 			}
 			e := s.exp(gn)
@@ -291,7 +291,7 @@ func (r *modelRun) exec(o op) {
 				r.failf("model", "cancel %s: %s in group %q, which the model says never held it", key, out, gn)
 				continue
 			}
-			if out == redisdelay.KeyDone {
+			if out == redisdelay.OutcomeApplied {
 				e.exp, e.neverAfter = expNever, end
 			} else if e.exp == expMust {
 				e.exp = expMay
@@ -316,7 +316,7 @@ func (r *modelRun) exec(o op) {
 		defer r.mu.Unlock()
 		s := r.keys[key]
 		for gn, out := range res.Groups {
-			if out != redisdelay.KeyDone {
+			if out != redisdelay.OutcomeApplied {
 				continue
 			}
 			e := s.exp(gn)
@@ -331,7 +331,7 @@ func (r *modelRun) exec(o op) {
 		if !g.registered {
 			return
 		}
-		page, err := r.in.List(ctx, r.topic, gname, redisdelay.ListOptions{State: redisdelay.ListScheduled, Limit: 50})
+		page, err := r.in.List(ctx, r.topic, gname, redisdelay.ListOptions{State: redisdelay.StateScheduled, Limit: 50})
 		if err != nil {
 			r.failf("error", "list %s: %v", gname, err)
 			return
@@ -371,7 +371,7 @@ func (r *modelRun) exec(o op) {
 				itemUUID = items[0].UUID
 			}
 		}
-		var out redisdelay.KeyOutcome
+		var out redisdelay.Outcome
 		var due time.Time
 		switch o.kind {
 		case opCancelRef:
@@ -393,7 +393,7 @@ func (r *modelRun) exec(o op) {
 			r.failf("model", "%s: listed message %s (UUID %s) is unknown to the model", opNames[o.kind], info.Ref, itemUUID)
 			return
 		}
-		if out != redisdelay.KeyDone && out != redisdelay.KeyInFlight {
+		if out != redisdelay.OutcomeApplied && out != redisdelay.OutcomeInFlight {
 			return
 		}
 		targets := []*slot{s}
@@ -410,13 +410,13 @@ func (r *modelRun) exec(o op) {
 				return
 			}
 			switch {
-			case o.kind == opCancelRef && out == redisdelay.KeyDone:
+			case o.kind == opCancelRef && out == redisdelay.OutcomeApplied:
 				e.exp, e.neverAfter = expNever, end
 			case o.kind == opCancelRef:
 				if e.exp == expMust {
 					e.exp = expMay
 				}
-			case out == redisdelay.KeyDone:
+			case out == redisdelay.OutcomeApplied:
 				e.reschedule(due, due, end)
 			}
 		}

@@ -307,7 +307,7 @@ func (r *modelRun) consume(i, gen int, msg *message.Message, crash bool) {
 		g.nackNext--
 	}
 	d := delivery{group: groupName(i), gen: gen, at: at, attempt: msg.Metadata.Get(redisdelay.AttemptMetadataKey),
-		nacked: nack, crashed: crash, acked: !nack && !crash, requeued: msg.Metadata.Get(redisdelay.DeadLetterReasonKey) != ""}
+		nacked: nack, crashed: crash, acked: !nack && !crash, requeued: msg.Metadata.Get(redisdelay.DeadLetterReasonMetadataKey) != ""}
 	if bk := msg.Metadata.Get(redisdelay.BatchKeyMetadataKey); bk != "" && strings.HasPrefix(msg.UUID, "batch-") {
 		d.batch, d.trigger = msg.UUID, msg.Metadata.Get(redisdelay.BatchTriggerMetadataKey)
 		items, err := redisdelay.UnpackBatch(msg, nil)
@@ -375,7 +375,7 @@ func (r *modelRun) crash(i int) {
 func (r *modelRun) purgeScheduled(i int, final bool) {
 	gname := groupName(i)
 	start := time.Now()
-	n, err := r.in.Purge(context.Background(), r.topic, gname, redisdelay.ListScheduled)
+	n, err := r.in.Purge(context.Background(), r.topic, gname, redisdelay.StateScheduled)
 	if err != nil {
 		r.failf("error", "purge %s: %v", gname, err)
 		return

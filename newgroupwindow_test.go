@@ -185,7 +185,7 @@ func TestAGroupRegisteredWithinTheWindowReceivesWhatWasPublishedBefore(t *testin
 		require.NoError(t, pub.Publish(topic, keyed("order-2", time.Second, "cancelled")))
 		cancelled, err := in.Cancel(ctx, topic, "order-2")
 		require.NoError(t, err)
-		assert.Equal(t, map[string]redisdelay.KeyOutcome{"a": redisdelay.KeyDone}, cancelled.Groups, "the window's copy is no group")
+		assert.Equal(t, map[string]redisdelay.Outcome{"a": redisdelay.OutcomeApplied}, cancelled.Groups, "the window's copy is no group")
 
 		time.Sleep(100 * time.Millisecond)
 		chB := subscribe(t, newSubscriber(t, b, inGroup("b")), topic)

@@ -165,7 +165,7 @@ type GroupStats struct {
 	Scheduled, Due, InFlight int64
 	// DeadLetters are the group's dead letters that wait on its dead-letter topic
 	// (DefaultDeadLetterTopic) for a first consumer group there: those List shows with
-	// ListDead and Requeue moves back. Dead letters that a consumer group of the dead-letter
+	// StateDeadLettered and Requeue moves back. Dead letters that a consumer group of the dead-letter
 	// topic has taken are that group's messages, and a custom SubscriberConfig.DeadLetterTopic
 	// is not seen here.
 	DeadLetters int64
@@ -303,7 +303,7 @@ const removeGroupChunk = 1000
 // call per partition, unregisters the group at once, so publishes stop going to it (a publish
 // that races the removal is refused by the publish script and retried without it, so it never
 // brings the group back), and moves what the group held aside; then those messages are dropped,
-// removeGroupChunk per script call, each stored message once no other group holds it.
+// 1,000 per script call, each stored message once no other group holds it.
 // Subscriptions of the group that still run stop at their next claim with ErrGroupRemoved
 // (logged; their channel closes), and their acks are refused. A Subscribe of the group during
 // or after the removal registers it again, empty: it receives what is published after its
@@ -344,21 +344,6 @@ func (i *Inspector) RemoveGroup(ctx context.Context, topic, group string) (int64
 	return dropped, nil
 }
 
-// ListState selects which messages of a consumer group List returns.
-type ListState string
-
-const (
-	// ListScheduled are due later.
-	ListScheduled ListState = "scheduled"
-	// ListDue are due now and not claimed.
-	ListDue ListState = "due"
-	// ListInFlight are leased to a consumer.
-	ListInFlight ListState = "in-flight"
-	// ListDead are the group's dead letters waiting on its dead-letter topic
-	// (DefaultDeadLetterTopic) for a first consumer group there.
-	ListDead ListState = "dead"
-)
-
 // MessageInfo describes one message of a consumer group. Times are on the Redis clock.
 type MessageInfo struct {
 	Topic, Group string
@@ -369,9 +354,9 @@ type MessageInfo struct {
 	ID   string
 	UUID string
 	Key  string
-	// State is StateScheduled (DueAt may be past: due now), StateInFlight, or, for ListDead,
+	// State is StateScheduled (DueAt may be past: due now), StateInFlight, or, for StateDeadLettered,
 	// StateDeadLettered (DueAt is then when it was dead-lettered).
-	State KeyState
+	State State
 	DueAt time.Time // StateScheduled
 	// Attempt is the attempts so far (scheduled) or the attempt under way (in flight).
 	Attempt       int
@@ -415,7 +400,7 @@ const (
 
 // ListOptions selects a page of List.
 type ListOptions struct {
-	State ListState
+	State State
 	// Cursor is ListPage.NextCursor of the previous page, "" for the first.
 	Cursor string
 	// Limit is the most messages on the page; DefaultListLimit when zero, at most
@@ -473,8 +458,8 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 				return ListPage{}, fmt.Errorf("redisdelay: list group %s on topic %s: %w", quote(group), quote(topic), err)
 			}
 			for _, r := range rows {
-				m := i.describe(topic, group, p, r, opts.State == ListInFlight, false)
-				if opts.State == ListDead {
+				m := i.describe(topic, group, p, r, opts.State == StateInFlight, false)
+				if opts.State == StateDeadLettered {
 					m.State = StateDeadLettered
 				}
 				page.Messages = append(page.Messages, m)
@@ -501,16 +486,16 @@ const listCallLimit = 250
 
 // listTarget returns the set, the messages hash and the part of the set (for list.lua) that
 // hold the messages of a group in state on a topic partition.
-func (i *Inspector) listTarget(part, topic, group string, state ListState) (set, messages, which string, err error) {
+func (i *Inspector) listTarget(part, topic, group string, state State) (set, messages, which string, err error) {
 	tk, gk := i.store.keys.topic(part), i.store.keys.group(part, group)
 	switch state {
-	case ListScheduled:
+	case StateScheduled:
 		return gk.due, tk.messages, "scheduled", nil
-	case ListDue:
+	case StateDue:
 		return gk.due, tk.messages, "due", nil
-	case ListInFlight:
+	case StateInFlight:
 		return gk.lease, tk.messages, "all", nil
-	case ListDead:
+	case StateDeadLettered:
 		n := 0
 		if j := strings.LastIndexByte(part, '#'); j >= 0 && partitionSuffix(part) > 0 {
 			n, _ = strconv.Atoi(part[j+1:])
@@ -518,7 +503,7 @@ func (i *Inspector) listTarget(part, topic, group string, state ListState) (set,
 		dk := i.store.keys.topic(partitionName(DefaultDeadLetterTopic(topic, group), n))
 		return dk.parked, dk.messages, "all", nil
 	}
-	return "", "", "", fmt.Errorf("redisdelay: unknown list state %q, want scheduled, due, in-flight or dead", state)
+	return "", "", "", fmt.Errorf("redisdelay: unknown list state %q, want one of %v", state, listStates)
 }
 
 // describe turns a listed member into a MessageInfo, decoding the stored message from r.data:
@@ -601,9 +586,9 @@ func (i *Inspector) Message(ctx context.Context, topic, group, ref string) (Mess
 	return i.oneByRef(ctx, topic, group, ref, false)
 }
 
-// DeadLetter returns the dead letter that ref (MessageInfo.Ref from List with ListDead) names
+// DeadLetter returns the dead letter that ref (MessageInfo.Ref from List with StateDeadLettered) names
 // among the dead letters of consumer group on topic, with its whole payload, reading that one
-// message (show.lua on the dead-letter topic's parked set). Errors: an error wrapping
+// message (one read-only script on the dead-letter topic's parked set). Errors: an error wrapping
 // ErrNotFound when it is no longer a dead letter (requeued, or taken by a group of the
 // dead-letter topic), for an unknown topic or group or a malformed ref, or the Redis error,
 // within OperationTimeout.
@@ -664,7 +649,7 @@ func (i *Inspector) show(ctx context.Context, topic, group string, r msgRef, nam
 	due, lease, messages := gk.due, gk.lease, tk.messages
 	if dead {
 		what = "dead letter"
-		due, messages, _, _ = i.listTarget(part, topic, group, ListDead)
+		due, messages, _, _ = i.listTarget(part, topic, group, StateDeadLettered)
 		lease = due
 	}
 	l, _, found, err := i.store.show(ctx, due, lease, messages, r.member, r.short, r.scoreUs)
@@ -682,7 +667,7 @@ func (i *Inspector) show(ctx context.Context, topic, group string, r msgRef, nam
 }
 
 // Requeue moves dead letters of consumer group on topic back to it, due at once: those refs
-// name (MessageInfo.Ref from List with ListDead), or, with no refs, every dead letter waiting
+// name (MessageInfo.Ref from List with StateDeadLettered), or, with no refs, every dead letter waiting
 // on its dead-letter topic (DefaultDeadLetterTopic) for a first consumer group, in chunks of
 // 500 per script call. Each is stored anew for that group only, with its dead-letter metadata,
 // without a key; a keyed dead letter (a message published with a key to the dead-letter topic)
@@ -760,13 +745,13 @@ func (i *Inspector) requeue(ctx context.Context, info TopicInfo, group string, r
 // requeueChunk is how many dead letters one requeue.lua call moves.
 const requeueChunk = 500
 
-// Purge drops the messages of consumer group on topic in one state (ListScheduled, ListDue or
-// ListInFlight), for that group only, removeGroupChunk per script call; each stored message
+// Purge drops the messages of consumer group on topic in one state (StateScheduled, StateDue or
+// StateInFlight), for that group only, 1,000 per script call; each stored message
 // goes once no other group holds it, and a batch it drops is closed, so that the next item of
 // its batch key opens a new batch. It returns how many were dropped. Errors: an error wrapping
 // ErrNotFound for an unknown topic or group (also when the group is removed while Purge runs),
 // a bad state, or the Redis error; a purge cut short by OperationTimeout can be repeated.
-func (i *Inspector) Purge(ctx context.Context, topic, group string, state ListState) (int64, error) {
+func (i *Inspector) Purge(ctx context.Context, topic, group string, state State) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
 	info, err := i.group(ctx, topic, group)
@@ -778,9 +763,9 @@ func (i *Inspector) Purge(ctx context.Context, topic, group string, state ListSt
 
 // purge is Purge once group was found on the topic of info. The script checks the group
 // again: it may have been removed since.
-func (i *Inspector) purge(ctx context.Context, info TopicInfo, group string, state ListState) (int64, error) {
+func (i *Inspector) purge(ctx context.Context, info TopicInfo, group string, state State) (int64, error) {
 	topic := info.Topic
-	if state == ListDead {
+	if state == StateDeadLettered {
 		return 0, fmt.Errorf("redisdelay: purge: dead letters are a topic of their own (%s): %w", quote(DefaultDeadLetterTopic(topic, group)), ErrInvalidName)
 	}
 	var dropped int64
@@ -1011,35 +996,35 @@ func forEachConcurrently(ctx context.Context, n int, f func(ctx context.Context,
 }
 
 // CancelRef cancels the message that ref (MessageInfo.Ref) names, in its consumer group only,
-// with or without a key: KeyDone when it was due, KeyInFlight when a consumer held it (its
-// lease is removed, as Cancel does), KeyNotFound when the group no longer holds it. A batch
+// with or without a key: OutcomeApplied when it was due, OutcomeInFlight when a consumer held it (its
+// lease is removed, as Cancel does), OutcomeNotFound when the group no longer holds it. A batch
 // still open for its batch key is closed (as by RescheduleRef and RunNowRef): later items of
 // the key open a new batch, and the other groups receive this one, with the items it has, at
 // its due time. A second run of the script after a lost reply returns the first run's outcome.
 // Errors: an error wrapping ErrNotFound for an unknown topic, group or malformed ref, also when
 // the group is removed while the call runs (checked in the same script as the write, which
 // then writes nothing), or the Redis error, within OperationTimeout.
-func (i *Inspector) CancelRef(ctx context.Context, topic, group, ref string) (KeyOutcome, error) {
+func (i *Inspector) CancelRef(ctx context.Context, topic, group, ref string) (Outcome, error) {
 	o, _, err := i.refOp(ctx, topic, group, ref, "cancel", outgoing{})
 	return o, err
 }
 
 // RescheduleRef makes the message that ref names due at dueAt (Redis clock; past means at once)
 // in its consumer group only, keeping its attempt count; it returns the outcome and the new due
-// time. A message in flight is left alone (KeyInFlight). A batch still open for its batch key
+// time. A message in flight is left alone (OutcomeInFlight). A batch still open for its batch key
 // is closed, earlier or later: later items of the key open a new batch, so none joins a batch
 // whose delivery has moved. Errors as for CancelRef.
-func (i *Inspector) RescheduleRef(ctx context.Context, topic, group, ref string, dueAt time.Time) (KeyOutcome, time.Time, error) {
+func (i *Inspector) RescheduleRef(ctx context.Context, topic, group, ref string, dueAt time.Time) (Outcome, time.Time, error) {
 	return i.refOp(ctx, topic, group, ref, "reschedule", outgoing{at: dueAt})
 }
 
 // RunNowRef makes the message that ref names due at once in its consumer group. A batch still
 // open for its batch key is closed, as by RescheduleRef. Errors as for CancelRef.
-func (i *Inspector) RunNowRef(ctx context.Context, topic, group, ref string) (KeyOutcome, time.Time, error) {
+func (i *Inspector) RunNowRef(ctx context.Context, topic, group, ref string) (Outcome, time.Time, error) {
 	return i.refOp(ctx, topic, group, ref, "reschedule", outgoing{})
 }
 
-func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, when outgoing) (KeyOutcome, time.Time, error) {
+func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, when outgoing) (Outcome, time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
 	info, err := i.group(ctx, topic, group)
@@ -1064,13 +1049,13 @@ func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, whe
 	if dueUs >= 0 {
 		due = time.UnixMicro(dueUs)
 	}
-	outcome := KeyNotFound
+	outcome := OutcomeNotFound
 	switch state {
 	case "d":
-		outcome = KeyDone
+		outcome = OutcomeApplied
 	case "i":
-		outcome = KeyInFlight
+		outcome = OutcomeInFlight
 	}
-	i.config.Metrics.acted(op == "cancel", topic, map[string]KeyOutcome{group: outcome})
+	i.config.Metrics.acted(op == "cancel", topic, map[string]Outcome{group: outcome})
 	return outcome, due, nil
 }

@@ -99,7 +99,7 @@ func BenchmarkListPageWith1MScheduled(b *testing.B) {
 	}
 	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: be.client}, nil)
 	require.NoError(b, err)
-	opts := redisdelay.ListOptions{State: redisdelay.ListScheduled, Limit: 100}
+	opts := redisdelay.ListOptions{State: redisdelay.StateScheduled, Limit: 100}
 	before := redisCPU(b, client)
 	b.ResetTimer()
 	for range b.N {

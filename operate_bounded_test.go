@@ -133,7 +133,7 @@ func TestListPagesThroughEqualDueTimesWithinFiveMilliseconds(t *testing.T) {
 		}
 
 		list := func(cursor string, limit int) redisdelay.ListPage {
-			page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled, Cursor: cursor, Limit: limit})
+			page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled, Cursor: cursor, Limit: limit})
 			require.NoError(t, err)
 			return page
 		}
@@ -171,7 +171,7 @@ func TestListPagesThroughEqualDueTimesWithinFiveMilliseconds(t *testing.T) {
 		assert.Equal(t, ids[mid], page.Messages[0].ID)
 		assert.Empty(t, list(craftedCursor(due, "\xff\xff"), 10).Messages)
 		assert.Len(t, list(craftedCursor(due.Add(-time.Microsecond), "\xff\xff"), 10).Messages, 10)
-		_, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled, Cursor: craftedCursor(due, strings.Repeat("m", 4096))})
+		_, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled, Cursor: craftedCursor(due, strings.Repeat("m", 4096))})
 		assert.Error(t, err, "a cursor's member is bounded")
 
 		if b.name == "redis" {
@@ -194,7 +194,7 @@ func TestListCursorHoldsWhileMessagesComeAndGo(t *testing.T) {
 		due := time.Now().Add(time.Hour).Truncate(time.Second)
 		publishAt(t, pub, topic, "m", 40, due, []byte("payload"))
 		list := func(cursor string) redisdelay.ListPage {
-			page, err := in.List(context.Background(), topic, "a", redisdelay.ListOptions{State: redisdelay.ListScheduled, Cursor: cursor, Limit: 10})
+			page, err := in.List(context.Background(), topic, "a", redisdelay.ListOptions{State: redisdelay.StateScheduled, Cursor: cursor, Limit: 10})
 			require.NoError(t, err)
 			return page
 		}
@@ -204,9 +204,9 @@ func TestListCursorHoldsWhileMessagesComeAndGo(t *testing.T) {
 		for _, ref := range []string{first.Messages[9].Ref, first.Messages[3].Ref} {
 			outcome, err := in.CancelRef(context.Background(), topic, "a", ref)
 			require.NoError(t, err)
-			require.Equal(t, redisdelay.KeyDone, outcome)
+			require.Equal(t, redisdelay.OutcomeApplied, outcome)
 		}
-		next, err := in.List(context.Background(), topic, "a", redisdelay.ListOptions{State: redisdelay.ListScheduled, Cursor: first.NextCursor, Limit: 1})
+		next, err := in.List(context.Background(), topic, "a", redisdelay.ListOptions{State: redisdelay.StateScheduled, Cursor: first.NextCursor, Limit: 1})
 		require.NoError(t, err)
 		_, err = in.CancelRef(context.Background(), topic, "a", next.Messages[0].Ref)
 		require.NoError(t, err)
@@ -246,7 +246,7 @@ func TestLargeDeadLettersAreListedAsPreviewsAndReadOneByRef(t *testing.T) {
 		var msgs []*message.Message
 		for i := range 300 {
 			msg := message.NewMessage("dead"+strconv.Itoa(i), payload)
-			msg.Metadata.Set(redisdelay.DeadLetterReasonKey, "handler failed")
+			msg.Metadata.Set(redisdelay.DeadLetterReasonMetadataKey, "handler failed")
 			msgs = append(msgs, msg)
 		}
 		dlt := redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)
@@ -264,21 +264,21 @@ func TestLargeDeadLettersAreListedAsPreviewsAndReadOneByRef(t *testing.T) {
 		var tab, all redisdelay.ListPage
 		tabBytes := measure(func() {
 			var err error
-			tab, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListDead, Limit: 50})
+			tab, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateDeadLettered, Limit: 50})
 			require.NoError(t, err)
 		})
 		require.Len(t, tab.Messages, 50)
 		for _, m := range tab.Messages {
 			assert.Equal(t, len(payload), m.PayloadSize)
 			assert.Equal(t, string(payload[:redisdelay.PreviewLength]), m.Preview)
-			assert.Equal(t, "handler failed", m.Metadata[redisdelay.DeadLetterReasonKey])
+			assert.Equal(t, "handler failed", m.Metadata[redisdelay.DeadLetterReasonMetadataKey])
 			assert.Equal(t, redisdelay.StateDeadLettered, m.State)
 			assert.Nil(t, m.Payload)
 			assert.Less(t, len(m.Ref), 64, "a ref names the message, it does not carry it")
 		}
 		allBytes := measure(func() {
 			var err error
-			all, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListDead, Limit: redisdelay.MaxListLimit})
+			all, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateDeadLettered, Limit: redisdelay.MaxListLimit})
 			require.NoError(t, err)
 		})
 		// The page ends early, with a cursor, once Redis has read 8 MiB of messages for it.
@@ -330,7 +330,7 @@ func TestListPreviewOfLongMetadataIsMarkedPartial(t *testing.T) {
 		delay.Message(short, delay.For(2*time.Hour))
 		require.NoError(t, pub.Publish(topic, long, short))
 
-		page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled})
+		page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled})
 		require.NoError(t, err)
 		require.Len(t, page.Messages, 2)
 		p := page.Messages[0]
@@ -365,7 +365,7 @@ func TestShortRefsNameMessagesStoredInTheirMembers(t *testing.T) {
 		require.NoError(t, sub.SubscribeInitialize(topic))
 		publishDelayed(t, pub, topic, "m", 3, time.Hour)
 		refs := func() map[string]string {
-			page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled})
+			page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled})
 			require.NoError(t, err)
 			out := map[string]string{}
 			for _, m := range page.Messages {
@@ -383,14 +383,14 @@ func TestShortRefsNameMessagesStoredInTheirMembers(t *testing.T) {
 
 		o, err := in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m0"])
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyDone, o)
+		assert.Equal(t, redisdelay.OutcomeApplied, o)
 		o, err = in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m0"])
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyNotFound, o, "cancelled already")
+		assert.Equal(t, redisdelay.OutcomeNotFound, o, "cancelled already")
 
 		o, due, err := in.RescheduleRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m2"], time.Now().Add(300*time.Millisecond))
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyDone, o)
+		assert.Equal(t, redisdelay.OutcomeApplied, o)
 		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m2"])
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound, "the old ref names the old due time")
 		second := refs()
@@ -401,7 +401,7 @@ func TestShortRefsNameMessagesStoredInTheirMembers(t *testing.T) {
 
 		o, _, err = in.RunNowRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, second["m1"])
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyDone, o)
+		assert.Equal(t, redisdelay.OutcomeApplied, o)
 		ch := subscribe(t, sub, topic)
 		msg := receive(t, ch, 5*time.Second)
 		assert.Equal(t, "m1", msg.UUID)

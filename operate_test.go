@@ -221,7 +221,7 @@ func TestRemovedGroupGetsNothingMoreAndPublishesNeverResurrectIt(t *testing.T) {
 		total := 100 + int(published.Load()) + 20
 		// The "before" messages are due in an hour: run them now.
 		for {
-			page, err := in.List(context.Background(), topic, "stays", redisdelay.ListOptions{State: redisdelay.ListScheduled, Limit: 1000})
+			page, err := in.List(context.Background(), topic, "stays", redisdelay.ListOptions{State: redisdelay.StateScheduled, Limit: 1000})
 			require.NoError(t, err)
 			if len(page.Messages) == 0 {
 				break
@@ -255,7 +255,7 @@ func TestListPagesAndShowsMessages(t *testing.T) {
 
 		seen := map[string]bool{}
 		var last time.Time
-		opts := redisdelay.ListOptions{State: redisdelay.ListScheduled, Limit: 100}
+		opts := redisdelay.ListOptions{State: redisdelay.StateScheduled, Limit: 100}
 		pages := 0
 		for {
 			page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, opts)
@@ -278,11 +278,11 @@ func TestListPagesAndShowsMessages(t *testing.T) {
 		assert.Len(t, seen, 251)
 		assert.Equal(t, 3, pages)
 
-		due, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListDue})
+		due, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateDue})
 		require.NoError(t, err)
 		assert.Empty(t, due.Messages)
 
-		first, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled, Limit: 1})
+		first, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, first.Messages, 1)
 		m, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, first.Messages[0].Ref)
@@ -317,11 +317,11 @@ func TestRequeueBringsDeadLettersBack(t *testing.T) {
 		var dead redisdelay.ListPage
 		require.Eventually(t, func() bool {
 			var err error
-			dead, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListDead})
+			dead, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateDeadLettered})
 			require.NoError(t, err)
 			return len(dead.Messages) == 10
 		}, 5*time.Second, 10*time.Millisecond)
-		assert.Equal(t, redisdelay.DeadLetterReasonNacked, dead.Messages[0].Metadata[redisdelay.DeadLetterReasonKey])
+		assert.Equal(t, redisdelay.DeadLetterReasonNacked, dead.Messages[0].Metadata[redisdelay.DeadLetterReasonMetadataKey])
 
 		n, err := in.Requeue(context.Background(), topic, redisdelay.DefaultConsumerGroup, dead.Messages[0].Ref)
 		require.NoError(t, err)
@@ -356,7 +356,7 @@ func TestPurgeDropsOneStateOfOneGroup(t *testing.T) {
 		}
 		publishDelayed(t, pub, topic, "due", 3, 0)
 		publishDelayed(t, pub, topic, "later", 5, time.Hour)
-		n, err := in.Purge(context.Background(), topic, "a", redisdelay.ListDue)
+		n, err := in.Purge(context.Background(), topic, "a", redisdelay.StateDue)
 		require.NoError(t, err)
 		assert.Equal(t, int64(3), n)
 		a, bb := statsOf(t, in, topic, "a"), statsOf(t, in, topic, "b")
@@ -377,7 +377,7 @@ func TestOperationsByRefActOnOneMessageOfOneGroup(t *testing.T) {
 		sub := newSubscriber(t, b, nil)
 		require.NoError(t, sub.SubscribeInitialize(topic))
 		publishDelayed(t, pub, topic, "m", 3, time.Hour)
-		page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.ListScheduled})
+		page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled})
 		require.NoError(t, err)
 		require.Len(t, page.Messages, 3)
 		refs := map[string]string{}
@@ -387,17 +387,17 @@ func TestOperationsByRefActOnOneMessageOfOneGroup(t *testing.T) {
 
 		o, err := in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m0"])
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyDone, o)
+		assert.Equal(t, redisdelay.OutcomeApplied, o)
 		o, err = in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m0"])
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyNotFound, o, "cancelled already")
+		assert.Equal(t, redisdelay.OutcomeNotFound, o, "cancelled already")
 
 		o, due, err := in.RescheduleRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m2"], time.Now().Add(300*time.Millisecond))
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyDone, o)
+		assert.Equal(t, redisdelay.OutcomeApplied, o)
 		o, _, err = in.RunNowRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m1"])
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.KeyDone, o)
+		assert.Equal(t, redisdelay.OutcomeApplied, o)
 
 		ch := subscribe(t, sub, topic)
 		msg := receive(t, ch, 5*time.Second)

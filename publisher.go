@@ -112,7 +112,7 @@ func (p *Publisher) Publish(topic string, msgs ...*message.Message) error {
 // taken, Duplicate or Replaced as its DuplicatePolicy decides. Publish logs each Duplicate at
 // debug level. The outcomes of a call that the Redis client ran twice are those of the first
 // run. Its errors are Publish's.
-func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([]PublishOutcome, error) {
+func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([]Outcome, error) {
 	p.closeMu.RLock()
 	defer p.closeMu.RUnlock()
 	if p.closed {
@@ -123,7 +123,7 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 			return nil, &MessageError{Topic: topic, Err: fmt.Errorf("message %d of %d is nil", i+1, len(msgs))}
 		}
 	}
-	var outcomes []PublishOutcome
+	var outcomes []Outcome
 	delayed, _ := delay.NewPublisher(publishFunc(func(topic string, msgs ...*message.Message) (err error) {
 		outcomes, err = p.publish(topic, msgs...)
 		return err
@@ -133,7 +133,7 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 	}
 	p.config.Metrics.publishedOutcomes(topic, outcomes)
 	for i, o := range outcomes {
-		if o == Duplicate {
+		if o == OutcomeDuplicate {
 			p.logger.Debug("Duplicate not stored: its key is taken", watermill.LogFields{"topic": topic, "message_uuid": msgs[i].UUID, "key": msgs[i].Metadata.Get(KeyMetadataKey)})
 		}
 	}
@@ -145,7 +145,7 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 // messages without a delay due at once.
 var delayConfig = delay.PublisherConfig{AllowNoDelay: true}
 
-func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOutcome, error) {
+func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, error) {
 	if err := ValidateName("topic", topic); err != nil {
 		return nil, err
 	}
@@ -205,7 +205,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 	if err := p.eviction.check(ctx); err != nil {
 		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
 	}
-	outcomes := make([]PublishOutcome, len(msgs))
+	outcomes := make([]Outcome, len(msgs))
 	if p.config.Partitions == 1 {
 		// One partition: the whole batch, in order, without regrouping it.
 		if err := p.commitPart(ctx, topic, 0, batch, msgs[0].UUID, outcomes, nil); err != nil {
@@ -231,7 +231,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]PublishOu
 
 // commitPart stores part, the messages of msgs for partition n of topic, and writes their
 // outcomes to outcomes at indexes (at 0, 1, … when indexes is nil).
-func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []outgoing, firstUUID string, outcomes []PublishOutcome, indexes []int) error {
+func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []outgoing, firstUUID string, outcomes []Outcome, indexes []int) error {
 	letters, err := p.commit(ctx, partitionName(topic, n), part)
 	if err != nil {
 		return fmt.Errorf("redisdelay: publish %d message(s) to topic %s partition %d (first UUID %s): %w", len(part), quote(topic), n, quote(firstUUID), err)

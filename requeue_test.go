@@ -62,7 +62,7 @@ func publishDeadLetter(t *testing.T, pub *redisdelay.Publisher, topic, group str
 
 func listDead(t *testing.T, in *redisdelay.Inspector, topic, group string) []redisdelay.MessageInfo {
 	t.Helper()
-	page, err := in.List(context.Background(), topic, group, redisdelay.ListOptions{State: redisdelay.ListDead, Limit: 1000})
+	page, err := in.List(context.Background(), topic, group, redisdelay.ListOptions{State: redisdelay.StateDeadLettered, Limit: 1000})
 	require.NoError(t, err)
 	return page.Messages
 }
@@ -173,7 +173,7 @@ func TestRequeueAndPurgeRefuseARemovedGroup(t *testing.T) {
 
 		_, err = in.Requeue(ctx, topic, "goes")
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
-		_, err = in.Purge(ctx, topic, "goes", redisdelay.ListScheduled)
+		_, err = in.Purge(ctx, topic, "goes", redisdelay.StateScheduled)
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 
 		// The scripts check the group themselves, for a removal after the Inspector's check.
@@ -182,7 +182,7 @@ func TestRequeueAndPurgeRefuseARemovedGroup(t *testing.T) {
 		assert.ErrorContains(t, err, "goes")
 		assert.ErrorContains(t, err, topic)
 		assert.Zero(t, n)
-		n, err = redisdelay.PurgeUncheckedForTest(ctx, in, topic, "goes", redisdelay.ListScheduled)
+		n, err = redisdelay.PurgeUncheckedForTest(ctx, in, topic, "goes", redisdelay.StateScheduled)
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 		assert.ErrorContains(t, err, "goes")
 		assert.ErrorContains(t, err, topic)
@@ -241,7 +241,7 @@ func TestPurgedBatchIsClosedSoTheNextItemOpensANewOne(t *testing.T) {
 			require.NoError(t, newSubscriber(t, b, inGroup(g)).SubscribeInitialize(topic))
 		}
 		require.NoError(t, pub.Publish(topic, parcel("north", 1)))
-		n, err := in.Purge(ctx, topic, "a", redisdelay.ListScheduled)
+		n, err := in.Purge(ctx, topic, "a", redisdelay.StateScheduled)
 		require.NoError(t, err)
 		require.Equal(t, int64(1), n)
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"path"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -12,8 +13,9 @@ import (
 )
 
 // The Lua scripts are the heart of the adapter: one file per command in lua/, each with a header
-// that lists its KEYS and ARGV, and shared fragments in lua/lib/, one function each. This file
-// owns the table of scripts and assembles each from its fragments.
+// that names the fragments it uses and lists its KEYS and ARGV (see parseHeader), and shared
+// fragments in lua/lib/, one function each. This file owns the table of scripts and assembles
+// each from its fragments.
 //
 // The data model they share: all times are Unix microseconds on the Redis clock (exact integers
 // in a Lua double until the year 2255). A message of a topic has an internal ID: 12 hex digits,
@@ -47,48 +49,46 @@ import (
 //go:embed lua/*.lua lua/lib/*.lua
 var luaFiles embed.FS
 
-// scriptSpec names a script's file, the fragments of lua/lib it uses, how many KEYS it takes
-// (the least, when variadic), and whether it may run on a full Redis.
+// scriptSpec names a script's file and whether it may run on a full Redis: what differs per
+// use of a file. The rest, its fragments and its keys, the file's header declares (see
+// parseHeader).
 type scriptSpec struct {
-	file      string
-	fragments []string
-	keys      int
-	variadic  bool
-	allowOOM  bool
+	file     string
+	allowOOM bool
 }
 
 var (
 	// publishScript has no allow-oom flag: a full Redis refuses it before it writes anything.
 	// Every script that drains the queue may run on a full Redis, so that consumers can always
 	// empty it.
-	publishScript    = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 9, variadic: true})
-	claimScript      = mustScript(scriptSpec{file: "claim", fragments: []string{"now_us", "split", "member", "each_chunk", "stored", "head", "ack", "close_batch"}, keys: 10, allowOOM: true})
-	ackScript        = mustScript(scriptSpec{file: "ack", fragments: []string{"ack"}, keys: 5, allowOOM: true})
-	releaseScript    = mustScript(scriptSpec{file: "release", fragments: []string{"now_us", "split", "member", "each_chunk", "schedule", "held"}, keys: 4, allowOOM: true})
-	nackScript       = mustScript(scriptSpec{file: "nack", fragments: []string{"now_us", "split", "member", "schedule", "drop"}, keys: 6, allowOOM: true})
-	extendScript     = mustScript(scriptSpec{file: "extend", fragments: []string{"now_us", "split", "each_chunk", "held"}, keys: 1, allowOOM: true})
-	deadLetterScript = mustScript(scriptSpec{file: "deadletter", fragments: []string{"now_us", "publish_to", "drop", "ended"}, keys: 14, variadic: true, allowOOM: true})
-	registerScript   = mustScript(scriptSpec{file: "register", fragments: []string{"split", "hmget", "each_chunk", "head", "wake", "drop_parked"}, keys: 9, allowOOM: true})
+	publishScript    = mustScript(scriptSpec{file: "publish"})
+	claimScript      = mustScript(scriptSpec{file: "claim", allowOOM: true})
+	ackScript        = mustScript(scriptSpec{file: "ack", allowOOM: true})
+	releaseScript    = mustScript(scriptSpec{file: "release", allowOOM: true})
+	nackScript       = mustScript(scriptSpec{file: "nack", allowOOM: true})
+	extendScript     = mustScript(scriptSpec{file: "extend", allowOOM: true})
+	deadLetterScript = mustScript(scriptSpec{file: "deadletter", allowOOM: true})
+	registerScript   = mustScript(scriptSpec{file: "register", allowOOM: true})
 	// closeWindowScript only frees memory, so it may run on a full Redis.
-	closeWindowScript = mustScript(scriptSpec{file: "closewindow", fragments: []string{"drop_parked"}, keys: 6, allowOOM: true})
+	closeWindowScript = mustScript(scriptSpec{file: "closewindow", allowOOM: true})
 	// deadLetterPublishScript is publish.lua for the first step of a move to a dead-letter topic
 	// in another hash slot; like the rest of dead-lettering, it may run on a full Redis.
-	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", fragments: []string{"publish_to"}, keys: 9, variadic: true, allowOOM: true})
+	deadLetterPublishScript = mustScript(scriptSpec{file: "publish", allowOOM: true})
 	// cancelScript may run on a full Redis, since it frees memory; rescheduleScript may not.
-	cancelScript     = mustScript(scriptSpec{file: "cancel", fragments: []string{"now_us", "locate", "ended", "drop", "stale"}, keys: 6, variadic: true, allowOOM: true})
-	rescheduleScript = mustScript(scriptSpec{file: "reschedule", fragments: []string{"now_us", "locate", "schedule", "stale"}, keys: 5, variadic: true})
-	statusScript     = mustScript(scriptSpec{file: "status", fragments: []string{"locate"}, keys: 3, variadic: true, allowOOM: true})
+	cancelScript     = mustScript(scriptSpec{file: "cancel", allowOOM: true})
+	rescheduleScript = mustScript(scriptSpec{file: "reschedule"})
+	statusScript     = mustScript(scriptSpec{file: "status", allowOOM: true})
 	// The Inspector's scripts. Those that only read or free memory may run on a full Redis.
-	pauseScript       = mustScript(scriptSpec{file: "pause", fragments: []string{"now_us", "wake"}, keys: 2, allowOOM: true})
-	removeGroupScript = mustScript(scriptSpec{file: "removegroup", fragments: []string{"split", "each_chunk", "drop", "close_batch", "wake", "drop_parked"}, keys: 15, allowOOM: true})
-	statsScript       = mustScript(scriptSpec{file: "stats", fragments: []string{"now_us", "head"}, keys: 4, variadic: true, allowOOM: true})
-	listScript        = mustScript(scriptSpec{file: "list", fragments: []string{"now_us", "split", "position"}, keys: 2, allowOOM: true})
-	showScript        = mustScript(scriptSpec{file: "show", fragments: []string{"now_us", "split", "stored", "position"}, keys: 3, allowOOM: true})
-	resolveScript     = mustScript(scriptSpec{file: "resolve", fragments: []string{"position"}, keys: 1, allowOOM: true})
-	purgeScript       = mustScript(scriptSpec{file: "purge", fragments: []string{"now_us", "split", "each_chunk", "drop", "close_batch"}, keys: 7, allowOOM: true})
-	flushBatchScript  = mustScript(scriptSpec{file: "flushbatch", fragments: []string{"now_us", "wake", "stale", "seal_batch"}, keys: 7, variadic: true, allowOOM: true})
-	refOpScript       = mustScript(scriptSpec{file: "refop", fragments: []string{"now_us", "split", "schedule", "drop", "ended", "close_batch"}, keys: 9, allowOOM: true})
-	requeueScript     = mustScript(scriptSpec{file: "requeue", fragments: []string{"now_us", "split", "each_chunk", "hmget", "stored", "schedule"}, keys: 7, variadic: true})
+	pauseScript       = mustScript(scriptSpec{file: "pause", allowOOM: true})
+	removeGroupScript = mustScript(scriptSpec{file: "removegroup", allowOOM: true})
+	statsScript       = mustScript(scriptSpec{file: "stats", allowOOM: true})
+	listScript        = mustScript(scriptSpec{file: "list", allowOOM: true})
+	showScript        = mustScript(scriptSpec{file: "show", allowOOM: true})
+	resolveScript     = mustScript(scriptSpec{file: "resolve", allowOOM: true})
+	purgeScript       = mustScript(scriptSpec{file: "purge", allowOOM: true})
+	flushBatchScript  = mustScript(scriptSpec{file: "flushbatch", allowOOM: true})
+	refOpScript       = mustScript(scriptSpec{file: "refop", allowOOM: true})
+	requeueScript     = mustScript(scriptSpec{file: "requeue"})
 )
 
 // script is one Lua script in two forms. Redis 7 reads flags from a shebang line: allow-oom lets
@@ -113,9 +113,13 @@ func (sc *script) checkKeys(keys []string) error {
 }
 
 var (
-	fragmentNeeds = regexp.MustCompile(`^-- fragment (\w+); needs: (.*)\n`)
-	definedName   = regexp.MustCompile(`(?m)^local (?:function )?(\w+)`)
-	lineComment   = regexp.MustCompile(`--.*`)
+	fragmentNeeds    = regexp.MustCompile(`^-- fragment (\w+); needs: (.*)\n`)
+	definedName      = regexp.MustCompile(`(?m)^local (?:function )?(\w+)`)
+	lineComment      = regexp.MustCompile(`--.*`)
+	identifier       = regexp.MustCompile(`\w+`)
+	headerFragments  = regexp.MustCompile(`^-- fragments: (.*)$`)
+	headerKey        = regexp.MustCompile(`^-- KEYS\[([^\]]*)\]`)
+	firstVariableKey = regexp.MustCompile(`^(\d+)\.\.`)
 )
 
 // shebangSupport is set once a server has refused a shebang line. It is per Publisher or
@@ -132,9 +136,75 @@ type fragment struct {
 // fragmentOrder is the order fragments are put together in: each after those it needs.
 var fragmentOrder = []string{"now_us", "split", "position", "member", "each_chunk", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "seal_batch", "close_batch", "drop_parked", "publish_to"}
 
-// mustScript assembles a script from its file and the fragments it names, with the fragments
-// they need, and checks that every fragment name a script or fragment uses is included. A
-// mistake in the table is a bug in the adapter, so it panics when the package loads.
+// scriptHeader is what the header of a script declares.
+type scriptHeader struct {
+	fragments []string // the fragments of lua/lib the script uses, not those they need
+	keys      int      // how many KEYS it takes; the least, when variadic
+	variadic  bool     // whether it takes more KEYS after those
+}
+
+// parseHeader reads the header of a script, its leading comment lines. The header names the
+// fragments of lua/lib the script uses on one line,
+//
+//	-- fragments: now_us, split
+//
+// ("-- fragments: none" when none), and describes each of its keys on a line of its own,
+// numbered from 1 in order:
+//
+//	-- KEYS[1] due  zset  ...
+//	-- KEYS[2] ...
+//
+// A script that takes a variable number of keys after those describes them last, on lines that
+// give ranges; the first range starts at the next index: "-- KEYS[3..2+G] ..." or "-- KEYS[3..]
+// ...". Other KEYS lines are an error, a mistake in the header.
+func parseHeader(file, src string) (scriptHeader, error) {
+	var h scriptHeader
+	listed := false
+	for _, line := range strings.Split(src, "\n") {
+		if !strings.HasPrefix(line, "--") {
+			break
+		}
+		if m := headerFragments.FindStringSubmatch(line); m != nil {
+			if listed {
+				return h, fmt.Errorf("script %s: two fragments lines in the header", file)
+			}
+			listed = true
+			if m[1] != "none" {
+				h.fragments = strings.Split(m[1], ", ")
+			}
+			continue
+		}
+		m := headerKey.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		n, err := strconv.Atoi(m[1])
+		switch {
+		case err == nil && h.variadic:
+			return h, fmt.Errorf("script %s: header line %q comes after the variable keys", file, line)
+		case err == nil && n != h.keys+1:
+			return h, fmt.Errorf("script %s: header line %q: want KEYS[%d]", file, line, h.keys+1)
+		case err == nil:
+			h.keys = n
+		case h.variadic:
+			// A further range of the variable keys.
+		default:
+			start := firstVariableKey.FindStringSubmatch(m[1])
+			if start == nil || start[1] != strconv.Itoa(h.keys+1) {
+				return h, fmt.Errorf("script %s: header line %q: want KEYS[%d] or the variable keys from KEYS[%d..]", file, line, h.keys+1, h.keys+1)
+			}
+			h.variadic = true
+		}
+	}
+	if !listed {
+		return h, fmt.Errorf("script %s: the header has no line \"-- fragments: ...\"", file)
+	}
+	return h, nil
+}
+
+// mustScript assembles a script from its file and the fragments its header lists, with the
+// fragments they need. A mistake in a header is a bug in the adapter, so it panics when the
+// package loads.
 func mustScript(spec scriptSpec) *script {
 	sc, err := assemble(spec)
 	if err != nil {
@@ -144,36 +214,13 @@ func mustScript(spec scriptSpec) *script {
 }
 
 func assemble(spec scriptSpec) (*script, error) {
-	body, err := luaFiles.ReadFile(path.Join("lua", spec.file+".lua"))
+	src, err := luaFiles.ReadFile(path.Join("lua", spec.file+".lua"))
 	if err != nil {
 		return nil, err
 	}
-	frags := map[string]fragment{}
-	for _, name := range fragmentOrder {
-		if frags[name], err = readFragment(name); err != nil {
-			return nil, err
-		}
-	}
-	included, err := includedFragments(spec, frags)
+	h, code, err := assembleCode(spec.file, string(src))
 	if err != nil {
 		return nil, err
-	}
-	var lib strings.Builder
-	for _, name := range fragmentOrder {
-		if included[name] {
-			lib.WriteString(frags[name].body + "\n")
-		}
-	}
-	code := lib.String() + string(body)
-	// Every fragment name used must be defined by an included fragment: an undefined local
-	// would be a global lookup, which Redis refuses at run time.
-	uncommented := lineComment.ReplaceAllString(code, "")
-	for name, f := range frags {
-		for _, def := range f.defines {
-			if !included[name] && regexp.MustCompile(`\b`+def+`\b`).MatchString(uncommented) {
-				return nil, fmt.Errorf("script %s uses %s of fragment %q, which it does not list", spec.file, def, name)
-			}
-		}
 	}
 	shebang := "#!lua\n"
 	if spec.allowOOM {
@@ -181,21 +228,78 @@ func assemble(spec scriptSpec) (*script, error) {
 	}
 	return &script{
 		name:     spec.file,
-		keys:     spec.keys,
-		variadic: spec.variadic,
+		keys:     h.keys,
+		variadic: h.variadic,
 		flagged:  redis.NewScript(shebang + code),
 		plain:    redis.NewScript(code),
 	}, nil
 }
 
-// includedFragments returns the fragments spec lists and, transitively, those they need.
-func includedFragments(spec scriptSpec, frags map[string]fragment) (map[string]bool, error) {
+// assembleCode reads the header of a script's source and puts the fragments it lists, with
+// those they need, before the source, in fragmentOrder. It checks that the script uses a name of
+// every fragment its header lists and of no other, and that the fragments use no name of a
+// fragment left out: an undefined local would be a global lookup, which Redis refuses at run
+// time.
+func assembleCode(file, src string) (scriptHeader, string, error) {
+	h, err := parseHeader(file, src)
+	if err != nil {
+		return h, "", err
+	}
+	frags, err := readFragments()
+	if err != nil {
+		return h, "", err
+	}
+	included, err := includedFragments(file, h.fragments, frags)
+	if err != nil {
+		return h, "", err
+	}
+	var lib strings.Builder
+	for _, name := range fragmentOrder {
+		if included[name] {
+			lib.WriteString(frags[name].body + "\n")
+		}
+	}
+	listed := map[string]bool{}
+	for _, name := range h.fragments {
+		listed[name] = true
+	}
+	inScript, inLib := namesUsed(src), namesUsed(lib.String())
+	for _, name := range fragmentOrder {
+		used := false
+		for _, def := range frags[name].defines {
+			switch {
+			case inScript[def] && !listed[name]:
+				return h, "", fmt.Errorf("script %s uses %s of fragment %q, which its header does not list", file, def, name)
+			case inLib[def] && !included[name]:
+				return h, "", fmt.Errorf("script %s: a fragment uses %s of fragment %q, which it does not need", file, def, name)
+			}
+			used = used || inScript[def]
+		}
+		if listed[name] && !used {
+			return h, "", fmt.Errorf("script %s lists fragment %q in its header, but uses none of its names", file, name)
+		}
+	}
+	return h, lib.String() + src, nil
+}
+
+// namesUsed returns the names in Lua code outside its comments.
+func namesUsed(code string) map[string]bool {
+	names := map[string]bool{}
+	for _, name := range identifier.FindAllString(lineComment.ReplaceAllString(code, ""), -1) {
+		names[name] = true
+	}
+	return names
+}
+
+// includedFragments returns the fragments a script's header lists and, transitively, those
+// they need.
+func includedFragments(file string, listed []string, frags map[string]fragment) (map[string]bool, error) {
 	included := map[string]bool{}
 	var add func(name, by string) error
 	add = func(name, by string) error {
 		f, ok := frags[name]
 		if !ok {
-			return fmt.Errorf("script %s: unknown fragment %q (needed by %q)", spec.file, name, by)
+			return fmt.Errorf("script %s: unknown fragment %q (needed by %q)", file, name, by)
 		}
 		included[name] = true
 		for _, n := range f.needs {
@@ -205,12 +309,25 @@ func includedFragments(spec scriptSpec, frags map[string]fragment) (map[string]b
 		}
 		return nil
 	}
-	for _, name := range spec.fragments {
-		if err := add(name, spec.file); err != nil {
+	for _, name := range listed {
+		if err := add(name, file); err != nil {
 			return nil, err
 		}
 	}
 	return included, nil
+}
+
+// readFragments reads every fragment of lua/lib.
+func readFragments() (map[string]fragment, error) {
+	frags := map[string]fragment{}
+	for _, name := range fragmentOrder {
+		f, err := readFragment(name)
+		if err != nil {
+			return nil, err
+		}
+		frags[name] = f
+	}
+	return frags, nil
 }
 
 func readFragment(name string) (fragment, error) {

@@ -69,7 +69,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 	}, nil
 }
 
-// SubscribeInitialize registers the subscriber's consumer group on topic (register.lua: SADD
+// SubscribeInitialize registers the subscriber's consumer group on topic (one script: SADD
 // to the topic's group set), so that every message published from then on is kept for the
 // group, even while none of its subscribers runs. The first group registered on a topic also
 // receives the messages published while the topic had no group, and a group registered within

@@ -104,9 +104,9 @@ func (s *server) requeue(w http.ResponseWriter, r *http.Request, topic, group st
 		s.fail(w, err)
 		return
 	}
-	o := redisdelay.KeyDone
+	o := redisdelay.OutcomeApplied
 	if n == 0 {
-		o = redisdelay.KeyNotFound
+		o = redisdelay.OutcomeNotFound
 	}
 	s.done(w, r, topic, group, "requeue", o, "")
 }
@@ -123,37 +123,37 @@ func (s *server) ref(w http.ResponseWriter, r *http.Request) (string, bool) {
 
 // done redirects after an action on one message: to the message's page when ref is given and
 // the group still holds it, else to the group's tab that the form came from.
-func (s *server) done(w http.ResponseWriter, r *http.Request, topic, group, action string, o redisdelay.KeyOutcome, ref string) {
+func (s *server) done(w http.ResponseWriter, r *http.Request, topic, group, action string, o redisdelay.Outcome, ref string) {
 	q := url.Values{"done": {action + ":" + o.String()}}
-	if ref != "" && o != redisdelay.KeyNotFound {
+	if ref != "" && o != redisdelay.OutcomeNotFound {
 		q.Set("ref", ref)
 		http.Redirect(w, r, s.messageURL(topic, group, "", q), http.StatusSeeOther)
 		return
 	}
 	state := r.PostFormValue("state")
 	if !slices.ContainsFunc(states, func(t stateTab) bool { return string(t.State) == state }) {
-		state = string(redisdelay.ListScheduled)
+		state = string(redisdelay.StateScheduled)
 	}
 	q.Set("state", state)
 	http.Redirect(w, r, s.groupURL(topic, group, q), http.StatusSeeOther)
 }
 
 // notices are the texts a page shows after an action, by its ?done= value: the action, and
-// for an action on a message, ":" and its KeyOutcome.
+// for an action on a message, ":" and its Outcome.
 var notices = map[string]string{
 	"pause":                "The group is paused: its consumers receive nothing until it is resumed.",
 	"resume":               "The group is resumed.",
-	"cancel:done":          "The message was cancelled.",
-	"cancel:in flight":     "The message was cancelled. The delivery under way finishes, but its ack or nack is refused.",
-	"cancel:not found":     "The group no longer held the message: nothing was cancelled.",
-	"reschedule:done":      "The message was rescheduled.",
-	"reschedule:in flight": "A consumer holds the message, so it was not rescheduled.",
-	"reschedule:not found": "The group no longer held the message: nothing was rescheduled.",
-	"run-now:done":         "The message is due now.",
-	"run-now:in flight":    "A consumer holds the message already.",
-	"run-now:not found":    "The group no longer held the message.",
-	"requeue:done":         "The dead letter was requeued, due now.",
-	"requeue:not found":    "It was no longer a dead letter: nothing was requeued.",
+	"cancel:applied":       "The message was cancelled.",
+	"cancel:in-flight":     "The message was cancelled. The delivery under way finishes, but its ack or nack is refused.",
+	"cancel:not-found":     "The group no longer held the message: nothing was cancelled.",
+	"reschedule:applied":   "The message was rescheduled.",
+	"reschedule:in-flight": "A consumer holds the message, so it was not rescheduled.",
+	"reschedule:not-found": "The group no longer held the message: nothing was rescheduled.",
+	"run-now:applied":      "The message is due now.",
+	"run-now:in-flight":    "A consumer holds the message already.",
+	"run-now:not-found":    "The group no longer held the message.",
+	"requeue:applied":      "The dead letter was requeued, due now.",
+	"requeue:not-found":    "It was no longer a dead letter: nothing was requeued.",
 }
 
 // notice returns the text for a ?done= value; "" for none or an unknown one, so that a link

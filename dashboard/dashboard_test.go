@@ -113,7 +113,7 @@ func (q *queue) stats(topic, group string) redisdelay.GroupStats {
 }
 
 // first returns the first message of group on topic in state.
-func (q *queue) first(topic, group string, state redisdelay.ListState) redisdelay.MessageInfo {
+func (q *queue) first(topic, group string, state redisdelay.State) redisdelay.MessageInfo {
 	page, err := q.in.List(context.Background(), topic, group, redisdelay.ListOptions{State: state, Limit: 1})
 	require.NoError(q.t, err)
 	require.NotEmpty(q.t, page.Messages, "no %s message in group %s on topic %s", state, group, topic)
@@ -299,7 +299,7 @@ func TestGroupPageFindsAMessageByExactRefOrKey(t *testing.T) {
 	require.Equal(t, http.StatusOK, byKey.status, byKey.body)
 	assert.Equal(t, "order seven", payloadOf(t, byKey.body))
 
-	ref := q.first("orders", "billing", redisdelay.ListDue).Ref
+	ref := q.first("orders", "billing", redisdelay.StateDue).Ref
 	byRef := get(t, srv.URL+html.UnescapeString(search[1])+"?q="+url.QueryEscape(ref))
 	require.Equal(t, http.StatusOK, byRef.status, byRef.body)
 	assert.Contains(t, byRef.body, "<code>uuid-7</code>")
@@ -320,7 +320,7 @@ func TestMessagePageShowsTheWholePayloadPrettyPrintedAndEscaped(t *testing.T) {
 	require.NoError(t, q.pub.Publish("orders", message.NewMessage("uuid-text", []byte("plain <b>text</b>"))))
 	srv := q.serve(dashboard.Options{})
 
-	ref := q.first("orders", "billing", redisdelay.ListScheduled).Ref
+	ref := q.first("orders", "billing", redisdelay.StateScheduled).Ref
 	res := get(t, srv.URL+"/topic/orders/group/billing/message?ref="+url.QueryEscape(ref))
 	require.Equal(t, http.StatusOK, res.status, res.body)
 	assert.Equal(t, "{\n  \"order\": 7,\n  \"note\": \"<script>alert(1)</script>\",\n  \"items\": [\n    \"a long item name\",\n    \"another long item name\"\n  ]\n}", payloadOf(t, res.body))
@@ -331,7 +331,7 @@ func TestMessagePageShowsTheWholePayloadPrettyPrintedAndEscaped(t *testing.T) {
 	assert.Contains(t, res.body, `<dd id="attempt">0</dd>`)
 	assert.Regexp(t, `<dd id="due-at"><time datetime="[0-9T:.-]+Z">`, res.body)
 
-	text := get(t, srv.URL+"/topic/orders/group/billing/message?ref="+url.QueryEscape(q.first("orders", "billing", redisdelay.ListDue).Ref))
+	text := get(t, srv.URL+"/topic/orders/group/billing/message?ref="+url.QueryEscape(q.first("orders", "billing", redisdelay.StateDue).Ref))
 	require.Equal(t, http.StatusOK, text.status, text.body)
 	assert.Equal(t, "plain <b>text</b>", payloadOf(t, text.body))
 	assert.Contains(t, text.body, "plain &lt;b&gt;text&lt;/b&gt;")
@@ -344,14 +344,14 @@ func TestReadOnlyDashboardShowsNoActionsAndRefusesEveryPost(t *testing.T) {
 	q.publish("orders", "m", 1, time.Hour)
 	q.deadLetters("mail", "sender", 1)
 	srv := q.serve(dashboard.Options{})
-	ref := q.first("orders", "billing", redisdelay.ListScheduled).Ref
-	deadRef := q.first("mail", "sender", redisdelay.ListDead).Ref
+	ref := q.first("orders", "billing", redisdelay.StateScheduled).Ref
+	deadRef := q.first("mail", "sender", redisdelay.StateDeadLettered).Ref
 
 	for _, u := range []string{
 		"/", "/topic/orders/group/billing",
 		"/topic/orders/group/billing/message?ref=" + url.QueryEscape(ref),
-		"/topic/mail/group/sender?state=dead",
-		"/topic/mail/group/sender/message?state=dead&ref=" + url.QueryEscape(deadRef),
+		"/topic/mail/group/sender?state=dead-lettered",
+		"/topic/mail/group/sender/message?state=dead-lettered&ref=" + url.QueryEscape(deadRef),
 	} {
 		res := get(t, srv.URL+u)
 		require.Equal(t, http.StatusOK, res.status, u)
@@ -380,7 +380,7 @@ func TestAuthorizeDecidesWhoMayAct(t *testing.T) {
 	srv := q.serve(dashboard.Options{AllowActions: true, Authorize: func(r *http.Request) bool {
 		return r.Header.Get("X-Operator") == "yes"
 	}})
-	ref := q.first("orders", "billing", redisdelay.ListScheduled).Ref
+	ref := q.first("orders", "billing", redisdelay.StateScheduled).Ref
 	page := srv.URL + "/topic/orders/group/billing/message?ref=" + url.QueryEscape(ref)
 	cancel := srv.URL + "/topic/orders/group/billing/message/cancel"
 
@@ -422,7 +422,7 @@ func TestActionsChangeTheQueueAndReportTheOutcome(t *testing.T) {
 	assert.False(t, q.stats("orders", "billing").Paused)
 
 	// Run now: the page's own form, ref in its URL.
-	ref := q.first("orders", "billing", redisdelay.ListScheduled).Ref
+	ref := q.first("orders", "billing", redisdelay.StateScheduled).Ref
 	page = get(t, base+"/message?ref="+url.QueryEscape(ref))
 	res = do(t, http.MethodPost, srv.URL+link(t, page.body, "/message/run-now"), url.Values{"state": {"scheduled"}})
 	require.Equal(t, http.StatusSeeOther, res.status, res.body)
@@ -461,7 +461,7 @@ func TestActionsChangeTheQueueAndReportTheOutcome(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, get(t, srv.URL+"/topic/orders/group/billing/message?ref="+url.QueryEscape(ref)).status)
 
 	// Requeue a dead letter from its page, reached from the dead-letter tab.
-	dead := get(t, srv.URL+"/topic/mail/group/sender?state=dead")
+	dead := get(t, srv.URL+"/topic/mail/group/sender?state=dead-lettered")
 	msgLinks := links(dead.body, "/message?")
 	require.Len(t, msgLinks, 2)
 	deadPage := get(t, srv.URL+msgLinks[0])
@@ -470,7 +470,7 @@ func TestActionsChangeTheQueueAndReportTheOutcome(t *testing.T) {
 	assert.Contains(t, deadPage.body, `data-action="requeue"`)
 	assert.NotContains(t, deadPage.body, `data-action="cancel"`)
 	assert.Contains(t, payloadOf(t, deadPage.body), "dead ")
-	res = do(t, http.MethodPost, srv.URL+link(t, deadPage.body, "/message/requeue"), url.Values{"state": {"dead"}})
+	res = do(t, http.MethodPost, srv.URL+link(t, deadPage.body, "/message/requeue"), url.Values{"state": {"dead-lettered"}})
 	require.Equal(t, http.StatusSeeOther, res.status, res.body)
 	assert.Contains(t, get(t, srv.URL+res.location).body, "The dead letter was requeued")
 	assert.Equal(t, int64(1), q.stats("mail", "sender").DeadLetters)
@@ -481,7 +481,7 @@ func TestEveryResponseCarriesTheSecurityHeadersAndNoInlineCode(t *testing.T) {
 	q.register("orders", "billing", "shipping")
 	q.publish("orders", "m", 1, time.Hour)
 	srv := q.serve(dashboard.Options{AllowActions: true, Prefix: "/queues"})
-	ref := q.first("orders", "billing", redisdelay.ListScheduled).Ref
+	ref := q.first("orders", "billing", redisdelay.StateScheduled).Ref
 
 	inline := regexp.MustCompile(`(?i)<script(?:\s[^>]*)?>[^<]|<script>|\sstyle=|\son[a-z]+=|<style`)
 	for _, c := range []struct {

@@ -25,17 +25,17 @@ const pageSize = 50
 
 // stateTab describes one state tab of a group page.
 type stateTab struct {
-	State redisdelay.ListState
+	State redisdelay.State
 	Label string
 	At    string // what the time column of the state shows
 }
 
 // states are the tabs of a group page, in order.
 var states = []stateTab{
-	{redisdelay.ListScheduled, "Scheduled", "Due at"},
-	{redisdelay.ListDue, "Due", "Due at"},
-	{redisdelay.ListInFlight, "In flight", "Lease deadline"},
-	{redisdelay.ListDead, "Dead letters", "Dead-lettered at"},
+	{redisdelay.StateScheduled, "Scheduled", "Due at"},
+	{redisdelay.StateDue, "Due", "Due at"},
+	{redisdelay.StateInFlight, "In flight", "Lease deadline"},
+	{redisdelay.StateDeadLettered, "Dead letters", "Dead-lettered at"},
 }
 
 // overview renders every topic and group with its Stats and lateness.
@@ -159,9 +159,9 @@ func (s *server) group(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	state := redisdelay.ListState(q.Get("state"))
+	state := redisdelay.State(q.Get("state"))
 	if state == "" {
-		state = redisdelay.ListScheduled
+		state = redisdelay.StateScheduled
 	}
 	current := slices.IndexFunc(states, func(t stateTab) bool { return t.State == state })
 	if current < 0 {
@@ -188,9 +188,9 @@ func (s *server) group(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	counts := map[redisdelay.ListState]int64{
-		redisdelay.ListScheduled: st.Scheduled, redisdelay.ListDue: st.Due,
-		redisdelay.ListInFlight: st.InFlight, redisdelay.ListDead: st.DeadLetters,
+	counts := map[redisdelay.State]int64{
+		redisdelay.StateScheduled: st.Scheduled, redisdelay.StateDue: st.Due,
+		redisdelay.StateInFlight: st.InFlight, redisdelay.StateDeadLettered: st.DeadLetters,
 	}
 	var tabs []tab
 	for _, t := range states {
@@ -200,7 +200,7 @@ func (s *server) group(w http.ResponseWriter, r *http.Request) {
 	msgs := make([]listedMessage, len(list.Messages))
 	for n, m := range list.Messages {
 		link := url.Values{"ref": {m.Ref}}
-		if state == redisdelay.ListDead {
+		if state == redisdelay.StateDeadLettered {
 			// The message page finds a dead letter by listing from this page's cursor.
 			link.Set("state", string(state))
 			if cursor != "" {
@@ -274,7 +274,7 @@ type messageView struct {
 	CancelURL, RescheduleURL, RunNowURL, RequeueURL string
 }
 
-// message renders one message, named by ?ref= (with state=dead for a dead letter), ?key= or
+// message renders one message, named by ?ref= (with state=dead-lettered for a dead letter), ?key= or
 // the search box's ?q=, an exact ref or key.
 func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	topic, group, ok := s.target(w, r)
@@ -289,7 +289,7 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	)
 	switch {
 	case q.Get("ref") != "":
-		m, dead, err = s.byRef(r.Context(), topic, group, q.Get("ref"), q.Get("state") == string(redisdelay.ListDead), q.Get("cursor"))
+		m, dead, err = s.byRef(r.Context(), topic, group, q.Get("ref"), q.Get("state") == string(redisdelay.StateDeadLettered), q.Get("cursor"))
 	case q.Get("key") != "":
 		m, err = s.in.MessageByKey(r.Context(), topic, group, q.Get("key"))
 	case strings.TrimSpace(q.Get("q")) != "":
@@ -307,14 +307,14 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	v.Payload, v.PayloadKind = formatPayload(m.Payload)
 	switch {
 	case dead:
-		v.StateLabel, v.ReturnState = "dead letter", string(redisdelay.ListDead)
+		v.StateLabel, v.ReturnState = "dead letter", string(redisdelay.StateDeadLettered)
 		v.Payload, v.PayloadKind = m.Preview, "preview"
 	case m.State == redisdelay.StateInFlight:
-		v.StateLabel, v.ReturnState, v.InFlight = "in flight", string(redisdelay.ListInFlight), true
+		v.StateLabel, v.ReturnState, v.InFlight = "in flight", string(redisdelay.StateInFlight), true
 	case !m.DueAt.After(time.Now()):
-		v.StateLabel, v.ReturnState = "due", string(redisdelay.ListDue)
+		v.StateLabel, v.ReturnState = "due", string(redisdelay.StateDue)
 	default:
-		v.StateLabel, v.ReturnState = "scheduled", string(redisdelay.ListScheduled)
+		v.StateLabel, v.ReturnState = "scheduled", string(redisdelay.StateScheduled)
 	}
 	keys := make([]string, 0, len(m.Metadata))
 	for k := range m.Metadata {

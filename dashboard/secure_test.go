@@ -81,7 +81,7 @@ func TestRequestsForAnotherHostAreRefusedBeforeAnyRedisRead(t *testing.T) {
 	srv := serveHandler(t, h)
 	_, port, err := net.SplitHostPort(strings.TrimPrefix(srv, "http://"))
 	require.NoError(t, err)
-	ref := q.first("orders", "billing", redisdelay.ListScheduled).Ref
+	ref := q.first("orders", "billing", redisdelay.StateScheduled).Ref
 
 	paths := []string{"/", "/topic/orders/group/billing", "/topic/orders/group/billing/message?ref=" + url.QueryEscape(ref), "/static/dashboard.css"}
 	for _, host := range []string{"evil.example:" + port, "evil.example", "localhost.evil.example:" + port, "127.0.0.1.evil.example", "10.0.0.6:" + port, "[::2]:" + port} {

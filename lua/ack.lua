@@ -1,6 +1,7 @@
 -- ack.lua: acknowledges messages a consumer finished: their leases go, and each stored message
 -- goes once the last group has acknowledged it.
 --
+-- fragments: ack
 -- KEYS[1] lease     zset    ID:attempt -> lease deadline (µs)
 -- KEYS[2] messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[3] refs      hash    field -> groups still holding it

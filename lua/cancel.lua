@@ -4,6 +4,7 @@
 -- refused as for a lost lease). The message goes once no group holds it, and the key is free
 -- again, or kept for its history's retention.
 --
+-- fragments: now_us, split, locate, drop, ended, stale
 -- KEYS[1]              call      string  this call's token: holds the reply once the call ran
 -- KEYS[2]              messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[3]              refs      hash    field -> groups still holding it

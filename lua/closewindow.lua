@@ -3,6 +3,7 @@
 -- longer is deleted. It drops nothing while the window is open, or while no group is
 -- registered (the parked set then waits for a first group).
 --
+-- fragments: drop_parked
 -- KEYS[1] groups    set     registered consumer groups
 -- KEYS[2] parked    zset    messages waiting for a first group or kept by the window
 -- KEYS[3] window    hash    exists while the new-group window is open

@@ -2,15 +2,26 @@
 -- dead-letter topic, atomically, when both share a hash slot: the dead letter is published to
 -- every group registered on the dead-letter topic (see publish_to in lib) and the source
 -- group's hold on the message ends. (A dead-letter topic in another slot takes two steps:
--- publish.lua with a call token derived from the message, then ack.lua.)
+-- publish.lua with a call token derived from the message, then ack.lua.) From KEYS[6] on, the
+-- keys are the dead-letter topic's, in the order publish.lua takes them.
 --
+-- fragments: now_us, split, drop, ended, publish_to
 -- KEYS[1]          lease     zset    source group: ID:attempt -> lease deadline (µs)
 -- KEYS[2]          messages  hash    source topic: field -> marshaled message
 -- KEYS[3]          refs      hash    source topic: field -> groups still holding it
 -- KEYS[4]          keyed     hash    source group: key -> member, once claimed
 -- KEYS[5]          history   prefix  source topic: of the history keys of keyed messages
--- KEYS[6..]        the keys of publish_to for the dead-letter topic (its window key never
---                  exists: a dead-letter topic has no new-group window)
+-- KEYS[6]          call      string  this move's token: holds the reply once it ran
+-- KEYS[7]          seq       string  internal ID counter
+-- KEYS[8]          messages  hash    field -> marshaled message
+-- KEYS[9]          refs      hash    field -> number of groups still holding it
+-- KEYS[10]         groups    set     registered consumer groups
+-- KEYS[11]         parked    zset    dead letters no consumer group has taken yet
+-- KEYS[12]         history   prefix  of the history keys of keyed messages
+-- KEYS[13]         batches   hash    batch key -> its open batch
+-- KEYS[14]         window    hash    never exists: a dead-letter topic has no new-group window
+-- KEYS[15..14+G]   due       zset    one per dead-letter group in ARGV[6..5+G]
+-- KEYS[15+G..14+2G] keyed    hash    one per dead-letter group: key -> member, once claimed
 -- ARGV[1]          lease member (ID:attempt, the fencing token)
 -- ARGV[2]          the source group's name
 -- ARGV[3]          the dead-letter reason

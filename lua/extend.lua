@@ -1,5 +1,6 @@
 -- extend.lua: extends the leases a consumer still holds (the heartbeat).
 --
+-- fragments: now_us, split, each_chunk, held
 -- KEYS[1] lease  zset  ID:attempt -> lease deadline (µs)
 -- ARGV[1] lease timeout in µs, counted from the Redis clock now
 -- ARGV[2..] lease members (ID:attempt, the fencing tokens)

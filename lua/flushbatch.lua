@@ -1,6 +1,7 @@
 -- flushbatch.lua: releases the open batch of a batch key now (flush), or drops it with its
 -- items (cancel). See batch.lua.
 --
+-- fragments: now_us, wake, stale, seal_batch
 -- KEYS[1]            call      string  this call's token: holds the reply once the call ran
 -- KEYS[2]            messages  hash    field (see scripts.go) -> stored message
 -- KEYS[3]            refs      hash    field -> groups still holding it

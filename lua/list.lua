@@ -1,6 +1,7 @@
 -- list.lua: one page of a sorted set's messages, in score order, after a cursor, with a preview
 -- of each: the first bytes of its stored message and its size, never the whole message.
 --
+-- fragments: now_us, split, position
 -- KEYS[1] set       zset  a due, lease or parked set: member (see scripts.go) -> score (µs)
 -- KEYS[2] messages  hash  field (see scripts.go) -> marshaled message
 -- ARGV[1] which part: due (score <= now), scheduled (score > now) or all

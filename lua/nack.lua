@@ -4,6 +4,7 @@
 -- A keyed message is stored once per topic under its key, so its new version replaces it in
 -- place, for every group that still holds it.
 --
+-- fragments: now_us, split, member, schedule, drop
 -- KEYS[1] due       zset    member (see scripts.go) -> due time (µs)
 -- KEYS[2] lease     zset    ID:attempt -> lease deadline (µs)
 -- KEYS[3] messages  hash    field (see scripts.go) -> marshaled message

@@ -2,6 +2,7 @@
 -- nothing (claim.lua); messages keep being scheduled. Resuming wakes the group's subscribers,
 -- so they claim at once.
 --
+-- fragments: now_us, wake
 -- KEYS[1] groups  set     registered consumer groups
 -- KEYS[2] paused  string  the group's paused flag
 -- ARGV[1] the group's name

@@ -1,6 +1,7 @@
 -- publish.lua: stores a batch of messages and schedules each for every registered consumer
 -- group, atomically: all of the batch is stored, or none of it. See publish_to in lib.
 --
+-- fragments: publish_to
 -- KEYS[1]            call      string  this call's token: holds the reply once the call ran
 -- KEYS[2]            seq       string  internal ID counter of the topic
 -- KEYS[3]            messages  hash    field (see scripts.go) -> marshaled message

@@ -2,6 +2,7 @@
 -- each stored message goes once no other group holds it. A batch it drops is closed (see
 -- close_batch), so the next item of its batch key opens a new batch.
 --
+-- fragments: now_us, split, each_chunk, drop, close_batch
 -- KEYS[1] set       zset    the group's due or lease set
 -- KEYS[2] messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[3] refs      hash    field -> groups still holding it

@@ -6,6 +6,7 @@
 -- A group that is not registered (removed, perhaps since the caller looked) is refused before
 -- any write, so that no write for it leaves orphans.
 --
+-- fragments: now_us, split, schedule, drop, ended, close_batch
 -- KEYS[1] call      string  this call's token: holds the reply once the call ran
 -- KEYS[2] due       zset    the group's due set
 -- KEYS[3] lease     zset    the group's lease set

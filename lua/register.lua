@@ -16,6 +16,7 @@
 -- that registers once the window has closed receives nothing of the past, and drops up to
 -- DROP_ON_REGISTER members of what the window left (see drop_parked).
 --
+-- fragments: split, hmget, each_chunk, head, wake, drop_parked
 -- KEYS[1] groups    set     registered consumer groups
 -- KEYS[2] parked    zset    messages waiting for a first group or kept by the window
 -- KEYS[3] due       zset    the group's due set

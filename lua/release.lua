@@ -4,6 +4,7 @@
 -- reply never arrived (its token is still in the subscription's claim record) are released too,
 -- due at once.
 --
+-- fragments: now_us, split, member, each_chunk, schedule, held
 -- KEYS[1] due     zset    member (see lib.lua) -> due time (µs)
 -- KEYS[2] lease   zset    ID:attempt -> lease deadline (µs)
 -- KEYS[3] record  string  the subscription's last claim (see claim.lua)

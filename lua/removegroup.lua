@@ -7,6 +7,7 @@
 -- steps. Every step (ARGV[3] drain) drops up to N of the messages the removal holds, each stored
 -- message once no other group holds it, until none is left.
 --
+-- fragments: split, each_chunk, drop, close_batch, wake, drop_parked
 -- KEYS[1]  groups    set     registered consumer groups
 -- KEYS[2]  messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[3]  refs      hash    field -> groups still holding it

@@ -10,6 +10,7 @@
 -- not roll back a script that fails halfway): a failure, such as a key of the wrong type,
 -- leaves the dead letters where they were.
 --
+-- fragments: now_us, split, each_chunk, hmget, stored, schedule
 -- KEYS[1]   dead      zset    the dead-letter topic's parked set
 -- KEYS[2]   dmessages hash    the dead-letter topic's messages
 -- KEYS[3]   drefs     hash    the dead-letter topic's refs

@@ -1,6 +1,7 @@
 -- resolve.lua: the whole members that short forms name ("ID|" and a score, see list.lua), so
 -- that an operation by ref can name a member that holds its message.
 --
+-- fragments: position
 -- KEYS[1] set  zset  a due or parked set
 -- ARGV    pairs: a short form and its score (µs)
 --

@@ -1,6 +1,7 @@
 -- show.lua: one message of a consumer group by its member name (see scripts.go), or by the
 -- short form of a member that holds its message ("ID|", see list.lua) and its score.
 --
+-- fragments: now_us, split, stored, position
 -- KEYS[1] due       zset  the group's due set (or a parked set)
 -- KEYS[2] lease     zset  the group's lease set (or the parked set again)
 -- KEYS[3] messages  hash  field (see scripts.go) -> marshaled message

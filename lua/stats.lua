@@ -1,8 +1,13 @@
 -- stats.lua: counts the messages of consumer groups of one topic partition, in O(log N) per
 -- set.
 --
--- KEYS[4g-3..4g]  for each group g: its due set, lease set, paused flag, and the parked set
---                 of its dead-letter topic (dead letters no consumer group has taken yet)
+-- fragments: now_us, head
+-- KEYS[1]         due     zset    the first group's due set
+-- KEYS[2]         lease   zset    its lease set
+-- KEYS[3]         paused  string  its paused flag
+-- KEYS[4]         dead    zset    the parked set of its dead-letter topic (dead letters no
+--                                 consumer group has taken yet)
+-- KEYS[5..]       the same four keys for each further group: KEYS[4g-3..4g] for group g
 --
 -- Returns, per group, {due now, scheduled later, in flight, dead letters, earliest due time µs
 -- or -1, next due time after now µs or -1, 1 if paused else 0}, after the Redis time {now µs}.

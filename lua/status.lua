@@ -1,6 +1,7 @@
 -- status.lua: reports where each consumer group stands with the message that has a key. It
 -- writes nothing.
 --
+-- fragments: split, locate
 -- KEYS[1]              messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[2]              parked    zset    messages waiting for a first group
 -- KEYS[3]              history   prefix  of the history keys of keyed messages

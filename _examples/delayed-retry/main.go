@@ -13,8 +13,8 @@
 // failure doubles it. There is no requeuer: Nack is the retry.
 //
 // SubscriberConfig.MaxAttempts is 4: a message whose fourth delivery is nacked becomes a dead
-// letter. The adapter moves it, with the metadata that says why (redisdelay.DeadLetterReasonKey
-// "nacked", DeadLetterAttemptsKey, DeadLetterTopicKey, DeadLetterGroupKey), to the topic
+// letter. The adapter moves it, with the metadata that says why (redisdelay.DeadLetterReasonMetadataKey
+// "nacked", DeadLetterAttemptsMetadataKey, DeadLetterTopicMetadataKey, DeadLetterGroupMetadataKey), to the topic
 // redisdelay.DefaultDeadLetterTopic("payment.capture", "payments"), that is
 // "payment.capture.dead-letter.payments", where the second handler "report-dead-letters" (consumer
 // group "payments-dead-letters") consumes it.
@@ -347,10 +347,10 @@ func (e *example) capture(msg *message.Message) error {
 // given up on.
 func (e *example) reportDeadLetter(msg *message.Message) error {
 	dl := deadLetter{
-		reason:    msg.Metadata.Get(redisdelay.DeadLetterReasonKey),
-		attempts:  msg.Metadata.Get(redisdelay.DeadLetterAttemptsKey),
-		fromTopic: msg.Metadata.Get(redisdelay.DeadLetterTopicKey),
-		fromGroup: msg.Metadata.Get(redisdelay.DeadLetterGroupKey),
+		reason:    msg.Metadata.Get(redisdelay.DeadLetterReasonMetadataKey),
+		attempts:  msg.Metadata.Get(redisdelay.DeadLetterAttemptsMetadataKey),
+		fromTopic: msg.Metadata.Get(redisdelay.DeadLetterTopicMetadataKey),
+		fromGroup: msg.Metadata.Get(redisdelay.DeadLetterGroupMetadataKey),
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -392,7 +392,7 @@ func (e *example) summarize(w io.Writer) error {
 	fmt.Fprintf(w, "  dead-lettered                 %d\n", len(e.deadLetters))
 	for _, p := range payments {
 		if dl, ok := e.deadLetters[p.id]; ok {
-			fmt.Fprintf(w, "    %s: %s=%q, %s=%s\n", p.id, redisdelay.DeadLetterReasonKey, dl.reason, redisdelay.DeadLetterAttemptsKey, dl.attempts)
+			fmt.Fprintf(w, "    %s: %s=%q, %s=%s\n", p.id, redisdelay.DeadLetterReasonMetadataKey, dl.reason, redisdelay.DeadLetterAttemptsMetadataKey, dl.attempts)
 		}
 	}
 

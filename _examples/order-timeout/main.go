@@ -359,7 +359,7 @@ func (e *example) placeOrder(ctx context.Context, id string) error {
 	}
 	// Each run has a prefix of its own, so no other check can hold the key: anything but
 	// Scheduled means this order would have no check of its own.
-	if outcomes[0] != redisdelay.Scheduled {
+	if outcomes[0] != redisdelay.OutcomeScheduled {
 		return fmt.Errorf("schedule the payment check of order %s: key %s: %s", id, checkKey(id), outcomes[0])
 	}
 	e.tl.printf("order %s placed, payment check %s due at %s", id, checkKey(id), e.tl.offset(due))
@@ -397,10 +397,10 @@ func (e *example) cancelCheck(ctx context.Context, id string) {
 	}
 	outcome := res.Groups[consumerGroup]
 	switch {
-	case outcome == redisdelay.KeyDone:
+	case outcome == redisdelay.OutcomeApplied:
 		e.tl.printf("order %s check cancelled (%s)", id, describeGroups(res))
 		e.stats.checkCancelled(id)
-	case res.Done():
+	case res.Applied():
 		// Taken effect elsewhere only, e.g. in the parked messages, never in our group.
 		e.tl.printf("order %s check cancelled, but not in group %q (%s)", id, consumerGroup, describeGroups(res))
 		e.stats.cancelFailed(id, fmt.Sprintf("Cancel: %s", describeGroups(res)))

@@ -19,7 +19,7 @@
 // redisdelay.DefaultDeadLetterTopic("payment.notify", "webhook-sender"), which nobody consumes.
 //
 // Once both of initech's events are dead letters (the example waits for
-// redisdelay.Inspector.Stats to count them), it lists them with Inspector.List(ListDead),
+// redisdelay.Inspector.Stats to count them), it lists them with Inspector.List(StateDeadLettered),
 // declares initech's endpoint recovered, and moves them back to the group with
 // redisdelay.NewInspector(...).Requeue(ctx, "payment.notify", "webhook-sender"): they are due at
 // once, start again at attempt 1, and are delivered.
@@ -365,13 +365,13 @@ func (e *example) deliverAll(ctx context.Context, pub message.Publisher, in *red
 	e.tl.printf("stats of %q: scheduled %d, due %d, in flight %d, dead letters %d",
 		consumerGroup, stats.Scheduled, stats.Due, stats.InFlight, stats.DeadLetters)
 
-	page, err := in.List(ctx, topic, consumerGroup, redisdelay.ListOptions{State: redisdelay.ListDead})
+	page, err := in.List(ctx, topic, consumerGroup, redisdelay.ListOptions{State: redisdelay.StateDeadLettered})
 	if err != nil {
 		return err
 	}
 	e.mu.Lock()
 	for _, m := range page.Messages {
-		e.deadLetters[m.UUID] = fmt.Sprintf("reason %q after %s attempts", m.Metadata[redisdelay.DeadLetterReasonKey], m.Metadata[redisdelay.DeadLetterAttemptsKey])
+		e.deadLetters[m.UUID] = fmt.Sprintf("reason %q after %s attempts", m.Metadata[redisdelay.DeadLetterReasonMetadataKey], m.Metadata[redisdelay.DeadLetterAttemptsMetadataKey])
 		e.tl.printf("dead letter %s: %s", m.UUID, e.deadLetters[m.UUID])
 	}
 	e.mu.Unlock()
@@ -438,7 +438,7 @@ func (e *example) expectedDeadLetters() int {
 func (e *example) send(msg *message.Message) {
 	started := time.Now()
 	attempt, _ := strconv.Atoi(msg.Metadata.Get(redisdelay.AttemptMetadataKey))
-	requeued := msg.Metadata.Get(redisdelay.DeadLetterReasonKey) != ""
+	requeued := msg.Metadata.Get(redisdelay.DeadLetterReasonMetadataKey) != ""
 	var evt event
 	if err := json.Unmarshal(msg.Payload, &evt); err != nil {
 		// Retrying cannot repair a payload, so the message is acked and reported instead.

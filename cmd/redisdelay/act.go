@@ -1,6 +1,6 @@
 package main
 
-// The commands that change a queue. The destructive ones (cancel, requeue, purge, delete-group)
+// The commands that change a queue. The destructive ones (cancel, requeue, purge, remove-group)
 // ask for confirmation unless --yes.
 
 import (
@@ -41,7 +41,7 @@ func (t target) String() string {
 // keyOp and refOp are an Inspector operation by key and the same operation by ref.
 type (
 	keyOp func(ctx context.Context, topic, key string) (redisdelay.KeyResult, error)
-	refOp func(ctx context.Context, topic, group, ref string) (redisdelay.KeyOutcome, time.Time, error)
+	refOp func(ctx context.Context, topic, group, ref string) (redisdelay.Outcome, time.Time, error)
 )
 
 // outcomeView is what cancel, reschedule or run did in each consumer group; ParkedGroup ("")
@@ -68,7 +68,7 @@ func (a *app) act(ctx context.Context, t target, byKey keyOp, byRef refOp) error
 		if err != nil {
 			return err
 		}
-		r.Groups, r.DueAt = map[string]redisdelay.KeyOutcome{t.group: o}, due
+		r.Groups, r.DueAt = map[string]redisdelay.Outcome{t.group: o}, due
 	}
 	if !r.Found() {
 		return fmt.Errorf("%s: %w", t, redisdelay.ErrNotFound)
@@ -105,7 +105,7 @@ func (a *app) cancelCommand() *cobra.Command {
 			if err := a.confirm(yes, fmt.Sprintf("Cancel %s?", t)); err != nil {
 				return err
 			}
-			return a.act(cmd.Context(), t, a.in.Cancel, func(ctx context.Context, topic, group, ref string) (redisdelay.KeyOutcome, time.Time, error) {
+			return a.act(cmd.Context(), t, a.in.Cancel, func(ctx context.Context, topic, group, ref string) (redisdelay.Outcome, time.Time, error) {
 				o, err := a.in.CancelRef(ctx, topic, group, ref)
 				return o, time.Time{}, err
 			})
@@ -141,7 +141,7 @@ func (a *app) rescheduleCommand() *cobra.Command {
 					return a.in.Reschedule(ctx, topic, key, due)
 				}
 				return a.in.RescheduleAfter(ctx, topic, key, in)
-			}, func(ctx context.Context, topic, group, ref string) (redisdelay.KeyOutcome, time.Time, error) {
+			}, func(ctx context.Context, topic, group, ref string) (redisdelay.Outcome, time.Time, error) {
 				return a.in.RescheduleRef(ctx, topic, group, ref, due)
 			})
 		},
@@ -157,7 +157,7 @@ func (a *app) rescheduleCommand() *cobra.Command {
 func (a *app) runCommand() *cobra.Command {
 	var t target
 	cmd := &cobra.Command{
-		Use:   "run",
+		Use:   "run-now",
 		Short: "Make a message due at once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -199,7 +199,7 @@ func (a *app) requeueCommand() *cobra.Command {
 		},
 	}
 	addGroupFlags(cmd, &topic, &group)
-	cmd.Flags().StringArrayVar(&refs, "ref", nil, "a dead letter's ref, as list --state dead prints it (repeatable)")
+	cmd.Flags().StringArrayVar(&refs, "ref", nil, "a dead letter's ref, as list --state dead-lettered prints it (repeatable)")
 	cmd.Flags().BoolVar(&all, "all", false, "requeue every dead letter of the group")
 	cmd.MarkFlagsMutuallyExclusive("ref", "all")
 	addYesFlag(cmd, &yes)
@@ -219,7 +219,7 @@ func (a *app) purgeCommand() *cobra.Command {
 			if err := a.confirm(yes, fmt.Sprintf("Purge the %s messages of group %s on topic %s?", state, group, topic)); err != nil {
 				return err
 			}
-			n, err := a.in.Purge(cmd.Context(), topic, group, redisdelay.ListState(state))
+			n, err := a.in.Purge(cmd.Context(), topic, group, redisdelay.State(state))
 			if err != nil {
 				return err
 			}
@@ -266,11 +266,11 @@ func (a *app) deleteGroupCommand() *cobra.Command {
 		yes          bool
 	)
 	cmd := &cobra.Command{
-		Use:   "delete-group",
+		Use:   "remove-group",
 		Short: "Remove a consumer group from a topic with all its messages",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := a.confirm(yes, fmt.Sprintf("Delete group %s from topic %s?", group, topic)); err != nil {
+			if err := a.confirm(yes, fmt.Sprintf("Remove group %s from topic %s?", group, topic)); err != nil {
 				return err
 			}
 			n, err := a.in.RemoveGroup(cmd.Context(), topic, group)
@@ -278,7 +278,7 @@ func (a *app) deleteGroupCommand() *cobra.Command {
 				return err
 			}
 			return a.printChange(topic, group, "dropped", n,
-				fmt.Sprintf("Deleted group %s from topic %s and dropped %d messages.", group, topic, n))
+				fmt.Sprintf("Removed group %s from topic %s and dropped %d messages.", group, topic, n))
 		},
 	}
 	addGroupFlags(cmd, &topic, &group)

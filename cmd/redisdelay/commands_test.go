@@ -157,7 +157,7 @@ func TestCancelByKeyRemovesTheMessage(t *testing.T) {
 
 	var outcome outcomeView
 	q.json(&outcome, "cancel", "--topic", topic, "--key", "order-1", "--yes")
-	assert.Equal(t, map[string]string{group: "done"}, outcome.Groups)
+	assert.Equal(t, map[string]string{group: "applied"}, outcome.Groups)
 
 	assert.Equal(t, redisdelay.StateNotFound, q.status(topic, "order-1", group).State)
 	assert.Equal(t, redisdelay.StateScheduled, q.status(topic, "order-2", group).State, "another message is untouched")
@@ -174,7 +174,7 @@ func TestCancelByRefRemovesTheMessageFromItsGroup(t *testing.T) {
 	require.Len(t, page.Messages, 1)
 
 	out := q.ok("cancel", "--topic", topic, "--group", "billing", "--ref", page.Messages[0].Ref, "--yes")
-	assert.Regexp(t, `(?m)^billing\s+done$`, out)
+	assert.Regexp(t, `(?m)^billing\s+applied$`, out)
 
 	assert.Equal(t, redisdelay.StateFinished, q.status(topic, "order-1", "billing").State)
 	assert.Equal(t, redisdelay.StateScheduled, q.status(topic, "order-1", "shipping").State)
@@ -193,7 +193,7 @@ func TestDestructiveCommandsChangeNothingUnlessConfirmed(t *testing.T) {
 	}{
 		{[]string{"cancel", "--topic", topic, "--key", "order-1"}, `Cancel key "order-1" on topic "orders"? [y/N] `},
 		{[]string{"purge", "--topic", topic, "--state", "scheduled"}, "Purge the scheduled messages of group default on topic orders? [y/N] "},
-		{[]string{"delete-group", "--topic", topic}, "Delete group default from topic orders? [y/N] "},
+		{[]string{"remove-group", "--topic", topic}, "Remove group default from topic orders? [y/N] "},
 		{[]string{"requeue", "--topic", topic, "--all"}, "Requeue all dead letters of group default on topic orders? [y/N] "},
 	} {
 		for _, answer := range []string{"n\n", "maybe\n", ""} {
@@ -222,7 +222,7 @@ func TestMissingMessagesAreNamedInTheError(t *testing.T) {
 		stderr string
 	}{
 		{[]string{"cancel", "--topic", topic, "--key", "nope", "--yes"}, `redisdelay: key "nope" on topic "orders": not found`},
-		{[]string{"run", "--topic", topic, "--ref", "0/000000000000"}, `redisdelay: message "0/000000000000" of group "default" on topic "orders": not found`},
+		{[]string{"run-now", "--topic", topic, "--ref", "0/000000000000"}, `redisdelay: message "0/000000000000" of group "default" on topic "orders": not found`},
 		{[]string{"show", "--topic", topic, "--key", "nope"}, `redisdelay: key "nope" in group "default" on topic "orders"`},
 		{[]string{"pause", "--topic", topic, "--group", "nobody"}, `redisdelay: consumer group "nobody" on topic "orders": not found`},
 		{[]string{"stats", "--topic", "nowhere"}, `redisdelay: topic "nowhere": not found`},
@@ -241,8 +241,8 @@ func TestRunMakesAScheduledMessageDueAtOnce(t *testing.T) {
 	q.schedule(topic, newMessage("order-1", "a"))
 
 	var outcome outcomeView
-	q.json(&outcome, "run", "--topic", topic, "--key", "order-1")
-	assert.Equal(t, map[string]string{group: "done"}, outcome.Groups)
+	q.json(&outcome, "run-now", "--topic", topic, "--key", "order-1")
+	assert.Equal(t, map[string]string{group: "applied"}, outcome.Groups)
 	assert.WithinDuration(t, time.Now(), outcome.DueAt, time.Minute)
 	s := q.stats(topic, group)
 	assert.Equal(t, int64(0), s.Scheduled)
@@ -269,7 +269,7 @@ func TestRescheduleMovesTheDueTime(t *testing.T) {
 
 	var outcome outcomeView
 	q.json(&outcome, "reschedule", "--topic", topic, "--key", "order-1", "--in", "10m")
-	assert.Equal(t, map[string]string{group: "done"}, outcome.Groups)
+	assert.Equal(t, map[string]string{group: "applied"}, outcome.Groups)
 	assert.WithinDuration(t, time.Now().Add(10*time.Minute), q.status(topic, "order-1", group).DueAt, time.Minute)
 
 	var page pageView
@@ -322,7 +322,7 @@ func TestRequeueBringsDeadLettersBack(t *testing.T) {
 	assert.Equal(t, 1, r.code, "requeue needs --ref or --all")
 
 	var dead pageView
-	q.json(&dead, "list", "--topic", topic, "--state", "dead")
+	q.json(&dead, "list", "--topic", topic, "--state", "dead-lettered")
 	require.Len(t, dead.Messages, 2)
 	for _, m := range dead.Messages {
 		assert.True(t, utf8.ValidString(m.Ref) && !strings.ContainsAny(m.Ref, " \t\n\x00"), "a ref is plain text: %q", m.Ref)
@@ -358,8 +358,8 @@ func TestDeleteGroupRemovesTheGroupFromItsTopic(t *testing.T) {
 	q.register(topic, "billing", "shipping")
 	q.schedule(topic, newMessage("order-1", "a"))
 
-	assert.Contains(t, q.ok("delete-group", "--topic", topic, "--group", "shipping", "--yes"),
-		"Deleted group shipping from topic orders and dropped 1 messages.")
+	assert.Contains(t, q.ok("remove-group", "--topic", topic, "--group", "shipping", "--yes"),
+		"Removed group shipping from topic orders and dropped 1 messages.")
 
 	var topics []topicView
 	q.json(&topics, "topics")

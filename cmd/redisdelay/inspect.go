@@ -196,7 +196,7 @@ func (a *app) listCommand() *cobra.Command {
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			page, err := a.in.List(cmd.Context(), topic, group, redisdelay.ListOptions{
-				State: redisdelay.ListState(state), Cursor: cursor, Limit: limit,
+				State: redisdelay.State(state), Cursor: cursor, Limit: limit,
 			})
 			if err != nil {
 				return err
@@ -207,7 +207,7 @@ func (a *app) listCommand() *cobra.Command {
 			}
 			return a.print(v, func(w *tabwriter.Writer) {
 				when := "DUE AT"
-				if redisdelay.ListState(state) == redisdelay.ListInFlight {
+				if redisdelay.State(state) == redisdelay.StateInFlight {
 					when = "LEASE DEADLINE"
 				}
 				row(w, "REF", "ID", "UUID", "KEY", when, "ATTEMPT", "SIZE", "PREVIEW")
@@ -226,7 +226,7 @@ func (a *app) listCommand() *cobra.Command {
 		},
 	}
 	addGroupFlags(cmd, &topic, &group)
-	cmd.Flags().StringVar(&state, "state", "", "scheduled, due, in-flight or dead (required)")
+	cmd.Flags().StringVar(&state, "state", "", "scheduled, due, in-flight or dead-lettered (required)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "most messages on the page; 0 means the Inspector's default")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "the next cursor the previous page printed")
 	_ = cmd.MarkFlagRequired("state")

@@ -316,7 +316,7 @@ func TestOperatorSeesTheCountsOpensAMessageAndCancelsIt(t *testing.T) {
 	assert.Equal(t, int64(8), stats(t, q.in, "orders", "shipping").Scheduled)
 
 	// The dead letters are there too, each with its page.
-	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/queues/topic/emails/group/sender?state=dead")))
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/queues/topic/emails/group/sender?state=dead-lettered")))
 	assert.Equal(t, "Dead letters 3", text(t, ctx, `nav.tabs a.active`))
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#messages tbody tr a`))))
 	assert.Equal(t, "dead letter", text(t, ctx, "#state"))
@@ -330,7 +330,7 @@ func TestReadOnlyDashboardOffersNoActionsAndRefusesPosts(t *testing.T) {
 	q := seed(t)
 	srv := serve(t, q.in, dashboard.Options{})
 	ctx, c := browser(t)
-	page, err := q.in.List(context.Background(), "orders", "billing", redisdelay.ListOptions{State: redisdelay.ListScheduled, Limit: 1})
+	page, err := q.in.List(context.Background(), "orders", "billing", redisdelay.ListOptions{State: redisdelay.StateScheduled, Limit: 1})
 	require.NoError(t, err)
 	require.Len(t, page.Messages, 1)
 	ref := page.Messages[0].Ref
@@ -339,7 +339,7 @@ func TestReadOnlyDashboardOffersNoActionsAndRefusesPosts(t *testing.T) {
 	for _, u := range []string{
 		"/", "/topic/orders/group/billing",
 		"/topic/orders/group/billing/message?ref=" + url.QueryEscape(ref),
-		"/topic/emails/group/sender?state=dead",
+		"/topic/emails/group/sender?state=dead-lettered",
 	} {
 		require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+u), chromedp.WaitVisible(chromedp.CSS("main"))))
 		n, err := chromedp.Run(ctx, chromedp.Evaluate[int](actions))

@@ -79,8 +79,8 @@ func TestFullRedisRefusesPublishAndKeepsDraining(t *testing.T) {
 	for range nacked {
 		letter := receive(t, lettersCh, 10*time.Second)
 		assert.True(t, nackedUUIDs[letter.UUID], "dead letter %s was not nacked", letter.UUID)
-		assert.Equal(t, redisdelay.DeadLetterReasonNacked, letter.Metadata.Get(redisdelay.DeadLetterReasonKey))
-		assert.Equal(t, topic, letter.Metadata.Get(redisdelay.DeadLetterTopicKey))
+		assert.Equal(t, redisdelay.DeadLetterReasonNacked, letter.Metadata.Get(redisdelay.DeadLetterReasonMetadataKey))
+		assert.Equal(t, topic, letter.Metadata.Get(redisdelay.DeadLetterTopicMetadataKey))
 		letter.Ack()
 	}
 	// Redis was full all along: it still refuses a batch twice the size of the one it refused.
