@@ -95,7 +95,7 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 		case <-s.book.heartbeat.C:
 			s.extendLeases()
 			continue
-		case due := <-s.wake.due:
+		case due := <-s.wake.Due():
 			s.woke(due)
 			continue
 		case <-s.book.ackTimer.C:
@@ -133,7 +133,7 @@ func (s *partitionConsumer) finished(c *claimed, msg *message.Message) bool {
 // confirms its lease, or, when Redis cannot be reached, while its lease surely lasts.
 func (s *partitionConsumer) stillLeased(c *claimed) bool {
 	select {
-	case due := <-s.wake.due: // a removal's "check now" may have just arrived
+	case due := <-s.wake.Due(): // a removal's "check now" may have just arrived
 		s.woke(due)
 	default:
 	}
@@ -169,7 +169,7 @@ func sendHolding[T any](s *partitionConsumer, ch chan<- T, v T, c *claimed) send
 			return sent
 		case <-s.book.heartbeat.C:
 			s.extendLeases()
-		case due := <-s.wake.due:
+		case due := <-s.wake.Due():
 			s.woke(due)
 		case <-s.book.ackTimer.C:
 			s.confirmAcks()

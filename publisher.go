@@ -12,6 +12,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/groupcommit"
 )
 
 const (
@@ -35,7 +37,7 @@ type Publisher struct {
 	groups     groupCache
 	topics     registeredTopics
 	eviction   evictionGuard
-	queues     sync.Map      // partition name -> *groupCommit, bounded by maxQueues
+	queues     sync.Map      // partition name -> *groupcommit.Committer[outgoing], bounded by maxQueues
 	queueCount atomic.Int64  // entries in queues
 	next       atomic.Uint64 // round-robin partition counter
 	callTTL    time.Duration // how long Redis keeps a publish call's token
@@ -244,6 +246,57 @@ func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []
 		outcomes[i] = publishOutcome(letters[j])
 	}
 	return nil
+}
+
+// commit stores msgs on the topic partition named topic through its groupcommit.Committer,
+// which shares rounds with concurrent calls; see Committer.Commit for the result. A call whose
+// context ended while it waited for a round returns an error wrapping groupcommit.ErrNotStored,
+// one whose context ended during its round an error wrapping ErrOutcomeUnknown.
+func (p *Publisher) commit(ctx context.Context, topic string, msgs []outgoing) (string, error) {
+	g, ok := p.queues.Load(topic)
+	if !ok {
+		var loaded bool
+		g, loaded = p.queues.LoadOrStore(topic, groupcommit.New(func(ctx context.Context, batch []outgoing) (string, error) {
+			return p.storeBatch(ctx, topic, batch)
+		}, ErrOutcomeUnknown))
+		if !loaded && p.queueCount.Add(1) > maxQueues {
+			p.forgetIdleQueues()
+		}
+	}
+	return g.(*groupcommit.Committer[outgoing]).Commit(ctx, msgs)
+}
+
+// maxQueues is how many topic partitions a Publisher keeps a groupcommit.Committer for before
+// it forgets the idle ones.
+const maxQueues = 10000
+
+// forgetIdleQueues drops the Committers with nothing pending or under way. A call that loaded
+// one just before still works on it: a Committer needs no map entry to store its rounds, the
+// entry only lets concurrent calls share rounds.
+func (p *Publisher) forgetIdleQueues() {
+	p.queues.Range(func(key, g any) bool {
+		if g.(*groupcommit.Committer[outgoing]).Idle() && p.queues.CompareAndDelete(key, g) {
+			p.queueCount.Add(-1)
+		}
+		return true
+	})
+}
+
+// storeBatch runs the publish script for batch on the topic partition named topic, for its
+// registered consumer groups, bounded by ctx. The batch gets one call token, so that a script
+// run that the client repeats stores nothing more.
+func (p *Publisher) storeBatch(ctx context.Context, topic string, batch []outgoing) (string, error) {
+	call := publishCall{token: newToken(), ttl: p.callTTL}
+	// The round's calls bound their own wait, and the round frees its slot at its deadline
+	// (see groupcommit.Committer): the script runs on the round's goroutine.
+	st := p.store
+	st.direct = true
+	var outcomes string
+	err := p.groups.withGroups(ctx, topic, func(ctx context.Context, groups []string) (err error) {
+		outcomes, err = st.publish(ctx, topic, call, groups, batch)
+		return err
+	})
+	return outcomes, err
 }
 
 // Close makes further Publish calls return ErrPublisherClosed and waits for the ones under way.

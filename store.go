@@ -27,7 +27,7 @@ type store struct {
 	contextTimeouts bool
 	// direct makes every call run on the caller's goroutine even when the client does not bound
 	// it by its context: for a caller that bounds the wait itself (a group commit round, see
-	// groupCommit.run), which saves a goroutine and a hand-off per call.
+	// groupcommit.Committer), which saves a goroutine and a hand-off per call.
 	direct bool
 	// durableReplicas, when > 0, makes publish WAIT for that many replicas, durableTimeout at
 	// most.

@@ -10,6 +10,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/wake"
 )
 
 // Subscriber consumes messages of one consumer group. It implements message.Subscriber and
@@ -19,7 +21,7 @@ type Subscriber struct {
 	config  SubscriberConfig
 	logger  watermill.LoggerAdapter
 	store   store
-	wakeHub *wakeHub
+	wakeHub *wake.Hub
 	// deadLetterGroups is the view of the consumer groups of the dead-letter topics.
 	deadLetterGroups groupCache
 
@@ -62,7 +64,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		config:      config,
 		logger:      logger,
 		store:       st,
-		wakeHub:     newWakeHub(config.Client, logger),
+		wakeHub:     wake.NewHub(config.Client, logger),
 		eviction:    evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
 		closing:     closing,
 		stopClosing: stopClosing,
@@ -214,7 +216,7 @@ func (s *Subscriber) Close() error {
 	s.mu.Unlock()
 
 	s.wg.Wait()
-	s.wakeHub.close()
+	s.wakeHub.Close()
 	s.logger.Debug("Subscriber closed", nil)
 	return nil
 }

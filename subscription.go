@@ -10,6 +10,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/cenkalti/backoff/v5"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/wake"
 )
 
 const (
@@ -22,7 +24,7 @@ const (
 	recheckJitter = 0.25
 )
 
-// subscription is the consumer of one partition of a Subscribe call: a single goroutine that
+// partitionConsumer is the consumer of one partition of a Subscribe call: a single goroutine that
 // runs the claim loop (this file), hands messages out (delivery.go) and acts on their outcome.
 // It owns its claim token, its claim size and its retry backoff; what it holds in Redis is in
 // its leaseBook. The subscriptions of the partitions of one Subscribe call share its output
@@ -30,7 +32,7 @@ const (
 type partitionConsumer struct {
 	cfg              SubscriberConfig
 	store            store
-	wakeHub          *wakeHub
+	wakeHub          *wake.Hub
 	deadLetterGroups *groupCache
 	// register registers the group on every partition of the topic (see Subscriber.register).
 	register func(ctx context.Context) ([]registration, error)
@@ -56,7 +58,7 @@ type partitionConsumer struct {
 	// subscription hands messages out is kept in woken (the earliest due time, Unix µs; -1 for
 	// none) for the next sleep; a "check now" (0, which RemoveGroup sends) makes it check its
 	// leases at once, so that it drops what a removal took away.
-	wake  *wakeWatch
+	wake  *wake.Watch
 	woken int64
 	limit int // how many messages the next claim takes
 	// claim names the next claim: the subscription's claim record and a token that stays the
@@ -69,7 +71,7 @@ type partitionConsumer struct {
 	windowEnd time.Time
 }
 
-// newSubscription returns the subscription of one partition of topic.
+// newPartitionConsumer returns the consumer of one partition of topic for one Subscribe call.
 func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterTopic string, partition int, out chan *message.Message, turn chan struct{}, logger watermill.LoggerAdapter) *partitionConsumer {
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 100 * time.Millisecond
@@ -110,13 +112,13 @@ func (s *partitionConsumer) run(reg registration) {
 	s.book = newLeaseBook(s.cfg.LeaseTimeout)
 	defer s.book.stop()
 	channel := s.store.keys.group(s.part, s.group).wakeChannel
-	wake := s.wakeHub.watch(channel)
-	defer s.wakeHub.unwatch(channel, wake)
-	s.wake, s.woken = wake, -1
+	watch := s.wakeHub.Watch(channel)
+	defer s.wakeHub.Unwatch(channel, watch)
+	s.wake, s.woken = watch, -1
 	// Claim only once wake-ups are flowing, so none published in between is missed; the
 	// recheck interval covers a confirmation that does not come.
 	select {
-	case <-wake.ready:
+	case <-watch.Ready():
 	case <-time.After(s.cfg.OperationTimeout):
 	case <-s.ctx.Done():
 	}
@@ -160,7 +162,7 @@ func (s *partitionConsumer) run(reg registration) {
 		}
 		// The group had nothing more due when this claim ran, so sleep on what it said; anything
 		// published since then has sent a wake-up, which ends the sleep at once.
-		s.sleep(res, receivedAt, wake)
+		s.sleep(res, receivedAt, watch)
 	}
 }
 
@@ -218,7 +220,7 @@ func (s *partitionConsumer) adaptLimit(delivered int, took time.Duration) {
 
 // sleep waits until the group's next due time or lease deadline, a wake-up for an earlier due
 // time, the recheck interval, or the end of the subscription, whichever comes first.
-func (s *partitionConsumer) sleep(res claimResult, receivedAt time.Time, wake *wakeWatch) {
+func (s *partitionConsumer) sleep(res claimResult, receivedAt time.Time, watch *wake.Watch) {
 	// The Redis clock at receivedAt was at least res.nowUs, so this never wakes early.
 	until := func(dueUs int64) time.Duration {
 		return time.Duration(dueUs-res.nowUs)*time.Microsecond - time.Since(receivedAt)
@@ -253,7 +255,7 @@ func (s *partitionConsumer) sleep(res claimResult, receivedAt time.Time, wake *w
 		select {
 		case <-timer.C:
 			return
-		case due := <-wake.due:
+		case due := <-watch.Due():
 			w := until(due)
 			if due == 0 || w <= 0 {
 				return

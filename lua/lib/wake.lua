@@ -4,7 +4,7 @@
 -- It uses sharded Pub/Sub, which keeps the message on the shard of the channel (the channel
 -- carries the topic's hash tag, so it is in the slot of the script's keys), and falls back to
 -- classic PUBLISH where Redis refuses SPUBLISH (before 7, miniredis). Subscribers choose the
--- same way: SSUBSCRIBE, or SUBSCRIBE where Redis refuses it (wakeup.go).
+-- same way: SSUBSCRIBE, or SUBSCRIBE where Redis refuses it (internal/wake).
 local function wake(channel, before, score)
   if before == nil or score < before then
     local payload = string.format('%d', score)

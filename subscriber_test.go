@@ -1,0 +1,48 @@
+package redisdelay
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestPublishWakeUpReachesTheSubscribersHubWithTheDueTime checks that the scripts and the
+// Subscriber's wake hub agree on the wake channel of a group and on the kind of Pub/Sub: a
+// watcher of the channel that the subscriptions watch learns the due time of a message
+// published to a group with nothing due, over sharded Pub/Sub on Redis 7 and over classic
+// Pub/Sub where Redis refuses SPUBLISH (miniredis).
+func TestPublishWakeUpReachesTheSubscribersHubWithTheDueTime(t *testing.T) {
+	forStoreBackends(t, func(t *testing.T, client *redis.Client) {
+		sub, err := NewSubscriber(SubscriberConfig{Client: client}, nil)
+		require.NoError(t, err)
+		defer func() { _ = sub.Close() }()
+		ctx := context.Background()
+		const topic = "wake"
+		watch := sub.wakeHub.Watch(sub.store.keys.group(topic, DefaultConsumerGroup).wakeChannel)
+		select {
+		case <-watch.Ready():
+		case <-time.After(5 * time.Second):
+			t.Fatal("the wake channel was not confirmed within 5s")
+		}
+		<-watch.Due() // the confirmation's "check now"
+
+		_, _, err = sub.store.registerGroup(ctx, topic, DefaultConsumerGroup, 0)
+		require.NoError(t, err)
+		data, err := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("wake"))
+		require.NoError(t, err)
+		published := time.Now()
+		_, err = sub.store.publish(ctx, topic, testCall(), []string{DefaultConsumerGroup}, []outgoing{{data: data, delay: time.Minute}})
+		require.NoError(t, err)
+		select {
+		case due := <-watch.Due():
+			// Redis runs on this machine, so its clock is ours.
+			assert.WithinDuration(t, published.Add(time.Minute), time.UnixMicro(due), 5*time.Second, "the wake-up carries the message's due time")
+		case <-time.After(5 * time.Second):
+			t.Fatal("no wake-up within 5s")
+		}
+	})
+}
