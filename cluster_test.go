@@ -54,13 +54,15 @@ func sharedCluster(t testing.TB) *redistest.Cluster {
 	return shared.cluster
 }
 
-// TestMain stops the shared Redis Cluster, if a test started it, once every test has run.
+// TestMain stops the shared Redis Cluster, if a test started it, once every test has run, and
+// says how many tests were skipped for want of redis-server.
 func TestMain(m *testing.M) {
 	runCrashChild()
 	code := m.Run()
 	if shared.cluster != nil {
 		shared.cluster.Close()
 	}
+	redistest.ReportSkips()
 	os.Exit(code)
 }
 
