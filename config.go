@@ -142,8 +142,10 @@ func (c *PublisherConfig) setDefaults() {
 	}
 }
 
-// Validate reports the first field that is missing or out of range.
+// Validate reports the first field that is missing or out of range, naming it and its value.
+// A zero field counts as its default, as in NewPublisher.
 func (c PublisherConfig) Validate() error {
+	c.setDefaults()
 	if c.Client == nil {
 		return errors.New("redisdelay: PublisherConfig.Client is required")
 	}
@@ -299,8 +301,10 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 }
 
-// Validate reports the first field that is missing or out of range.
+// Validate reports the first field that is missing or out of range, naming it and its value.
+// A zero field counts as its default, as in NewSubscriber.
 func (c SubscriberConfig) Validate() error {
+	c.setDefaults()
 	if c.Client == nil {
 		return errors.New("redisdelay: SubscriberConfig.Client is required")
 	}

@@ -50,8 +50,10 @@ func (c *InspectorConfig) setDefaults() {
 	}
 }
 
-// Validate reports the first field that is missing or out of range.
+// Validate reports the first field that is missing or out of range, naming it and its value.
+// A zero field counts as its default, as in NewInspector.
 func (c InspectorConfig) Validate() error {
+	c.setDefaults()
 	if c.Client == nil {
 		return errors.New("redisdelay: InspectorConfig.Client is required")
 	}

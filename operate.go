@@ -617,7 +617,11 @@ func (i *Inspector) MessageByKey(ctx context.Context, topic, group, key string) 
 		return MessageInfo{}, err
 	}
 	gs := st.Groups[group]
-	if gs.State != StateScheduled && gs.State != StateInFlight {
+	switch gs.State {
+	case StateScheduled, StateInFlight:
+	case StateNotFound, "":
+		return MessageInfo{}, fmt.Errorf("redisdelay: key %s in group %s on topic %s: %w", quote(key), quote(group), quote(topic), ErrNotFound)
+	default:
 		return MessageInfo{}, fmt.Errorf("redisdelay: key %s in group %s on topic %s (%s): %w", quote(key), quote(group), quote(topic), gs.State, ErrNotFound)
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)

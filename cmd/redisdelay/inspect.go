@@ -45,21 +45,24 @@ func (a *app) topicsCommand() *cobra.Command {
 				for _, t := range views {
 					row(w, t.Topic, strconv.Itoa(t.Partitions), strings.Join(t.Groups, ","))
 				}
+				if len(views) == 0 {
+					a.hintNoTopics()
+				}
 			})
 		},
 	}
 }
 
 type statsView struct {
-	Topic               string    `json:"topic"`
-	Group               string    `json:"group"`
-	Scheduled           int64     `json:"scheduled"`
-	Due                 int64     `json:"due"`
-	InFlight            int64     `json:"in_flight"`
-	DeadLetters         int64     `json:"dead_letters"`
-	OldestDueAgeSeconds float64   `json:"oldest_due_age_seconds"`
-	NextDue             time.Time `json:"next_due,omitzero"`
-	Paused              bool      `json:"paused"`
+	Topic               string     `json:"topic"`
+	Group               string     `json:"group"`
+	Scheduled           int64      `json:"scheduled"`
+	Due                 int64      `json:"due"`
+	InFlight            int64      `json:"in_flight"`
+	DeadLetters         int64      `json:"dead_letters"`
+	OldestDueAgeSeconds float64    `json:"oldest_due_age_seconds"`
+	NextDue             *time.Time `json:"next_due,omitempty"`
+	Paused              bool       `json:"paused"`
 }
 
 func (a *app) statsCommand() *cobra.Command {
@@ -118,10 +121,13 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 	for n, s := range stats {
 		views[n] = statsView{
 			Topic: s.Topic, Group: s.Group, Scheduled: s.Scheduled, Due: s.Due, InFlight: s.InFlight,
-			DeadLetters: s.DeadLetters, OldestDueAgeSeconds: s.OldestDueAge.Seconds(), NextDue: s.NextDue, Paused: s.Paused,
+			DeadLetters: s.DeadLetters, OldestDueAgeSeconds: s.OldestDueAge.Seconds(), NextDue: optionalTime(s.NextDue), Paused: s.Paused,
 		}
 	}
 	return a.print(views, func(w *tabwriter.Writer) {
+		if len(views) == 0 && len(topics) == 0 {
+			a.hintNoTopics()
+		}
 		row(w, "TOPIC", "GROUP", "SCHEDULED", "DUE", "IN FLIGHT", "DEAD LETTERS", "OLDEST DUE AGE", "NEXT DUE", "PAUSED")
 		for n, v := range views {
 			age := "-"
@@ -129,9 +135,15 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 				age = stats[n].OldestDueAge.Round(time.Millisecond).String()
 			}
 			row(w, v.Topic, v.Group, itoa(v.Scheduled), itoa(v.Due), itoa(v.InFlight), itoa(v.DeadLetters),
-				age, formatTime(v.NextDue), strconv.FormatBool(v.Paused))
+				age, formatTime(stats[n].NextDue), strconv.FormatBool(v.Paused))
 		}
 	})
+}
+
+// hintNoTopics tells, on stderr, where topics and stats looked when they found no topic: the
+// likeliest cause is a key prefix other than --prefix.
+func (a *app) hintNoTopics() {
+	fmt.Fprintf(a.stderr, "No topics under the key prefix %s on this Redis; for queues written with another KeyPrefix, pass it as --prefix.\n", printable(a.prefix))
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -146,8 +158,8 @@ type messageView struct {
 	UUID          string            `json:"uuid,omitempty"`
 	Key           string            `json:"key,omitempty"`
 	State         string            `json:"state"`
-	DueAt         time.Time         `json:"due_at,omitzero"`
-	LeaseDeadline time.Time         `json:"lease_deadline,omitzero"`
+	DueAt         *time.Time        `json:"due_at,omitempty"`
+	LeaseDeadline *time.Time        `json:"lease_deadline,omitempty"`
 	Attempt       int               `json:"attempt"`
 	PayloadSize   int               `json:"payload_size"`
 	Preview       string            `json:"preview,omitempty"`
@@ -160,7 +172,7 @@ type messageView struct {
 func newMessageView(m redisdelay.MessageInfo) messageView {
 	v := messageView{
 		Topic: m.Topic, Group: m.Group, Ref: m.Ref, ID: m.ID, UUID: m.UUID, Key: m.Key,
-		State: m.State.String(), DueAt: m.DueAt, LeaseDeadline: m.LeaseDeadline, Attempt: m.Attempt,
+		State: m.State.String(), DueAt: optionalTime(m.DueAt), LeaseDeadline: optionalTime(m.LeaseDeadline), Attempt: m.Attempt,
 		PayloadSize: m.PayloadSize, Preview: m.Preview, Metadata: m.Metadata, Vanished: m.Vanished,
 	}
 	if utf8.Valid(m.Payload) {
@@ -174,10 +186,10 @@ func newMessageView(m redisdelay.MessageInfo) messageView {
 // when is the time that orders the message in its state: the lease deadline in flight, the due
 // time otherwise.
 func (v messageView) when() time.Time {
-	if !v.LeaseDeadline.IsZero() {
-		return v.LeaseDeadline
+	if v.LeaseDeadline != nil {
+		return *v.LeaseDeadline
 	}
-	return v.DueAt
+	return deref(v.DueAt)
 }
 
 type pageView struct {
@@ -255,7 +267,7 @@ func (a *app) showCommand() *cobra.Command {
 				for _, field := range [][2]string{
 					{"topic", v.Topic}, {"group", v.Group}, {"ref", v.Ref}, {"id", v.ID},
 					{"uuid", orDash(v.UUID)}, {"key", orDash(v.Key)}, {"state", v.State},
-					{"due at", formatTime(v.DueAt)}, {"lease deadline", formatTime(v.LeaseDeadline)},
+					{"due at", formatTime(deref(v.DueAt))}, {"lease deadline", formatTime(deref(v.LeaseDeadline))},
 					{"attempt", strconv.Itoa(v.Attempt)}, {"payload size", strconv.Itoa(v.PayloadSize)},
 				} {
 					row(w, field[0]+":", field[1])
