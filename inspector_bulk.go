@@ -44,44 +44,71 @@ func (i *Inspector) requeue(ctx context.Context, info TopicInfo, group string, r
 	var moved int64
 	for p := 0; p < info.Partitions; p++ {
 		g := store.Partition{Topic: topic, N: p}.Of(group)
-		deadPart := deadLetterPartition(g)
-		dead := store.Parked(deadPart)
-		requeue := func(chunk []store.Ref) error {
-			members, err := i.wholeMembers(ctx, dead, chunk)
-			if err == nil && len(members) > 0 {
-				var n int64
-				n, err = i.store.Requeue(ctx, g, deadPart, members)
-				moved += n
-			}
-			if err != nil {
-				return fmt.Errorf("redisdelay: requeue dead letters of group %s on topic %s: %w", quote(group), quote(topic), err)
-			}
-			return nil
-		}
+		var n int64
+		var err error
 		if len(refs) > 0 {
-			for k := 0; k < len(byPartition[p]); k += requeueChunk {
-				if err := requeue(byPartition[p][k:min(k+requeueChunk, len(byPartition[p]))]); err != nil {
-					return moved, err
-				}
-			}
-			continue
+			n, err = i.requeueRefs(ctx, g, byPartition[p])
+		} else {
+			n, err = i.requeueEvery(ctx, g)
 		}
-		for {
-			rows, _, _, err := i.store.List(ctx, dead, store.All, store.Cursor{}, requeueChunk, 0, listReadBudget)
-			if err != nil {
-				return moved, err
-			}
-			if len(rows) == 0 {
-				break
-			}
-			chunk := make([]store.Ref, len(rows))
-			for n, r := range rows {
-				chunk[n] = store.RefOf(p, r.Member, r.ScoreUs)
-			}
-			if err := requeue(chunk); err != nil {
-				return moved, err
-			}
+		moved += n
+		if err != nil {
+			return moved, err
 		}
+	}
+	return moved, nil
+}
+
+// requeueRefs moves the dead letters of group g that refs name back to it, requeueChunk per
+// script call, and returns how many it moved.
+func (i *Inspector) requeueRefs(ctx context.Context, g store.Group, refs []store.Ref) (int64, error) {
+	var moved int64
+	for k := 0; k < len(refs); k += requeueChunk {
+		n, err := i.requeueCall(ctx, g, refs[k:min(k+requeueChunk, len(refs))])
+		moved += n
+		if err != nil {
+			return moved, err
+		}
+	}
+	return moved, nil
+}
+
+// requeueEvery moves every dead letter of group g back to it, requeueChunk per script call,
+// and returns how many it moved.
+func (i *Inspector) requeueEvery(ctx context.Context, g store.Group) (int64, error) {
+	dead := store.Parked(deadLetterPartition(g))
+	var moved int64
+	for {
+		rows, _, _, err := i.store.List(ctx, dead, store.All, store.Cursor{}, requeueChunk, 0, listReadBudget)
+		if err != nil {
+			return moved, err
+		}
+		if len(rows) == 0 {
+			return moved, nil
+		}
+		chunk := make([]store.Ref, len(rows))
+		for n, r := range rows {
+			chunk[n] = store.RefOf(g.N, r.Member, r.ScoreUs)
+		}
+		n, err := i.requeueCall(ctx, g, chunk)
+		moved += n
+		if err != nil {
+			return moved, err
+		}
+	}
+}
+
+// requeueCall moves the dead letters of group g that chunk names back to it in one script
+// call, and returns how many it moved.
+func (i *Inspector) requeueCall(ctx context.Context, g store.Group, chunk []store.Ref) (int64, error) {
+	deadPart := deadLetterPartition(g)
+	members, err := i.wholeMembers(ctx, store.Parked(deadPart), chunk)
+	var moved int64
+	if err == nil && len(members) > 0 {
+		moved, err = i.store.Requeue(ctx, g, deadPart, members)
+	}
+	if err != nil {
+		return moved, fmt.Errorf("redisdelay: requeue dead letters of group %s on topic %s: %w", quote(g.Name), quote(g.Topic), err)
 	}
 	return moved, nil
 }

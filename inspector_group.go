@@ -42,6 +42,30 @@ type GroupStats struct {
 func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
+	infos, err := i.statsTopics(ctx, topics)
+	if err != nil {
+		return nil, err
+	}
+	stats, jobs := statsJobs(infos)
+	err = forEachConcurrently(ctx, len(jobs), func(ctx context.Context, n int) error {
+		return i.countStats(ctx, jobs[n])
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, j := range jobs {
+		j.addCounts()
+	}
+	out := make([]GroupStats, len(stats))
+	for n, st := range stats {
+		out[n] = *st
+	}
+	return out, nil
+}
+
+// statsTopics returns the registry entries of topics, or of every topic in the registry when
+// there are none.
+func (i *Inspector) statsTopics(ctx context.Context, topics []string) ([]TopicInfo, error) {
 	var infos []TopicInfo
 	if len(topics) == 0 {
 		all, err := i.Topics(ctx)
@@ -57,14 +81,21 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 		}
 		infos = append(infos, info)
 	}
-	// One script call per topic partition, for all its groups.
-	type job struct {
-		stats     []*GroupStats
-		partition int
-		counts    []store.GroupCounts
-	}
+	return infos, nil
+}
+
+// statsJob is one script call of Stats: one topic partition, for all the topic's groups.
+type statsJob struct {
+	stats     []*GroupStats
+	partition int
+	counts    []store.GroupCounts
+}
+
+// statsJobs returns the statistics of every group of infos, zero, in order, and the jobs that
+// count them, one per topic partition.
+func statsJobs(infos []TopicInfo) ([]*GroupStats, []*statsJob) {
 	var stats []*GroupStats
-	var jobs []*job
+	var jobs []*statsJob
 	for _, info := range infos {
 		var group []*GroupStats
 		for _, g := range info.Groups {
@@ -75,50 +106,46 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 			continue
 		}
 		for n := 0; n < info.Partitions; n++ {
-			jobs = append(jobs, &job{stats: group, partition: n})
+			jobs = append(jobs, &statsJob{stats: group, partition: n})
 		}
 	}
-	err := forEachConcurrently(ctx, len(jobs), func(ctx context.Context, n int) error {
-		j := jobs[n]
-		topic := j.stats[0].Topic
-		groups, dead := make([]string, len(j.stats)), make([]store.Partition, len(j.stats))
-		for k, st := range j.stats {
-			groups[k] = st.Group
-			dead[k] = store.Partition{Topic: DefaultDeadLetterTopic(topic, st.Group), N: j.partition}
-		}
-		var err error
-		j.counts, err = i.store.Stats(ctx, store.Partition{Topic: topic, N: j.partition}, groups, dead)
-		if err != nil {
-			return fmt.Errorf("redisdelay: stats of topic %s: %w", quote(topic), err)
-		}
-		return nil
-	})
+	return stats, jobs
+}
+
+// countStats runs the stats script of j and keeps its counts in j.
+func (i *Inspector) countStats(ctx context.Context, j *statsJob) error {
+	topic := j.stats[0].Topic
+	groups, dead := make([]string, len(j.stats)), make([]store.Partition, len(j.stats))
+	for k, st := range j.stats {
+		groups[k] = st.Group
+		dead[k] = store.Partition{Topic: DefaultDeadLetterTopic(topic, st.Group), N: j.partition}
+	}
+	var err error
+	j.counts, err = i.store.Stats(ctx, store.Partition{Topic: topic, N: j.partition}, groups, dead)
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("redisdelay: stats of topic %s: %w", quote(topic), err)
 	}
-	for _, j := range jobs {
-		for k, c := range j.counts {
-			st := j.stats[k]
-			st.Scheduled += c.Scheduled
-			st.Due += c.Due
-			st.InFlight += c.InFlight
-			st.DeadLetters += c.Dead
-			st.Paused = st.Paused || c.Paused
-			if c.Due > 0 && c.HeadUs >= 0 {
-				st.OldestDueAge = max(st.OldestDueAge, time.Duration(c.NowUs-c.HeadUs)*time.Microsecond)
-			}
-			if c.NextDueUs >= 0 {
-				if next := time.UnixMicro(c.NextDueUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
-					st.NextDue = next
-				}
+	return nil
+}
+
+// addCounts adds the counts of one partition to its groups' statistics.
+func (j *statsJob) addCounts() {
+	for k, c := range j.counts {
+		st := j.stats[k]
+		st.Scheduled += c.Scheduled
+		st.Due += c.Due
+		st.InFlight += c.InFlight
+		st.DeadLetters += c.Dead
+		st.Paused = st.Paused || c.Paused
+		if c.Due > 0 && c.HeadUs >= 0 {
+			st.OldestDueAge = max(st.OldestDueAge, time.Duration(c.NowUs-c.HeadUs)*time.Microsecond)
+		}
+		if c.NextDueUs >= 0 {
+			if next := time.UnixMicro(c.NextDueUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
+				st.NextDue = next
 			}
 		}
 	}
-	out := make([]GroupStats, len(stats))
-	for n, st := range stats {
-		out[n] = *st
-	}
-	return out, nil
 }
 
 // Pause pauses consumer group on topic: its claims hand out nothing (acks of messages in

@@ -83,11 +83,7 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 	if err != nil {
 		return ListPage{}, err
 	}
-	limit := opts.Limit
-	if limit <= 0 {
-		limit = DefaultListLimit
-	}
-	limit = min(limit, MaxListLimit)
+	limit := listLimit(opts.Limit)
 	c, err := decodeCursor(opts.Cursor)
 	if err != nil {
 		return ListPage{}, fmt.Errorf("redisdelay: list topic %s: %w", quote(topic), err)
@@ -152,7 +148,6 @@ func listTarget(g store.Group, state State) (store.Set, store.Span, error) {
 func (i *Inspector) describe(topic, group string, partition int, r store.Listed, leased bool, full bool) MessageInfo {
 	id, attempt, _ := store.ParseMember(r.Member)
 	m := MessageInfo{Topic: topic, Group: group, Ref: store.MakeRef(partition, r.Member, r.ScoreUs), ID: id, Attempt: attempt, State: StateScheduled}
-	bk, isBatch := store.BatchKeyOf(id)
 	if key, ok := store.KeyOf(id); ok {
 		m.Key = key
 	}
@@ -165,10 +160,31 @@ func (i *Inspector) describe(topic, group string, partition int, r store.Listed,
 		m.Vanished = true
 		return m
 	}
-	var msg *message.Message
-	var err error
+	msg, payloadSize, partial, err := i.decodeListed(topic, id, partition, r)
+	m.Partial = partial
+	if err != nil {
+		m.Vanished = true
+		return m
+	}
+	m.UUID, m.Metadata, m.PayloadSize = msg.UUID, msg.Metadata, payloadSize
+	if m.Key != "" {
+		m.Metadata[KeyMetadataKey] = m.Key
+	}
+	m.Preview = preview(msg.Payload)
+	if full {
+		m.Payload = msg.Payload
+	}
+	return m
+}
+
+// decodeListed decodes the stored message with id from r.data, which holds all of it or its
+// first bytes, and returns its payload size. It is partial when r.data held too little for
+// the UUID and metadata, or for a custom Unmarshaler: then the message holds what fitted (with
+// a custom Unmarshaler, nothing), no payload, and the size is the stored message's.
+func (i *Inspector) decodeListed(topic, id string, partition int, r store.Listed) (msg *message.Message, payloadSize int, partial bool, err error) {
+	bk, isBatch := store.BatchKeyOf(id)
 	whole := len(r.Data) == r.Size
-	payloadSize := -1 // unknown
+	payloadSize = -1 // unknown
 	switch {
 	case isBatch && !whole:
 		msg, err = batchPreview(id, bk, partition, r.Data)
@@ -184,30 +200,21 @@ func (i *Inspector) describe(topic, group string, partition int, r store.Listed,
 		if complete {
 			payloadSize = r.Size - (len(r.Data) - len(msg.Payload))
 		} else {
-			m.Partial, msg.Payload = true, nil
+			partial, msg.Payload = true, nil
 		}
 	default:
-		m.Partial, msg = true, message.NewMessage("", nil)
+		partial, msg = true, message.NewMessage("", nil)
 	}
 	if err != nil {
-		m.Vanished = true
-		return m
+		return msg, payloadSize, partial, err
 	}
 	if payloadSize < 0 {
 		payloadSize = len(msg.Payload)
 	}
-	if m.Partial {
+	if partial {
 		payloadSize = r.Size
 	}
-	m.UUID, m.Metadata, m.PayloadSize = msg.UUID, msg.Metadata, payloadSize
-	if m.Key != "" {
-		m.Metadata[KeyMetadataKey] = m.Key
-	}
-	m.Preview = preview(msg.Payload)
-	if full {
-		m.Payload = msg.Payload
-	}
-	return m
+	return msg, payloadSize, partial, nil
 }
 
 // isDefaultUnmarshaler reports whether u is DefaultMarshalerUnmarshaler, whose header List can

@@ -18,6 +18,14 @@ const (
 	MaxListLimit     = 1000
 )
 
+// listLimit returns the most messages on a page for ListOptions.Limit.
+func listLimit(limit int) int {
+	if limit <= 0 {
+		limit = DefaultListLimit
+	}
+	return min(limit, MaxListLimit)
+}
+
 // ListOptions selects a page of List.
 type ListOptions struct {
 	State State
