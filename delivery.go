@@ -1,5 +1,10 @@
 package redisdelay
 
+// This file owns delivery: handing the claimed messages of a subscription out, one at a time,
+// on the output channel of its Subscribe call, taking turns with the call's other partitions,
+// and acting on each Ack or Nack. While it waits, it keeps the heartbeat and the ack timer of
+// the lease book going.
+
 import (
 	"context"
 	"errors"
@@ -16,11 +21,6 @@ import (
 // dueTimeLayout formats DueTimeMetadataKey: RFC3339 with microseconds, the precision of due
 // times.
 const dueTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
-
-// Delivery: handing the claimed messages of a subscription out, one at a time, on the output
-// channel of its Subscribe call, taking turns with the call's other partitions, and acting on
-// each Ack or Nack. While it waits, it keeps the heartbeat and the ack timer of the lease book
-// going.
 
 // deliverPending hands the claimed messages out one at a time and returns how many were
 // finished. It returns early when the subscription stops.
@@ -41,30 +41,10 @@ func (s *partitionConsumer) deliverPending() int {
 // deliver sends one message and waits for its Ack or Nack. It returns false, leaving c to be
 // released, when the subscription stops first.
 func (s *partitionConsumer) deliver(c *claimed) bool {
-	var msg *message.Message
-	var err error
-	if bk, ok := store.BatchKeyOf(c.ID); ok {
-		msg, err = batchMessage(c.ID, bk, s.partition, c.Data)
-	} else {
-		msg, err = s.cfg.Marshaler.Unmarshal(s.topic, c.Data)
+	msg := s.delivery(c)
+	if msg == nil {
+		return true // removed or dead-lettered
 	}
-	if err != nil {
-		// Stored data that cannot be decoded would fail on every attempt and cannot carry
-		// dead-letter metadata: it is removed, loudly, so that the group goes on.
-		s.logger.Error("Removing stored message that cannot be unmarshaled", err, watermill.LogFields{"id": c.ID, "attempt": c.Attempt, "bytes": len(c.Data)})
-		s.book.acked(c)
-		return true
-	}
-	c.uuid = msg.UUID
-	if key, ok := store.KeyOf(c.ID); ok {
-		msg.Metadata.Set(KeyMetadataKey, key)
-	}
-	if exhausted(c.Attempt-1, s.cfg.MaxAttempts) {
-		// Its last attempt was never acknowledged.
-		s.deadLetter(c, msg, DeadLetterReasonLeaseExpired)
-		return true
-	}
-	setDeliveryMetadata(msg, c)
 	ctx, cancel := context.WithCancel(s.ctx)
 	defer cancel()
 	msg.SetContext(ctx)
@@ -89,6 +69,44 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 	}
 	s.book.handedOut(c)
 	s.logger.Trace("Message delivered", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.Attempt})
+	return s.awaitOutcome(c, msg)
+}
+
+// delivery decodes c into the message to hand out, with its delivery metadata. It returns nil
+// when c is done with instead: stored data that cannot be decoded is removed, and a message
+// whose last attempt was never acknowledged is dead-lettered.
+func (s *partitionConsumer) delivery(c *claimed) *message.Message {
+	var msg *message.Message
+	var err error
+	if bk, ok := store.BatchKeyOf(c.ID); ok {
+		msg, err = batchMessage(c.ID, bk, s.partition, c.Data)
+	} else {
+		msg, err = s.cfg.Marshaler.Unmarshal(s.topic, c.Data)
+	}
+	if err != nil {
+		// Stored data that cannot be decoded would fail on every attempt and cannot carry
+		// dead-letter metadata: it is removed, loudly, so that the group goes on.
+		s.logger.Error("Removing stored message that cannot be unmarshaled", err, watermill.LogFields{"id": c.ID, "attempt": c.Attempt, "bytes": len(c.Data)})
+		s.book.acked(c)
+		return nil
+	}
+	c.uuid = msg.UUID
+	if key, ok := store.KeyOf(c.ID); ok {
+		msg.Metadata.Set(KeyMetadataKey, key)
+	}
+	if exhausted(c.Attempt-1, s.cfg.MaxAttempts) {
+		// Its last attempt was never acknowledged.
+		s.deadLetter(c, msg, DeadLetterReasonLeaseExpired)
+		return nil
+	}
+	setDeliveryMetadata(msg, c)
+	return msg
+}
+
+// awaitOutcome waits for the Ack or Nack of msg, handed out for c, and acts on it, keeping the
+// leases and acks going meanwhile. It returns false, leaving c to be released, when the
+// subscription stops first.
+func (s *partitionConsumer) awaitOutcome(c *claimed, msg *message.Message) bool {
 	for {
 		select {
 		case <-msg.Acked():

@@ -1,8 +1,11 @@
 package redisdelay
 
+// This file owns the Publisher: its construction, Publish and its group commit (one
+// groupcommit.Committer per topic partition, each round one publish script call), and Close.
+// Preparing each message is in outgoing.go.
+
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -160,42 +163,11 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 		roundRobin = int(p.next.Add(1) % uint64(p.config.Partitions))
 	}
 	for i, msg := range msgs {
-		partitions[i] = p.partitionOf(msg, roundRobin)
-		d, at, latest, err := scheduleOf(msg, now)
+		out, n, err := p.outgoing(topic, msg, now, roundRobin)
 		if err != nil {
-			var me *metadataError
-			if errors.As(err, &me) {
-				return nil, &MessageError{Topic: topic, UUID: msg.UUID, Key: me.key, Value: me.value, Err: me.err}
-			}
-			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Err: err}
+			return nil, err
 		}
-		if err := checkReservedMetadata(msg); err != nil {
-			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Key: err.key, Value: err.value, Err: err.err}
-		}
-		spec, keyErr := keySpecOf(msg, p.config.OnDuplicate, p.config.KeyRetention)
-		if keyErr != nil {
-			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Key: keyErr.key, Value: keyErr.value, Err: keyErr.err}
-		}
-		bk, isBatched := msg.Metadata[BatchKeyMetadataKey]
-		if isBatched {
-			if err := p.checkBatchItem(topic, msg, bk); err != nil {
-				return nil, err
-			}
-		}
-		msg = withoutDeliveryMetadata(msg)
-		data, err := p.config.Marshaler.Marshal(topic, msg)
-		if err != nil {
-			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("marshal: %w", err)}
-		}
-		if len(data) > p.config.MaxMessageBytes {
-			return nil, &MessageError{Topic: topic, UUID: msg.UUID, Err: fmt.Errorf("message is %d bytes marshaled (payload %d), more than MaxMessageBytes %d", len(data), len(msg.Payload), p.config.MaxMessageBytes)}
-		}
-		if isBatched {
-			cfg := p.config.Batching[topic]
-			spec = store.BatchSpec(cfg.MaxItems, cfg.MaxWait, cfg.maxBytes(), bk)
-			partitions[i] = keyPartition(bk, p.config.Partitions)
-		}
-		batch[i] = store.Outgoing{Data: data, Delay: d, At: at, Latest: latest, KeySpec: spec}
+		batch[i], partitions[i] = out, n
 	}
 
 	// Not cancelled with the message's context: a message received from a Subscriber is often
@@ -205,26 +177,36 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 	if err := p.eviction.check(ctx); err != nil {
 		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
 	}
+	outcomes, err := p.commitAll(ctx, topic, msgs, batch, partitions)
+	if err != nil {
+		return nil, err
+	}
+	p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger)
+	if !p.nopLogger {
+		p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
+	}
+	return outcomes, nil
+}
+
+// commitAll stores batch, the prepared msgs, each on its partition in partitions, one commit
+// per partition, and returns the outcome of each message in the order of msgs.
+func (p *Publisher) commitAll(ctx context.Context, topic string, msgs []*message.Message, batch []store.Outgoing, partitions []int) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(msgs))
 	if p.config.Partitions == 1 {
 		// One partition: the whole batch, in order, without regrouping it.
 		if err := p.commitPart(ctx, topic, 0, batch, msgs[0].UUID, outcomes, nil); err != nil {
 			return nil, err
 		}
-	} else {
-		for n, indexes := range byPartition(partitions) {
-			part := make([]store.Outgoing, len(indexes))
-			for j, i := range indexes {
-				part[j] = batch[i]
-			}
-			if err := p.commitPart(ctx, topic, n, part, msgs[indexes[0]].UUID, outcomes, indexes); err != nil {
-				return nil, err
-			}
-		}
+		return outcomes, nil
 	}
-	p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger)
-	if !p.nopLogger {
-		p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
+	for n, indexes := range byPartition(partitions) {
+		part := make([]store.Outgoing, len(indexes))
+		for j, i := range indexes {
+			part[j] = batch[i]
+		}
+		if err := p.commitPart(ctx, topic, n, part, msgs[indexes[0]].UUID, outcomes, indexes); err != nil {
+			return nil, err
+		}
 	}
 	return outcomes, nil
 }
@@ -305,22 +287,6 @@ func (p *Publisher) Close() error {
 	return nil
 }
 
-// partitionOf returns the partition of msg: from its key (KeyMetadataKey) when it has one, so
-// that the Inspector finds it by the key alone, else from the PartitionKey metadata when msg
-// has it, else roundRobin.
-func (p *Publisher) partitionOf(msg *message.Message, roundRobin int) int {
-	if p.config.Partitions == 1 {
-		return 0
-	}
-	if key, ok := msg.Metadata[KeyMetadataKey]; ok {
-		return keyPartition(key, p.config.Partitions)
-	}
-	if key, ok := msg.Metadata[p.config.PartitionKey]; ok && p.config.PartitionKey != "" {
-		return keyPartition(key, p.config.Partitions)
-	}
-	return roundRobin
-}
-
 // byPartition groups the indexes of a batch by partition, keeping their order within each.
 func byPartition(partitions []int) map[int][]int {
 	out := map[int][]int{}
@@ -336,23 +302,3 @@ type publishFunc func(topic string, msgs ...*message.Message) error
 func (f publishFunc) Publish(topic string, msgs ...*message.Message) error { return f(topic, msgs...) }
 
 func (f publishFunc) Close() error { return nil }
-
-// checkBatchItem refuses a batch item that cannot be stored: a topic without batching, a bad
-// batch key, or a message key as well.
-func (p *Publisher) checkBatchItem(topic string, msg *message.Message, bk string) error {
-	if _, ok := p.config.Batching[topic]; !ok {
-		return &MessageError{Topic: topic, UUID: msg.UUID, Key: BatchKeyMetadataKey, Value: bk, Err: errors.New("the topic is not configured for batching (PublisherConfig.Batching)")}
-	}
-	if err := ValidateKey(bk); err != nil {
-		return &MessageError{Topic: topic, UUID: msg.UUID, Key: BatchKeyMetadataKey, Value: bk, Err: err}
-	}
-	if _, keyed := msg.Metadata[KeyMetadataKey]; keyed {
-		return &MessageError{Topic: topic, UUID: msg.UUID, Key: KeyMetadataKey, Value: msg.Metadata[KeyMetadataKey], Err: errors.New("a batch item cannot have a message key")}
-	}
-	for _, k := range []string{delay.DelayedForKey, delay.DelayedUntilKey} {
-		if v, ok := msg.Metadata[k]; ok {
-			return &MessageError{Topic: topic, UUID: msg.UUID, Key: k, Value: v, Err: errors.New("a batch item cannot have a delay: its batch's MaxWait decides when it is delivered")}
-		}
-	}
-	return nil
-}

@@ -1,5 +1,10 @@
 package redisdelay
 
+// This file owns partitionConsumer, the consumer of one partition of a Subscribe call, and its
+// claim loop: registering, claiming, sleeping until the next due time, the lease heartbeat,
+// confirming acks, and releasing what it holds when it stops. Handing messages out is in
+// delivery.go.
+
 import (
 	"context"
 	"errors"
@@ -127,45 +132,55 @@ func (s *partitionConsumer) run(reg registration) {
 
 	defer s.stop()
 	for s.ctx.Err() == nil {
-		if s.epoch == "" {
-			regs, err := s.register(s.ctx)
-			if errors.Is(err, ErrEvictingRedis) {
-				s.logger.Error("Subscription stopped: Redis evicts keys", err, nil)
-				return
-			} else if err != nil {
-				s.backoff(err, "register consumer group")
-				continue
-			}
-			s.epoch, s.windowEnd = regs[s.partition].epoch, regs[s.partition].windowEnd
-		}
-		if !s.windowEnd.IsZero() && !time.Now().Before(s.windowEnd) {
-			s.closeWindow()
-		}
-		limit := s.limit
-		res, sent, receivedAt, err := s.claimNext()
-		if errors.Is(err, ErrGroupRemoved) {
-			// What it holds was dropped by the removal: stop() finds no lease to release.
-			s.logger.Error("Subscription stopped: its consumer group was removed", err, nil)
+		if !s.claimTurn(watch) {
 			return
 		}
-		if err != nil {
-			s.backoff(err, "claim")
-			continue
-		}
-		s.retry.Reset()
-		if len(res.Messages) > 0 {
-			s.book.claimed(claimedOf(res.Messages), sent)
-			start := time.Now()
-			n := s.deliverPending()
-			s.adaptLimit(n, time.Since(start))
-			if len(res.Messages) == limit {
-				continue // more may be due
-			}
-		}
-		// The group had nothing more due when this claim ran, so sleep on what it said; anything
-		// published since then has sent a wake-up, which ends the sleep at once.
-		s.sleep(res, receivedAt, watch)
 	}
+}
+
+// claimTurn is one turn of the claim loop: it registers the group when it must, claims, hands
+// the claimed messages out, and sleeps when the group has nothing more due. It returns false
+// when the subscription must stop: Redis evicts keys or the group was removed.
+func (s *partitionConsumer) claimTurn(watch *wake.Watch) bool {
+	if s.epoch == "" {
+		regs, err := s.register(s.ctx)
+		if errors.Is(err, ErrEvictingRedis) {
+			s.logger.Error("Subscription stopped: Redis evicts keys", err, nil)
+			return false
+		} else if err != nil {
+			s.backoff(err, "register consumer group")
+			return true
+		}
+		s.epoch, s.windowEnd = regs[s.partition].epoch, regs[s.partition].windowEnd
+	}
+	if !s.windowEnd.IsZero() && !time.Now().Before(s.windowEnd) {
+		s.closeWindow()
+	}
+	limit := s.limit
+	res, sent, receivedAt, err := s.claimNext()
+	if errors.Is(err, ErrGroupRemoved) {
+		// What it holds was dropped by the removal: stop() finds no lease to release.
+		s.logger.Error("Subscription stopped: its consumer group was removed", err, nil)
+		return false
+	}
+	if err != nil {
+		s.backoff(err, "claim")
+		return true
+	}
+	s.retry.Reset()
+	if len(res.Messages) > 0 {
+		s.book.claimed(claimedOf(res.Messages), sent)
+		start := time.Now()
+		n := s.deliverPending()
+		s.adaptLimit(n, time.Since(start))
+		if len(res.Messages) == limit {
+			return true // more may be due
+		}
+	}
+	// The group had nothing more due when this claim ran, so sleep on what it said; anything
+	// published since then has sent a wake-up, which ends the sleep at once.
+	s.sleep(res, receivedAt, watch)
+	return true
 }
 
 // claimNext confirms the queued acks and claims the next batch in one round trip. When the
@@ -250,6 +265,13 @@ func (s *partitionConsumer) sleep(res store.ClaimResult, receivedAt time.Time, w
 	if wait <= 0 {
 		return
 	}
+	s.sleepAtMost(wait, watch, until)
+}
+
+// sleepAtMost waits wait at most, less when a wake-up comes for a due time that until (the
+// time left before a due time, Unix µs on the Redis clock) puts earlier, no more when it is a
+// "check now" or already due. It confirms the acks when the ack timer fires meanwhile.
+func (s *partitionConsumer) sleepAtMost(wait time.Duration, watch *wake.Watch, until func(dueUs int64) time.Duration) {
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	deadline := time.Now().Add(wait)
