@@ -1,0 +1,119 @@
+package redisdelay
+
+// This file owns what a partitionConsumer does with the leases it holds: confirming acks,
+// extending leases (the heartbeat), and, when it stops, sending cut-short nacks and releasing
+// what it still holds.
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
+)
+
+// confirmAcks sends the queued acks to Redis; on failure they stay queued for the next try.
+func (s *partitionConsumer) confirmAcks() {
+	if len(s.book.acks) == 0 {
+		return
+	}
+	ctx, cancel := s.callContext()
+	defer cancel()
+	if err := s.confirmAcksWithin(ctx, s.store); err != nil && s.ctx.Err() == nil {
+		s.logger.Error("Ack failed, will retry", err, watermill.LogFields{"acks": len(s.book.acks)})
+		s.book.ackRetry()
+	}
+	// When the subscription stopped meanwhile, stop confirms the acks that are still queued.
+}
+
+// confirmAcksWithin sends the queued acks through st, bounded by ctx; on failure they stay
+// queued.
+func (s *partitionConsumer) confirmAcksWithin(ctx context.Context, st store.Store) error {
+	if len(s.book.acks) == 0 {
+		return nil
+	}
+	refused, err := st.Ack(ctx, s.part, leasesOf(s.book.acks))
+	if err != nil {
+		return err
+	}
+	s.acksConfirmed(refused)
+	return nil
+}
+
+// acksConfirmed tells the book that Redis processed the queued acks and logs the refused ones.
+func (s *partitionConsumer) acksConfirmed(refused []string) {
+	for _, c := range s.book.acksConfirmed(refused) {
+		s.logger.Info("Ack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.Attempt})
+	}
+}
+
+// extendLeases is the heartbeat: it confirms queued acks and extends the leases of every
+// message the subscription still holds. Messages whose lease was lost meanwhile are dropped
+// from the prefetch buffer, so they are not delivered twice.
+func (s *partitionConsumer) extendLeases() {
+	s.confirmAcks()
+	held := s.book.held()
+	if len(held) == 0 {
+		return
+	}
+	ctx, cancel := s.callContext()
+	defer cancel()
+	sent := time.Now()
+	lost, err := s.store.Extend(ctx, s.part, s.cfg.LeaseTimeout, leasesOf(held))
+	if err != nil {
+		if s.ctx.Err() == nil {
+			s.logger.Error("Lease extension failed, will retry", err, watermill.LogFields{"held": len(held)})
+		}
+		return // when the subscription stopped meanwhile, stop releases what it holds
+	}
+	s.book.extended(sent)
+	if c := s.book.leasesLost(lost); c != nil {
+		s.logger.Info("Lease lost while the handler runs: it expired and another consumer claimed the message, or the message was cancelled", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.Attempt})
+	}
+}
+
+// stop confirms queued acks, sends the nacks the stop cut short, and releases every message
+// still held, and those of a claim whose reply was lost, all within one OperationTimeout;
+// what it cannot release comes back when its lease expires. When the application closed the Redis client first, it does so over a
+// short-lived client of its own built from the same options (see store.Store.reopened).
+func (s *partitionConsumer) stop() {
+	held := s.book.held()
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OperationTimeout)
+	defer cancel()
+	err := s.finish(ctx, s.store, held)
+	if errors.Is(err, redis.ErrClosed) {
+		if fallback, closeClient, ok := s.store.Reopened(); ok {
+			defer func() { _ = closeClient() }()
+			err = s.finish(ctx, fallback, held)
+		}
+	}
+	if err != nil {
+		s.logger.Error("Release on close failed; unconfirmed acks and nacks and held messages are delivered again after their lease", err, watermill.LogFields{"held": len(held), "acks": len(s.book.acks), "nacks": len(s.book.nacks)})
+	}
+	s.book.clear()
+	s.logger.Debug("Subscription stopped", watermill.LogFields{"released": len(held)})
+}
+
+// finish confirms the queued acks, sends the nacks the stop cut short and releases held
+// through st, bounded by ctx.
+func (s *partitionConsumer) finish(ctx context.Context, st store.Store, held []*claimed) error {
+	ackErr := s.confirmAcksWithin(ctx, st)
+	return errors.Join(ackErr, s.sendUnsentNacks(ctx, st), st.Release(ctx, s.part, s.claim, heldOf(held)))
+}
+
+// sendUnsentNacks sends again, through st, the nacks whose call the stop cut short. A nack that
+// Redis refuses because the lease is gone had run the first time (or its lease had expired):
+// either way nothing is left to do for it.
+func (s *partitionConsumer) sendUnsentNacks(ctx context.Context, st store.Store) error {
+	for len(s.book.nacks) > 0 {
+		n := s.book.nacks[0]
+		if err := st.Nack(ctx, s.part, n.c.Lease, n.delay, n.changed); err != nil && !errors.Is(err, store.ErrLeaseLost) {
+			return err
+		}
+		s.book.nackSent()
+	}
+	return nil
+}
