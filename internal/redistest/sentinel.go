@@ -85,7 +85,12 @@ func StartSentinel(t testing.TB, opts SentinelOptions) *Sentinel {
 		opts.ReadyTimeout = DefaultSentinelReadyTimeout
 	}
 	s := &Sentinel{}
-	t.Cleanup(s.Close)
+	t.Cleanup(func() {
+		s.Close()
+		if t.Failed() {
+			s.logLogs(t)
+		}
+	})
 	if err := s.start(t, bin, sentinelBin, opts); err != nil {
 		t.Fatalf("start Redis Sentinel: %v", err)
 	}
@@ -240,6 +245,18 @@ func (s *Sentinel) FailoverOptions() *redis.FailoverOptions {
 // MasterAddr returns the master's address on which a majority of the sentinels agree, or an
 // error when they do not agree (yet). After a failover it is the promoted replica's.
 func (s *Sentinel) MasterAddr(ctx context.Context) (string, error) {
+	return s.masterAddr(ctx, len(s.Sentinels)/2+1)
+}
+
+// MasterAddrOfAll returns the master's address when every sentinel reports it, or an error.
+// A failover client asks one sentinel, so until every sentinel reports the promoted replica a
+// client may still be sent to the old master's address.
+func (s *Sentinel) MasterAddrOfAll(ctx context.Context) (string, error) {
+	return s.masterAddr(ctx, len(s.Sentinels))
+}
+
+// masterAddr returns the master's address that at least quorum sentinels report.
+func (s *Sentinel) masterAddr(ctx context.Context, quorum int) (string, error) {
 	votes := map[string]int{}
 	var errs []error
 	for _, sn := range s.Sentinels {
@@ -253,7 +270,7 @@ func (s *Sentinel) MasterAddr(ctx context.Context) (string, error) {
 		votes[net.JoinHostPort(addr[0], addr[1])]++
 	}
 	for addr, n := range votes {
-		if n > len(s.Sentinels)/2 {
+		if n >= quorum {
 			return addr, nil
 		}
 	}
@@ -268,6 +285,17 @@ func (s *Sentinel) Node(addr string) *Server {
 		}
 	}
 	return nil
+}
+
+// logLogs logs what every sentinel wrote to its log, for a test that failed.
+func (s *Sentinel) logLogs(t testing.TB) {
+	for _, sn := range s.Sentinels {
+		log, err := os.ReadFile(filepath.Join(sn.Dir, "redis.log"))
+		if err != nil {
+			continue
+		}
+		t.Logf("sentinel %s log:\n%s", sn.Addr, log)
+	}
 }
 
 // Close stops every process. It is idempotent.
