@@ -44,7 +44,7 @@ func newOutboxEnv(t *testing.T) *outboxEnv {
 		if os.Getenv(requirePostgresEnv) == "1" {
 			t.Fatalf("%v, and %s=1", err, requirePostgresEnv)
 		}
-		t.Skipf("%v; or set %s=1 to make this a failure", err, requirePostgresEnv)
+		t.Skipf("%v; install it (apt-get install postgresql) or set %s=1 to make this a failure", err, requirePostgresEnv)
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -27,9 +27,9 @@ import (
 // as postgres://user:password@127.0.0.1:5432/db?sslmode=disable.
 const postgresURLEnv = "POSTGRES_URL"
 
-// errNoPostgres means neither POSTGRES_URL nor a local PostgreSQL installation is there.
-var errNoPostgres = errors.New("no PostgreSQL: set " + postgresURLEnv + "=postgres://user:password@host:5432/db?sslmode=disable, " +
-	"or install PostgreSQL (apt-get install postgresql) so that a throw-away server can be started")
+// errNoPostgres means there is no local PostgreSQL installation to start a throw-away server
+// from.
+var errNoPostgres = errors.New("no PostgreSQL installation: initdb is neither on the PATH nor in /usr/lib/postgresql/<version>/bin")
 
 // tempPostgres is a throw-away PostgreSQL server on a loopback port, its data in a temporary
 // directory.
@@ -40,13 +40,17 @@ type tempPostgres struct {
 }
 
 // openPostgres returns the URL of the PostgreSQL at POSTGRES_URL, or else starts a throw-away
-// one (stop it with its stop function), or returns errNoPostgres.
+// one (stop it with its stop function), or returns an error wrapping errNoPostgres.
 func openPostgres(logf func(format string, args ...any)) (url string, stop func(), err error) {
 	if url := os.Getenv(postgresURLEnv); url != "" {
 		logf("using PostgreSQL at %s (%s)", redactURL(url), postgresURLEnv)
 		return url, func() {}, nil
 	}
 	pg, err := startTempPostgres()
+	if errors.Is(err, errNoPostgres) {
+		return "", nil, fmt.Errorf("%w; set %s=postgres://user:password@host:5432/db?sslmode=disable, or install PostgreSQL (apt-get install postgresql) so that a throw-away server can be started",
+			err, postgresURLEnv)
+	}
 	if err != nil {
 		return "", nil, err
 	}
