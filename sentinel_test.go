@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -60,7 +61,9 @@ const (
 // testSentinelFailover runs the failover test with DurableReplicas durable; cutOff opens the
 // window before the kill, else the master dies with its replica in sync.
 func testSentinelFailover(t *testing.T, durable int, cutOff bool) {
-	s := redistest.StartSentinel(t, redistest.SentinelOptions{})
+	// down-after-milliseconds 2 s: with 1 s, a new master busy for a moment under the load of
+	// this test (with -race, on 2 cores) was taken as down, and failed over again.
+	s := redistest.StartSentinel(t, redistest.SentinelOptions{DownAfter: 2 * time.Second})
 	ctx := context.Background()
 	pubClient := redis.NewFailoverClient(s.FailoverOptions())
 	subClient := redis.NewUniversalClient(&redis.UniversalOptions{MasterName: redistest.SentinelMasterName, Addrs: s.SentinelAddrs()})
@@ -157,17 +160,17 @@ func testSentinelFailover(t *testing.T, durable int, cutOff bool) {
 		require.NoError(t, s.Replica.Signal(syscall.SIGCONT))
 	}
 
-	for {
-		addr, err := s.MasterAddr(ctx)
-		if err == nil && addr == s.Replica.Addr {
-			break
-		}
-		require.Less(t, time.Since(killedAt), 30*time.Second, "no failover within 30 s: %q %v", addr, err)
-		time.Sleep(20 * time.Millisecond)
+	// The failover ends when the sentinels' leader promotes the replica (REPLICAOF NO ONE);
+	// clients that ask that sentinel use the new master from then on, while the other
+	// sentinels learn of it from the leader's hello messages, every 2 s.
+	replica := s.Replica.Client(t)
+	for !strings.Contains(replica.Info(ctx, "replication").Val(), "role:master") {
+		require.Less(t, time.Since(killedAt), 30*time.Second, "no failover within 30 s")
+		time.Sleep(10 * time.Millisecond)
 	}
 	promotedAt := time.Now()
-	// The old master comes back and the sentinels make it the new master's replica, as an
-	// operator would have it: durable publishes need a replica to confirm them.
+	// The old master comes back as the new master's replica, as an operator would have it:
+	// durable publishes need a replica to confirm them.
 	for {
 		addr, err := s.MasterAddrOfAll(ctx)
 		if err == nil && addr == s.Replica.Addr {
@@ -176,8 +179,8 @@ func testSentinelFailover(t *testing.T, durable int, cutOff bool) {
 		require.Less(t, time.Since(killedAt), 30*time.Second, "the sentinels do not agree on the new master: %q %v", addr, err)
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Logf("all sentinels name the new master %s after the promotion", time.Since(promotedAt).Round(time.Millisecond))
-	require.NoError(t, s.Master.Restart())
+	agreedAfter := time.Since(promotedAt)
+	require.NoError(t, s.RestartAsReplica(s.Master, s.Replica.Addr))
 
 	// The publishers carry on by themselves; let them publish for a while after the failover.
 	require.Eventually(t, func() bool { return l.ackedAfter(promotedAt) >= 200 }, 30*time.Second, 10*time.Millisecond, "publishing did not recover")
@@ -186,13 +189,15 @@ func testSentinelFailover(t *testing.T, durable int, cutOff bool) {
 	stopPublishers()
 
 	// Everything acknowledged outside the window arrives; what is missing was acknowledged in it.
+	// The window ends with the promotion: a reply the master sent just before it died may reach
+	// its caller after the kill.
 	drainDeadline := time.Now().Add(3*time.Second + 2*sentinelLease + 5*time.Second)
 	for time.Now().Before(drainDeadline) && len(l.missing(time.Time{}, windowStart)) > 0 {
 		time.Sleep(20 * time.Millisecond)
 	}
 	require.Empty(t, l.missing(time.Time{}, windowStart), "publishes acknowledged before the window were lost")
-	require.Eventually(t, func() bool { return len(l.missing(killedAt, time.Now())) == 0 }, 10*time.Second, 20*time.Millisecond,
-		"publishes acknowledged after the failover did not all arrive")
+	require.Eventually(t, func() bool { return len(l.missing(promotedAt, time.Now())) == 0 }, 10*time.Second, 20*time.Millisecond,
+		"publishes acknowledged after the promotion did not all arrive")
 	time.Sleep(sentinelLease) // let the redeliveries of leases lost in the failover come
 
 	// A wake-up after the failover reaches the idle subscription: a message due at once arrives
@@ -216,21 +221,23 @@ func testSentinelFailover(t *testing.T, durable int, cutOff bool) {
 		return err == nil && len(stats) == 1 && stats[0].Due+stats[0].InFlight+stats[0].Scheduled == 0
 	}, 5*time.Second, 20*time.Millisecond, "the Inspector does not see the group drained")
 
-	r := l.report(windowStart, killedAt, promotedAt)
-	t.Logf("DurableReplicas=%d, replica cut off %t: %d publishes acknowledged (%d during the failover, %d of them in the 300 ms window), %d refused (%d ErrNotDurable); "+
-		"replica promoted %s after the kill, publishing recovered %s after it, first delivery of a message published after the failover %s after the promotion; "+
+	r := l.report(windowStart, promotedAt)
+	t.Logf("DurableReplicas=%d, replica cut off %t: %d publishes acknowledged (%d from the window's start to the promotion), %d refused (%d ErrNotDurable); "+
+		"replica promoted %s after the kill, every sentinel naming it %s later, publishing recovered %s after it, first delivery %s after the promotion; "+
 		"%d acknowledged but lost; %d early; %d duplicate deliveries, %d nacks; wake-up after the failover delivered in %s",
-		durable, cutOff, r.acked, r.ackedDuring, r.ackedInWindow, r.refused, r.notDurable,
-		promotedAt.Sub(killedAt).Round(time.Millisecond), recoveredAfter.Round(time.Millisecond), r.firstAfterPromotion.Round(time.Millisecond),
+		durable, cutOff, r.acked, r.ackedInWindow, r.refused, r.notDurable,
+		promotedAt.Sub(killedAt).Round(time.Millisecond), agreedAfter.Round(time.Millisecond), recoveredAfter.Round(time.Millisecond), r.firstAfterPromotion.Round(time.Millisecond),
 		len(r.lost), r.early, r.duplicates, r.nacks, wakeLatency.Round(time.Millisecond))
 
 	assert.Zero(t, r.early, "deliveries before their due time (or before their nack backoff)")
 	assert.Positive(t, r.nacks)
 	assert.Zero(t, r.unknown, "deliveries of messages never published")
 	assert.GreaterOrEqual(t, r.firstAfterPromotion, time.Duration(0), "no delivery after the failover")
-	assert.LessOrEqual(t, r.firstAfterPromotion, sentinelLease, "deliveries must resume within the failover time plus one lease")
+	// The failover, as clients see it, ends when every sentinel names the new master: a client
+	// asks one of them.
+	assert.LessOrEqual(t, r.firstAfterPromotion, agreedAfter+sentinelLease, "deliveries must resume within the failover time plus one lease")
 	for _, id := range r.lost {
-		assert.True(t, l.ackedInWindow(id, windowStart, killedAt), "%s was lost but not acknowledged in the window", id)
+		assert.True(t, l.ackedInWindow(id, windowStart, promotedAt), "%s was lost but not acknowledged in the window", id)
 	}
 	switch {
 	case !cutOff:
@@ -400,24 +407,24 @@ func (l *failoverLedger) missing(from, to time.Time) []string {
 }
 
 // ackedInWindow reports whether id's publish was acknowledged between the window's start and
-// the master's death.
-func (l *failoverLedger) ackedInWindow(id string, windowStart, killedAt time.Time) bool {
+// the promotion.
+func (l *failoverLedger) ackedInWindow(id string, windowStart, promotedAt time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	r := l.msgs[id]
-	return r != nil && !r.ackedAt.Before(windowStart) && !r.ackedAt.After(killedAt)
+	return r != nil && !r.ackedAt.Before(windowStart) && r.ackedAt.Before(promotedAt)
 }
 
 // failoverReport is the failover test's figures.
 type failoverReport struct {
-	acked, ackedDuring, ackedInWindow, refused, notDurable, early, duplicates, nacks, unknown int
-	lost                                                                                      []string
+	acked, ackedInWindow, refused, notDurable, early, duplicates, nacks, unknown int
+	lost                                                                         []string
 	// firstAfterPromotion is the time from the promotion to the first delivery after it; -1
 	// when there was none.
 	firstAfterPromotion time.Duration
 }
 
-func (l *failoverLedger) report(windowStart, killedAt, promotedAt time.Time) failoverReport {
+func (l *failoverLedger) report(windowStart, promotedAt time.Time) failoverReport {
 	lost := l.missing(time.Time{}, time.Now())
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -434,9 +441,6 @@ func (l *failoverLedger) report(windowStart, killedAt, promotedAt time.Time) fai
 		}
 		r.acked++
 		if !m.ackedAt.Before(windowStart) && m.ackedAt.Before(promotedAt) {
-			r.ackedDuring++
-		}
-		if !m.ackedAt.Before(windowStart) && !m.ackedAt.After(killedAt) {
 			r.ackedInWindow++
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -85,15 +86,17 @@ func StartSentinel(t testing.TB, opts SentinelOptions) *Sentinel {
 		opts.ReadyTimeout = DefaultSentinelReadyTimeout
 	}
 	s := &Sentinel{}
+	t.Cleanup(s.Close)
+	if err := s.start(t, bin, sentinelBin, opts); err != nil {
+		s.logLogs(t)
+		t.Fatalf("start Redis Sentinel: %v", err)
+	}
+	// Registered after the temporary directories, so that it runs before they are removed.
 	t.Cleanup(func() {
-		s.Close()
 		if t.Failed() {
 			s.logLogs(t)
 		}
 	})
-	if err := s.start(t, bin, sentinelBin, opts); err != nil {
-		t.Fatalf("start Redis Sentinel: %v", err)
-	}
 	return s
 }
 
@@ -275,6 +278,22 @@ func (s *Sentinel) masterAddr(ctx context.Context, quorum int) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("redistest: the sentinels do not agree on a master: %v %w", votes, errors.Join(errs...))
+}
+
+// RestartAsReplica restarts the data server n (killed by the test) as a replica of the master
+// at masterAddr, as an operator brings a failed master back after a failover. Restarted as it
+// was, a master without persistence would come back empty and still a master, and the
+// sentinels, which list it as a replica by then, could promote it in a second failover.
+func (s *Sentinel) RestartAsReplica(n *Server, masterAddr string) error {
+	host, port, err := net.SplitHostPort(masterAddr)
+	if err != nil {
+		return err
+	}
+	n.Stop()
+	n.mu.Lock()
+	n.args = append(slices.Clone(n.args), "--replicaof", host, port)
+	n.mu.Unlock()
+	return n.start()
 }
 
 // Node returns the data server (master or replica) listening on addr, or nil.
