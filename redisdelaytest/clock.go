@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // Advance moves the virtual clock forward by d and returns once the running subscriptions
@@ -34,15 +35,18 @@ func (q *Queue) AdvanceTo(t time.Time) {
 		q.t.Fatalf("redisdelaytest: cannot move the clock back from %s to %s", now.Format(time.RFC3339Nano), target.Format(time.RFC3339Nano))
 	}
 	q.markBusy()
+	due := false
 	for {
-		q.settle()
+		groups, counts := q.settle(due)
 		now := q.Now()
 		if !now.Before(target) {
 			return
 		}
-		next, err := q.nextStop(now, target)
-		if err != nil {
-			q.t.Fatalf("redisdelaytest: at %s: %v", now.Format(time.RFC3339Nano), err)
+		var next time.Time
+		next, due = q.nextStop(now, target, groups, counts)
+		select { // an event of the settled stop must not end the next one's first wait
+		case <-q.events:
+		default:
 		}
 		q.setTime(next)
 	}
@@ -60,7 +64,7 @@ func (q *Queue) Settle() {
 	q.advancing.Lock()
 	defer q.advancing.Unlock()
 	q.markBusy()
-	q.settle()
+	q.settle(false)
 }
 
 // markBusy notes the messages the application holds as an advance begins.
@@ -85,21 +89,14 @@ func (q *Queue) setTime(t time.Time) {
 
 // nextStop is the next instant AdvanceTo stops at: the earliest due time after now of a group
 // with a running subscription, no later than target, and no later than a third of the lease
-// of a busy group.
-func (q *Queue) nextStop(now, target time.Time) (time.Time, error) {
-	next := target
-	groups := q.runningGroups()
-	if len(groups) == 0 {
-		return next, nil
-	}
-	stats, err := q.stats(groups)
-	if err != nil {
-		return next, err
-	}
+// of a busy group; and whether a message falls due then.
+func (q *Queue) nextStop(now, target time.Time, groups []*groupState, counts map[topicGroup]groupCounts) (next time.Time, due bool) {
+	next = target
 	for _, g := range groups {
-		st, ok := stats[g.topicGroup]
-		if ok && !st.NextDue.IsZero() && st.NextDue.Before(next) {
-			next = st.NextDue
+		if c := counts[g.topicGroup]; c.nextDueUs >= 0 {
+			if due := time.UnixMicro(c.nextDueUs).UTC(); due.Before(next) {
+				next = due
+			}
 		}
 		if q.busy(g) {
 			if step := now.Add(g.lease / 3); step.Before(next) {
@@ -110,7 +107,10 @@ func (q *Queue) nextStop(now, target time.Time) (time.Time, error) {
 	if !next.After(now) {
 		next = now.Add(time.Microsecond)
 	}
-	return next, nil
+	for _, c := range counts {
+		due = due || c.nextDueUs == next.UnixMicro()
+	}
+	return next, due
 }
 
 // busy reports whether the application holds a message of g it took before the current
@@ -126,16 +126,32 @@ func (q *Queue) busy(g *groupState) bool {
 	return false
 }
 
-// settle waits until pending reports nothing, polling Redis, and sends the "check now" again
-// now and then in case a wake-up was lost. It fails the test after SettleTimeout.
-func (q *Queue) settle() {
+// settle waits until pending reports nothing, and returns the running groups and their counts
+// then. It polls Redis after each hand-off or finished message the Queue sees, and at least
+// every millisecond, and sends the "check now" again now and then in case a wake-up was lost;
+// when a message fell due (due), it waits for a first hand-off (or a millisecond) before it
+// polls. It fails the test after SettleTimeout.
+func (q *Queue) settle(due bool) ([]*groupState, map[topicGroup]groupCounts) {
 	q.t.Helper()
 	deadline := time.Now().Add(q.opts.SettleTimeout)
-	wait := 20 * time.Microsecond
+	wait := 50 * time.Microsecond
+	timer := time.NewTimer(time.Millisecond)
+	defer timer.Stop()
+	if due {
+		select {
+		case <-q.events:
+		case <-timer.C:
+		}
+	}
 	for polls := 1; ; polls++ {
-		pending, err := q.pending()
+		groups := q.runningGroups()
+		counts, err := q.counts(groups)
+		var pending string
+		if err == nil {
+			pending, err = q.pending(groups, counts)
+		}
 		if err == nil && pending == "" {
-			return
+			return groups, counts
 		}
 		if time.Now().After(deadline) {
 			if err != nil {
@@ -144,36 +160,32 @@ func (q *Queue) settle() {
 			q.t.Fatalf("redisdelaytest: at %s the queue did not settle within %s of wall time: %s (read the channels in another goroutine than the one calling Advance: a message.Router, or Queue.Handle)",
 				q.Now().Format(time.RFC3339Nano), q.opts.SettleTimeout, pending)
 		}
-		if polls%16 == 1 {
+		if polls%32 == 0 {
 			q.wakeAll()
 		}
-		time.Sleep(wait)
-		wait = min(2*wait, time.Millisecond)
+		timer.Reset(wait)
+		select {
+		case <-q.events:
+		case <-timer.C:
+			wait = min(2*wait, time.Millisecond)
+		}
 	}
 }
 
 // pending describes what the running subscriptions have not finished at the current time, ""
 // when nothing.
-func (q *Queue) pending() (string, error) {
-	groups := q.runningGroups()
-	if len(groups) == 0 {
-		return "", nil
-	}
-	stats, err := q.stats(groups)
-	if err != nil {
-		return "", err
-	}
+func (q *Queue) pending(groups []*groupState, counts map[topicGroup]groupCounts) (string, error) {
 	now := q.Now()
 	var out []string
 	for _, g := range groups {
-		st := stats[g.topicGroup]
+		c := counts[g.topicGroup]
 		if !q.busy(g) {
-			if st.Due > 0 || st.InFlight > 0 {
-				out = append(out, fmt.Sprintf("group %q on topic %q has %d due and %d in flight", g.group, g.topic, st.Due, st.InFlight))
+			if c.due > 0 || c.inFlight > 0 {
+				out = append(out, fmt.Sprintf("group %q on topic %q has %d due and %d in flight", g.group, g.topic, c.due, c.inFlight))
 			}
 			continue
 		}
-		if st.InFlight == 0 {
+		if c.inFlight == 0 {
 			continue
 		}
 		short, err := q.shortLeases(g, now)
@@ -185,6 +197,50 @@ func (q *Queue) pending() (string, error) {
 		}
 	}
 	return strings.Join(out, "; "), nil
+}
+
+// groupCounts is what settle reads of a group: summed over its partitions, how many messages
+// are due now, how many are in flight, and the earliest due time after now (Unix µs, -1 for
+// none).
+type groupCounts struct {
+	due, inFlight, nextDueUs int64
+}
+
+// counts reads the counts of groups, one stats script per topic partition.
+func (q *Queue) counts(groups []*groupState) (map[topicGroup]groupCounts, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	byTopic := map[string][]string{}
+	for _, g := range groups {
+		byTopic[g.topic] = append(byTopic[g.topic], g.group)
+	}
+	out := make(map[topicGroup]groupCounts, len(groups))
+	for topic, names := range byTopic {
+		dead := make([]store.Partition, len(names))
+		for n := 0; n < q.opts.Subscriber.Partitions; n++ {
+			for k, g := range names {
+				dead[k] = store.Partition{Topic: redisdelay.DefaultDeadLetterTopic(topic, g), N: n}
+			}
+			res, err := q.store.Stats(ctx, store.Partition{Topic: topic, N: n}, names, dead)
+			if err != nil {
+				return nil, fmt.Errorf("stats of topic %q: %w", topic, err)
+			}
+			for k, r := range res {
+				key := topicGroup{topic, names[k]}
+				c, seen := out[key]
+				if !seen {
+					c.nextDueUs = -1
+				}
+				c.due += r.Due
+				c.inFlight += r.InFlight
+				if r.NextDueUs >= 0 && (c.nextDueUs < 0 || r.NextDueUs < c.nextDueUs) {
+					c.nextDueUs = r.NextDueUs
+				}
+				out[key] = c
+			}
+		}
+	}
+	return out, nil
 }
 
 // shortLeases describes the in-flight messages of busy group g whose lease has not been
@@ -209,27 +265,4 @@ func (q *Queue) shortLeases(g *groupState, now time.Time) (string, error) {
 		}
 		opts.Cursor = page.NextCursor
 	}
-}
-
-// stats returns the statistics of groups, by topic and group.
-func (q *Queue) stats(groups []*groupState) (map[topicGroup]redisdelay.GroupStats, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	seen := map[string]bool{}
-	var topics []string
-	for _, g := range groups {
-		if !seen[g.topic] {
-			seen[g.topic] = true
-			topics = append(topics, g.topic)
-		}
-	}
-	stats, err := q.inspector.Stats(ctx, topics...)
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[topicGroup]redisdelay.GroupStats, len(stats))
-	for _, st := range stats {
-		out[topicGroup{st.Topic, st.Group}] = st
-	}
-	return out, nil
 }

@@ -69,6 +69,9 @@ type Queue struct {
 	subscribers map[string]*Subscriber // by consumer group
 	groups      map[topicGroup]*groupState
 	received    map[string][]Delivery // by consumer group, in hand-off order
+	// events receives a value (without blocking the sender) on each hand-off and each
+	// finished message, for settle.
+	events chan struct{}
 }
 
 // New starts an embedded queue for the test t, its virtual clock at opts.Start, and closes
@@ -117,6 +120,7 @@ func New(t TB, opts Options) *Queue {
 		subscribers: map[string]*Subscriber{},
 		groups:      map[topicGroup]*groupState{},
 		received:    map[string][]Delivery{},
+		events:      make(chan struct{}, 1),
 	}
 	t.Cleanup(q.close)
 
@@ -201,4 +205,12 @@ func (q *Queue) wakeAll() {
 		}
 	}
 	_, _ = pipe.Exec(ctx) // a lost wake-up is sent again by the next poll of settle
+}
+
+// notify tells settle that something happened.
+func (q *Queue) notify() {
+	select {
+	case q.events <- struct{}{}:
+	default:
+	}
 }

@@ -1,9 +1,14 @@
 package redisdelaytest_test
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 
@@ -39,5 +44,178 @@ func TestAdvanceDeliversAtTheVirtualDueTimeNeverEarlier(t *testing.T) {
 	}
 	if !q.Now().Equal(start.Add(2*time.Hour + time.Minute - time.Microsecond)) {
 		t.Fatalf("clock at %s", q.Now())
+	}
+}
+
+func TestALeaseHeldAcrossAnAdvanceIsKeptByTheHeartbeat(t *testing.T) {
+	q := redisdelaytest.New(t, redisdelaytest.Options{Subscriber: redisdelay.SubscriberConfig{LeaseTimeout: time.Minute}})
+	msgs, err := q.Subscriber("workers").Subscribe(context.Background(), "jobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.Publish(t, "jobs", delayed("job", 0))
+	var msg *message.Message
+	select {
+	case msg = <-msgs:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the message due now was not handed out")
+	}
+
+	q.Consume("jobs", "workers") // a second consumer of the group, which takes expired leases
+	q.Advance(10 * time.Minute) // ten leases
+	msg.Ack()
+	q.Advance(time.Hour)
+
+	got := q.Received("workers")
+	if len(got) != 1 || got[0].Attempt != 1 {
+		t.Fatalf("received %+v, want one delivery, attempt 1: the lease must not expire while the handler runs", got)
+	}
+	st, err := q.Inspector().Stats(context.Background(), "jobs")
+	if err != nil || len(st) != 1 || st[0].InFlight+st[0].Due+st[0].Scheduled != 0 {
+		t.Fatalf("stats %+v, %v; want the message acked", st, err)
+	}
+}
+
+func TestKeysCancelRescheduleAndRunNowFollowTheVirtualClock(t *testing.T) {
+	q := redisdelaytest.New(t, redisdelaytest.Options{})
+	start := q.Now()
+	q.Consume("reminders", "mailer")
+	q.Publish(t, "reminders", delayed("cancel-me", time.Hour), delayed("later", time.Hour), delayed("now", time.Hour))
+	ctx := context.Background()
+	if _, err := q.Inspector().Cancel(ctx, "reminders", "cancel-me"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Inspector().RescheduleAfter(ctx, "reminders", "later", 2*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := q.Inspector().RunNow(ctx, "reminders", "now"); err != nil {
+		t.Fatal(err)
+	}
+	q.Settle()
+	if d := q.RequireReceived(t, "reminders", "mailer", "now"); !d.At.Equal(start) {
+		t.Fatalf("run-now message handed out at %s, want %s", d.At, start)
+	}
+	q.RequireCancelled(t, "reminders", "cancel-me")
+	q.RequireScheduled(t, "reminders", "later", start.Add(2*time.Hour))
+
+	q.Advance(2*time.Hour - time.Microsecond)
+	q.RequireNotReceived(t, "reminders", "mailer", "later")
+	q.Advance(time.Microsecond)
+	if d := q.RequireReceived(t, "reminders", "mailer", "later"); !d.At.Equal(start.Add(2 * time.Hour)) {
+		t.Fatalf("rescheduled message handed out at %s, want %s", d.At, start.Add(2*time.Hour))
+	}
+	q.RequireNotReceived(t, "reminders", "mailer", "cancel-me")
+}
+
+func TestABatchIsReleasedAtMaxWaitOnTheVirtualClock(t *testing.T) {
+	q := redisdelaytest.New(t, redisdelaytest.Options{Publisher: redisdelay.PublisherConfig{
+		Batching: map[string]redisdelay.BatchConfig{"parcels": {MaxItems: 100, MaxWait: 5 * time.Minute}},
+	}})
+	start := q.Now()
+	q.Consume("parcels", "courier")
+	for _, id := range []string{"p1", "p2", "p3"} {
+		q.Publish(t, "parcels", redisdelay.WithBatchKey(message.NewMessage(id, []byte(id)), "depot-7"))
+	}
+	q.Advance(5*time.Minute - time.Microsecond)
+	if got := q.Received("courier"); len(got) != 0 {
+		t.Fatalf("batch released before MaxWait: %+v", got)
+	}
+	q.Advance(time.Microsecond)
+	got := q.Received("courier")
+	if len(got) != 1 || !got[0].At.Equal(start.Add(5*time.Minute)) {
+		t.Fatalf("received %+v, want one batch at %s", got, start.Add(5*time.Minute))
+	}
+	items, err := redisdelay.UnpackBatch(got[0].Message(), nil)
+	if err != nil || len(items) != 3 {
+		t.Fatalf("batch holds %d items (%v), want 3", len(items), err)
+	}
+}
+
+func TestNackBackoffAndDeadLettersFollowTheVirtualClock(t *testing.T) {
+	q := redisdelaytest.New(t, redisdelaytest.Options{Subscriber: redisdelay.SubscriberConfig{
+		MaxAttempts: 3,
+		NackBackoff: redisdelay.ExponentialBackoff{InitialInterval: time.Minute, MaxInterval: time.Hour, Multiplier: 2},
+	}})
+	start := q.Now()
+	q.Handle("payments", "charger", func(*message.Message) error { return errors.New("card declined") })
+	q.Consume(redisdelay.DefaultDeadLetterTopic("payments", "charger"), "ops")
+	q.Publish(t, "payments", delayed("pay-1", 0))
+
+	q.Advance(3*time.Minute - time.Microsecond)
+	if got := q.Received("ops"); len(got) != 0 {
+		t.Fatalf("dead-lettered before the third attempt: %+v", got)
+	}
+	q.Advance(time.Microsecond)
+	got := q.Received("charger")
+	want := []time.Time{start, start.Add(time.Minute), start.Add(3 * time.Minute)}
+	if len(got) != len(want) {
+		t.Fatalf("received %+v, want attempts at %v", got, want)
+	}
+	for i, d := range got {
+		if d.Attempt != i+1 || !d.At.Equal(want[i]) {
+			t.Fatalf("attempt %d at %s, want attempt %d at %s", d.Attempt, d.At, i+1, want[i])
+		}
+	}
+	if dead := q.RequireReceived(t, redisdelay.DefaultDeadLetterTopic("payments", "charger"), "ops", "pay-1"); !dead.At.Equal(start.Add(3 * time.Minute)) {
+		t.Fatalf("dead letter handed out at %s, want %s", dead.At, start.Add(3*time.Minute))
+	}
+}
+
+func TestAHandlerThatPublishesWithADelayIsServedAtTheRightStop(t *testing.T) {
+	q := redisdelaytest.New(t, redisdelaytest.Options{})
+	start := q.Now()
+	q.Handle("step", "chain", func(msg *message.Message) error {
+		if n := len(msg.Payload); n < 3 {
+			next := message.NewMessage(watermill.NewUUID(), append(msg.Payload, '+'))
+			delay.Message(next, delay.For(10*time.Minute))
+			return q.Publisher().Publish("step", next)
+		}
+		return nil
+	})
+	q.Publish(t, "step", message.NewMessage(watermill.NewUUID(), []byte("+")))
+	q.Advance(time.Hour)
+	got := q.Received("chain")
+	if len(got) != 3 {
+		t.Fatalf("received %d steps, want 3", len(got))
+	}
+	for i, d := range got {
+		if want := start.Add(time.Duration(i) * 10 * time.Minute); !d.At.Equal(want) {
+			t.Fatalf("step %d handed out at %s, want %s", i+1, d.At, want)
+		}
+	}
+}
+
+func TestAdvanceFailsNamingWhatIsPendingWhenNobodyReads(t *testing.T) {
+	ft := &fakeT{}
+	q := redisdelaytest.New(ft, redisdelaytest.Options{SettleTimeout: 200 * time.Millisecond})
+	defer ft.cleanup()
+	if _, err := q.Subscriber("idle").Subscribe(context.Background(), "unread"); err != nil {
+		t.Fatal(err)
+	}
+	q.Publish(ft, "unread", delayed("k", time.Minute))
+	func() {
+		defer func() { _ = recover() }()
+		q.Advance(time.Minute)
+	}()
+	if !strings.Contains(ft.failure, `group "idle" on topic "unread"`) {
+		t.Fatalf("failure %q does not name the group and topic", ft.failure)
+	}
+}
+
+// fakeT records a failure and stops the calling function, as t.Fatalf does.
+type fakeT struct {
+	failure  string
+	cleanups []func()
+}
+
+func (f *fakeT) Helper()           {}
+func (f *fakeT) Cleanup(fn func()) { f.cleanups = append(f.cleanups, fn) }
+func (f *fakeT) Fatalf(format string, args ...any) {
+	f.failure = fmt.Sprintf(format, args...)
+	panic(f.failure)
+}
+func (f *fakeT) cleanup() {
+	for i := len(f.cleanups) - 1; i >= 0; i-- {
+		f.cleanups[i]()
 	}
 }

@@ -145,6 +145,14 @@ type Delivery struct {
 	Attempt int
 }
 
+// Message rebuilds the delivered message, with its metadata and payload (to unpack a batch
+// with redisdelay.UnpackBatch, say).
+func (d Delivery) Message() *message.Message {
+	msg := message.NewMessage(d.UUID, d.Payload)
+	msg.Metadata = maps.Clone(d.Metadata)
+	return msg
+}
+
 // Received returns what the Subscribers of group handed out so far, in hand-off order,
 // redeliveries included.
 func (q *Queue) Received(group string) []Delivery {
@@ -199,6 +207,7 @@ func (q *Queue) handingOut(g *groupState, msg *message.Message) {
 		UUID: msg.UUID, Payload: msg.Payload, Metadata: maps.Clone(msg.Metadata),
 		DueAt: due, At: q.now, Attempt: attempt,
 	})
+	q.notify()
 }
 
 // finished records that the application is done with msg.
@@ -206,6 +215,7 @@ func (q *Queue) finished(g *groupState, msg *message.Message) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	delete(g.held, msg)
+	q.notify()
 }
 
 // runningGroups returns the groups with a running subscription.
