@@ -62,7 +62,7 @@ func TestALeaseHeldAcrossAnAdvanceIsKeptByTheHeartbeat(t *testing.T) {
 	}
 
 	q.Consume("jobs", "workers") // a second consumer of the group, which takes expired leases
-	q.Advance(10 * time.Minute) // ten leases
+	q.Advance(10 * time.Minute)  // ten leases
 	msg.Ack()
 	q.Advance(time.Hour)
 
