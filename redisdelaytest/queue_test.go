@@ -219,3 +219,50 @@ func (f *fakeT) cleanup() {
 		f.cleanups[i]()
 	}
 }
+
+func TestAssertionFailuresNameTopicGroupKeyAndDueTime(t *testing.T) {
+	q := redisdelaytest.New(t, redisdelaytest.Options{})
+	q.Consume("orders", "billing")
+	q.Publish(t, "orders", delayed("order-7", time.Hour))
+	due := q.Now().Add(time.Hour).Format(time.RFC3339Nano)
+
+	for name, tc := range map[string]struct {
+		assert func(redisdelaytest.TB)
+		want   []string
+	}{
+		"scheduled at another time": {
+			func(ft redisdelaytest.TB) { q.RequireScheduled(ft, "orders", "order-7", q.Now()) },
+			[]string{`key "order-7" on topic "orders"`, `group "billing": scheduled at ` + due},
+		},
+		"not cancelled": {
+			func(ft redisdelaytest.TB) { q.RequireCancelled(ft, "orders", "order-7") },
+			[]string{`key "order-7" on topic "orders"`, `group "billing": scheduled at ` + due},
+		},
+		"not received": {
+			func(ft redisdelaytest.TB) { q.RequireReceived(ft, "orders", "billing", "order-7") },
+			[]string{`group "billing"`, `key "order-7" on topic "orders"`},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ft := &fakeT{}
+			func() {
+				defer func() { _ = recover() }()
+				tc.assert(ft)
+			}()
+			for _, w := range tc.want {
+				if !strings.Contains(ft.failure, w) {
+					t.Errorf("failure %q does not contain %q", ft.failure, w)
+				}
+			}
+		})
+	}
+	q.Advance(time.Hour)
+	ft := &fakeT{}
+	func() {
+		defer func() { _ = recover() }()
+		q.RequireNotReceived(ft, "orders", "billing", "order-7")
+	}()
+	if !strings.Contains(ft.failure, `group "billing" received key "order-7" on topic "orders"`) || !strings.Contains(ft.failure, "due "+due) {
+		t.Errorf("failure %q does not name group, key, topic and due time", ft.failure)
+	}
+}

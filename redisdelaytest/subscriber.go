@@ -46,6 +46,8 @@ func (q *Queue) Subscriber(group string) *Subscriber {
 	}
 	sub, err := redisdelay.NewSubscriber(cfg, q.opts.Logger)
 	if err != nil {
+		q.mu.Unlock() // Fatalf ends the goroutine: the cleanup takes the lock
+		defer q.mu.Lock()
 		q.t.Fatalf("redisdelaytest: subscriber of group %q: %v", group, err)
 	}
 	clock.Inject(sub, clock.Func(q.Now))
