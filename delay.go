@@ -52,7 +52,12 @@ const freshSlack = 100 * time.Millisecond
 //
 // An unparseable value, or a delay above MaxDelay, is an error that names the key and the value.
 func DelayOf(msg *message.Message, now time.Time) (time.Duration, error) {
-	d, at, _, err := scheduleOf(msg, now, false)
+	return delayOf(msg, now, false)
+}
+
+// delayOf is DelayOf, on a virtual clock when virtual (see scheduleOf).
+func delayOf(msg *message.Message, now time.Time, virtual bool) (time.Duration, error) {
+	d, at, _, err := scheduleOf(msg, now, virtual)
 	if !at.IsZero() {
 		d = max(at.Sub(now), 0)
 	}

@@ -39,11 +39,8 @@ func decideNack(attempt int64, maxAttempts int, backoff Backoff, original, deliv
 	d.changed = true
 	if original.Metadata.Get(delay.DelayedUntilKey) != delivered.Metadata.Get(delay.DelayedUntilKey) ||
 		original.Metadata.Get(delay.DelayedForKey) != delivered.Metadata.Get(delay.DelayedForKey) {
-		if wait, at, _, err := scheduleOf(delivered, now, virtual); err == nil {
+		if wait, err := delayOf(delivered, now, virtual); err == nil {
 			d.delay = wait
-			if !at.IsZero() {
-				d.delay = max(at.Sub(now), 0)
-			}
 		} else {
 			d.badDelay = err
 		}

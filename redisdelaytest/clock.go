@@ -94,7 +94,7 @@ func (q *Queue) nextStop(now, target time.Time, groups []*groupState, counts map
 	next = target
 	for _, g := range groups {
 		if c := counts[g.topicGroup]; c.nextDueUs >= 0 {
-			if due := time.UnixMicro(c.nextDueUs).UTC(); due.Before(next) {
+			if due := q.stopFor(time.UnixMicro(c.nextDueUs).UTC()); due.Before(next) {
 				next = due
 			}
 		}
@@ -108,9 +108,21 @@ func (q *Queue) nextStop(now, target time.Time, groups []*groupState, counts map
 		next = now.Add(time.Microsecond)
 	}
 	for _, c := range counts {
-		due = due || c.nextDueUs == next.UnixMicro()
+		due = due || (c.nextDueUs >= 0 && !q.stopFor(time.UnixMicro(c.nextDueUs)).After(next))
 	}
 	return next, due
+}
+
+// stopFor is the instant AdvanceTo stops at for a message due at due: due itself, or with
+// Options.Resolution the first multiple of it from Start at or after due.
+func (q *Queue) stopFor(due time.Time) time.Time {
+	res := q.opts.Resolution
+	if res <= 0 {
+		return due
+	}
+	since := due.Sub(q.opts.Start)
+	steps := (since + res - 1) / res
+	return q.opts.Start.Add(steps * res)
 }
 
 // busy reports whether the application holds a message of g it took before the current

@@ -36,7 +36,7 @@
 // # When Advance returns
 //
 // AdvanceTo stops at every due time on the way (the earliest due time of a group with a running
-// subscription, read from Redis), so a handler runs with the clock at its message's due time
+// subscription, read from Redis; with Options.Resolution, the next multiple of it), so a handler runs with the clock at its message's due time
 // and a message it publishes with a delay falls due at the right stop. At each stop it waits
 // until the queue is settled: for each consumer group with a running subscription of the kit,
 // nothing is due and nothing is in flight. So when Advance returns, every message due by the
@@ -64,6 +64,7 @@
 // # Cost
 //
 // A stop costs a few script calls on miniredis, whose sorted sets are sorted on every range
-// query: about 2 ms a stop with a thousand messages scheduled. A test that advances over
-// thousands of distinct due times takes seconds.
+// query: about 2 ms a stop with a thousand messages scheduled, 12 ms with ten thousand. A test
+// that advances over thousands of distinct due times takes seconds to minutes; Options.Resolution
+// trades the exact instant of each hand-off for fewer stops.
 package redisdelaytest

@@ -266,3 +266,21 @@ func TestAssertionFailuresNameTopicGroupKeyAndDueTime(t *testing.T) {
 		t.Errorf("failure %q does not name group, key, topic and due time", ft.failure)
 	}
 }
+
+func TestADelaySetBeforeNackIsServedOnTheVirtualClock(t *testing.T) {
+	q := redisdelaytest.New(t, redisdelaytest.Options{})
+	start := q.Now()
+	q.Handle("webhooks", "sender", func(msg *message.Message) error {
+		if msg.Metadata.Get(redisdelay.AttemptMetadataKey) == "1" {
+			delay.Message(msg, delay.For(5*time.Minute)) // as middleware.DelayOnError does
+			return errors.New("endpoint down")
+		}
+		return nil
+	})
+	q.Publish(t, "webhooks", delayed("hook-1", 0))
+	q.Advance(time.Hour)
+	got := q.Received("sender")
+	if len(got) != 2 || !got[1].At.Equal(start.Add(5*time.Minute)) {
+		t.Fatalf("received %+v, want the retry at %s", got, start.Add(5*time.Minute))
+	}
+}
