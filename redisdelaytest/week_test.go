@@ -18,7 +18,7 @@ import (
 func TestAWeekOfTenThousandMessagesIsDeliveredInDueOrder(t *testing.T) {
 	const n = 10000
 	const week = 7 * 24 * time.Hour
-	const resolution = time.Minute
+	const resolution = time.Hour
 	q := redisdelaytest.New(t, redisdelaytest.Options{Resolution: resolution})
 	start := q.Now()
 	q.Consume("reminders", "mailer")
