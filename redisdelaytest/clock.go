@@ -23,8 +23,8 @@ func (q *Queue) Advance(d time.Duration) {
 // finished everything due by t, in due order. At each stop it sets miniredis's time, sends a
 // "check now" to every running subscription and waits until the queue settles (see Settle),
 // so a handler sees the clock at its message's due time, and a message it publishes with a
-// delay falls due at the right stop. While a message is held across the advance, the stops
-// are at most a third of its lease apart, so that its heartbeat keeps the lease. A t before
+// delay falls due at the right stop. While the test holds a message it took with Receive, the
+// stops are at most a third of its lease apart, so that its heartbeat keeps the lease. A t before
 // Now fails the test.
 func (q *Queue) AdvanceTo(t time.Time) {
 	q.t.Helper()
@@ -34,7 +34,6 @@ func (q *Queue) AdvanceTo(t time.Time) {
 	if now := q.Now(); target.Before(now) {
 		q.t.Fatalf("redisdelaytest: cannot move the clock back from %s to %s", now.Format(time.RFC3339Nano), target.Format(time.RFC3339Nano))
 	}
-	q.markBusy()
 	due := false
 	for {
 		groups, counts := q.settle(due)
@@ -54,28 +53,16 @@ func (q *Queue) AdvanceTo(t time.Time) {
 
 // Settle waits, without moving the clock, until the running subscriptions have taken and
 // finished everything due now: for each consumer group with a running subscription, nothing
-// is due and nothing is in flight, except while the application holds a message it took
-// before this call (the group is then busy, as in production, and only its leases are
-// checked: each extended to a whole lease from now). A group whose application does not take
+// is due and nothing is in flight, except while the test holds a message it took with Receive
+// (the group is then busy, as in production, and only its leases are checked: each extended
+// to a whole lease from now). A group whose application does not take
 // its messages fails the test after Options.SettleTimeout of wall time, naming the topic,
 // group and what is pending.
 func (q *Queue) Settle() {
 	q.t.Helper()
 	q.advancing.Lock()
 	defer q.advancing.Unlock()
-	q.markBusy()
 	q.settle(false)
-}
-
-// markBusy notes the messages the application holds as an advance begins.
-func (q *Queue) markBusy() {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for _, g := range q.groups {
-		for msg := range g.held {
-			g.held[msg] = true
-		}
-	}
 }
 
 // setTime moves the virtual clock and miniredis's to t, then wakes every subscription.
@@ -125,8 +112,7 @@ func (q *Queue) stopFor(due time.Time) time.Time {
 	return q.opts.Start.Add(steps * res)
 }
 
-// busy reports whether the application holds a message of g it took before the current
-// advance.
+// busy reports whether the test holds a message of g it took with Receive.
 func (q *Queue) busy(g *groupState) bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()

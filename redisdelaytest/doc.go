@@ -43,9 +43,9 @@
 // new time has been claimed, in due order, handed to the application, and acked or nacked (a
 // nack's retry, when due by then, too). Settle does the same without moving the clock.
 //
-// A consumer group whose application holds a message it took before the advance began (a test
-// that received a message and has not acked it yet) is busy, as it would be in production:
-// what falls due for it waits for the ack, and the advance does not wait for it. Its leases
+// A test that wants to hold a message across an advance takes it with Receive. Until it acks or
+// nacks it, the message's consumer group is busy, as it would be in production: what falls due
+// for it waits for the ack, and the advance does not wait for it. Its leases
 // are kept: the stops are then at most a third of its LeaseTimeout apart, and at each the kit
 // waits until the subscription has extended every lease it holds to a whole lease from the
 // new time. So a handler still running when the test advances past its lease keeps its message.

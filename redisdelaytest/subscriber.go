@@ -105,6 +105,31 @@ func (s *Subscriber) Close() error {
 	return err
 }
 
+// Receive takes the next message from msgs, a channel of one of the Queue's Subscribers, for a
+// test that holds it across Advance: until it is acked or nacked, its group is busy (see
+// Settle), and its lease is kept however far the clock moves. It fails t when msgs is closed
+// or no message comes within Options.SettleTimeout of wall time.
+func (q *Queue) Receive(t TB, msgs <-chan *message.Message) *message.Message {
+	t.Helper()
+	select {
+	case msg, ok := <-msgs:
+		if !ok {
+			t.Fatalf("redisdelaytest: Receive: the channel is closed")
+		}
+		q.mu.Lock()
+		defer q.mu.Unlock()
+		for _, g := range q.groups {
+			if _, ok := g.held[msg]; ok {
+				g.held[msg] = true
+			}
+		}
+		return msg
+	case <-time.After(q.opts.SettleTimeout):
+		t.Fatalf("redisdelaytest: Receive: no message at %s within %s of wall time", q.Now().Format(time.RFC3339Nano), q.opts.SettleTimeout)
+		return nil
+	}
+}
+
 // Consume subscribes group to topic and acks every message it receives; Received lists them.
 func (q *Queue) Consume(topic, group string) {
 	q.t.Helper()
@@ -172,7 +197,7 @@ type groupState struct {
 	lease   time.Duration
 	running int
 	// held are the messages handed to the application (or being handed) and not yet acked or
-	// nacked; busy are those of them held when the current Advance began.
+	// nacked; true for those the test took with Receive.
 	held map[*message.Message]bool
 }
 
