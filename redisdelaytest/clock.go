@@ -129,6 +129,12 @@ func (q *Queue) busy(g *groupState) bool {
 // every millisecond, and sends the "check now" again now and then in case a wake-up was lost;
 // when a message fell due (due), it waits for a first hand-off (or a millisecond) before it
 // polls. It fails the test after SettleTimeout.
+//
+// A poll of several topics or partitions is one script call each, not one snapshot: a dead
+// letter can move from a topic not yet read to one already read. So such a poll counts only
+// when the next one, with no hand-off or finished message from the start of the first to the
+// end of the second, is clean too: whatever moved during the first is where the second reads
+// it, unless a consumer took it on, which the Queue sees.
 func (q *Queue) settle(due bool) ([]*groupState, map[topicGroup]groupCounts) {
 	q.t.Helper()
 	deadline := time.Now().Add(q.opts.SettleTimeout)
@@ -141,16 +147,23 @@ func (q *Queue) settle(due bool) ([]*groupState, map[topicGroup]groupCounts) {
 		case <-timer.C:
 		}
 	}
+	cleanSince := uint64(0) // q.seen when the previous poll, a clean one, began; 0 if none
 	for polls := 1; ; polls++ {
+		began := q.seen.Load() + 1
 		groups := q.runningGroups()
-		counts, err := q.counts(groups)
+		counts, calls, err := q.counts(groups)
 		var pending string
 		if err == nil {
 			pending, err = q.pending(groups, counts)
 		}
 		if err == nil && pending == "" {
-			return groups, counts
+			if calls <= 1 || (cleanSince != 0 && q.seen.Load()+1 == cleanSince) {
+				return groups, counts
+			}
+			cleanSince = began
+			continue
 		}
+		cleanSince = 0
 		if time.Now().After(deadline) {
 			if err != nil {
 				pending = err.Error()
@@ -204,8 +217,9 @@ type groupCounts struct {
 	due, inFlight, nextDueUs int64
 }
 
-// counts reads the counts of groups, one stats script per topic partition.
-func (q *Queue) counts(groups []*groupState) (map[topicGroup]groupCounts, error) {
+// counts reads the counts of groups, one stats script per topic partition, and returns how
+// many scripts it ran.
+func (q *Queue) counts(groups []*groupState) (map[topicGroup]groupCounts, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	byTopic := map[string][]string{}
@@ -213,6 +227,7 @@ func (q *Queue) counts(groups []*groupState) (map[topicGroup]groupCounts, error)
 		byTopic[g.topic] = append(byTopic[g.topic], g.group)
 	}
 	out := make(map[topicGroup]groupCounts, len(groups))
+	calls := 0
 	for topic, names := range byTopic {
 		dead := make([]store.Partition, len(names))
 		for n := 0; n < q.opts.Subscriber.Partitions; n++ {
@@ -221,8 +236,9 @@ func (q *Queue) counts(groups []*groupState) (map[topicGroup]groupCounts, error)
 			}
 			res, err := q.store.Stats(ctx, store.Partition{Topic: topic, N: n}, names, dead)
 			if err != nil {
-				return nil, fmt.Errorf("stats of topic %q: %w", topic, err)
+				return nil, calls, fmt.Errorf("stats of topic %q: %w", topic, err)
 			}
+			calls++
 			for k, r := range res {
 				key := topicGroup{topic, names[k]}
 				c, seen := out[key]
@@ -238,7 +254,7 @@ func (q *Queue) counts(groups []*groupState) (map[topicGroup]groupCounts, error)
 			}
 		}
 	}
-	return out, nil
+	return out, calls, nil
 }
 
 // shortLeases describes the in-flight messages of busy group g whose lease has not been

@@ -3,6 +3,7 @@ package redisdelaytest
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -75,8 +76,9 @@ type Queue struct {
 	groups      map[topicGroup]*groupState
 	received    map[string][]Delivery // by consumer group, in hand-off order
 	// events receives a value (without blocking the sender) on each hand-off and each
-	// finished message, for settle.
+	// finished message, for settle; seen counts them.
 	events chan struct{}
+	seen   atomic.Uint64
 }
 
 // New starts an embedded queue for the test t, its virtual clock at opts.Start, and closes
@@ -215,6 +217,7 @@ func (q *Queue) wakeAll() {
 
 // notify tells settle that something happened.
 func (q *Queue) notify() {
+	q.seen.Add(1)
 	select {
 	case q.events <- struct{}{}:
 	default:
