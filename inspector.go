@@ -112,6 +112,32 @@ func NewInspector(config InspectorConfig, logger watermill.LoggerAdapter) (*Insp
 	}, nil
 }
 
+// KeyPrefix returns the key prefix the Inspector reads under (InspectorConfig.KeyPrefix, or
+// DefaultKeyPrefix).
+func (i *Inspector) KeyPrefix() string { return i.config.KeyPrefix }
+
+// Addr returns the address of the Redis the Inspector reads, for display: the Addr of a
+// *redis.Client (go-redis's placeholder "FailoverClient" for one that Sentinel manages), or the
+// comma-separated Addrs of a *redis.ClusterClient (the seed addresses)
+// or a *redis.Ring; "" for any other client. It holds no user name or password, and makes no
+// Redis call.
+func (i *Inspector) Addr() string {
+	switch c := i.config.Client.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	case *redis.Ring:
+		addrs := make([]string, 0, len(c.Options().Addrs))
+		for _, a := range c.Options().Addrs {
+			addrs = append(addrs, a)
+		}
+		sort.Strings(addrs)
+		return strings.Join(addrs, ",")
+	}
+	return ""
+}
+
 // ParkedGroup is the name under which results report messages published while no consumer group
 // was registered on the topic: they wait, parked, for the first group that registers. Once a
 // group is registered, the copy a topic keeps for groups that register within its new-group

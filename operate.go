@@ -355,11 +355,16 @@ type MessageInfo struct {
 	UUID string
 	Key  string
 	// State is StateScheduled (DueAt may be past: due now), StateInFlight, or, for StateDeadLettered,
-	// StateDeadLettered (DueAt is then when it was dead-lettered).
+	// StateDeadLettered (DueAt is then when it was dead-lettered, on the Redis clock).
 	State State
-	DueAt time.Time // StateScheduled
-	// Attempt is the attempts so far (scheduled) or the attempt under way (in flight).
-	Attempt       int
+	DueAt time.Time // StateScheduled, StateDeadLettered
+	// Attempt is the attempts so far (scheduled), the attempt under way (in flight), or the
+	// attempts it had before it was dead-lettered (DeadLetterAttemptsMetadataKey; 0 for a
+	// message published to the dead-letter topic without it).
+	Attempt int
+	// Reason is why a dead letter's last attempt failed (DeadLetterReasonMetadataKey, such as
+	// DeadLetterReasonNacked); "" in the other states.
+	Reason        string
 	LeaseDeadline time.Time // StateInFlight
 	Metadata      map[string]string
 	PayloadSize   int
@@ -460,7 +465,7 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 			for _, r := range rows {
 				m := i.describe(topic, group, p, r, opts.State == StateInFlight, false)
 				if opts.State == StateDeadLettered {
-					m.State = StateDeadLettered
+					deadLettered(&m)
 				}
 				page.Messages = append(page.Messages, m)
 			}
@@ -661,7 +666,7 @@ func (i *Inspector) show(ctx context.Context, topic, group string, r msgRef, nam
 	}
 	m := i.describe(topic, group, r.partition, l, l.leased && !dead, true)
 	if dead {
-		m.State = StateDeadLettered
+		deadLettered(&m)
 	}
 	return m, nil
 }

@@ -346,6 +346,41 @@ func TestRequeueBringsDeadLettersBack(t *testing.T) {
 	})
 }
 
+// A dead letter, listed or read by its ref, says how many attempts it had, why the last one
+// failed and when it died (the Redis time it was moved), and carries its whole payload.
+func TestDeadLettersSayTheirAttemptsReasonAndTimeOfDeath(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 2 }), topic)
+		before := time.Now()
+		publishDelayed(t, pub, topic, "m", 1, 0)
+		receive(t, ch, 5*time.Second).Nack()
+		receive(t, ch, 5*time.Second).Nack()
+		var dead redisdelay.ListPage
+		require.Eventually(t, func() bool {
+			var err error
+			dead, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateDeadLettered})
+			require.NoError(t, err)
+			return len(dead.Messages) == 1
+		}, 5*time.Second, 10*time.Millisecond)
+		after := time.Now()
+
+		listed := dead.Messages[0]
+		one, err := in.DeadLetter(context.Background(), topic, redisdelay.DefaultConsumerGroup, listed.Ref)
+		require.NoError(t, err)
+		for _, m := range []redisdelay.MessageInfo{listed, one} {
+			assert.Equal(t, redisdelay.StateDeadLettered, m.State)
+			assert.Equal(t, 2, m.Attempt, "the attempts it had, not its attempts on the dead-letter topic")
+			assert.Equal(t, redisdelay.DeadLetterReasonNacked, m.Reason)
+			assert.WithinRange(t, m.DueAt, before.Add(-time.Second), after.Add(time.Second), "died between publish and list (clocks within 1 s)")
+		}
+		assert.Equal(t, "payload of m0", string(one.Payload))
+		assert.Less(t, len(listed.Ref), 40, "a short ref")
+	})
+}
+
 func TestPurgeDropsOneStateOfOneGroup(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()
