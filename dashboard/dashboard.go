@@ -47,6 +47,9 @@ import (
 // page may be framed.
 const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 
+// DefaultRefreshInterval is Options.RefreshInterval when it is zero.
+const DefaultRefreshInterval = 10 * time.Second
+
 // Options configure the dashboard. The zero value serves a read-only dashboard of every topic
 // at the root path.
 type Options struct {
@@ -85,8 +88,17 @@ type Options struct {
 	ErrorLog *log.Logger
 	// Lateness, when not nil, gives the overview each group's delivery lateness (how long after
 	// their due time messages were claimed), median and 99th percentile; ok false shows "–".
-	// Metrics.Lateness fits it.
+	// Metrics.Lateness fits it: serve the dashboard from the process whose subscribers record
+	// those Metrics. When nil, the overview has no lateness columns, and says how to add them.
 	Lateness func(topic, group string) (p50, p99 time.Duration, ok bool)
+	// Thresholds set when a figure shows as a warning or an alarm; the zero value means the
+	// defaults (see Thresholds).
+	Thresholds Thresholds
+	// RefreshInterval is how often the overview and the group pages reload their figures in
+	// place (htmx polling; each page has a link that pauses it). DefaultRefreshInterval when
+	// zero; a negative value turns auto-refresh off. A refresh costs what loading the page
+	// costs.
+	RefreshInterval time.Duration
 	// Topics limits the dashboard to these topics: the overview shows only those that exist,
 	// and the pages of any other topic answer 404 Not Found. Empty means every topic of the
 	// Inspector's registry.
@@ -122,6 +134,10 @@ func New(in *redisdelay.Inspector, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.RefreshInterval == 0 {
+		opts.RefreshInterval = DefaultRefreshInterval
+	}
+	opts.Thresholds = opts.Thresholds.withDefaults()
 	s := &server{in: in, opts: opts, pages: pages, hosts: map[string]bool{}}
 	for _, h := range opts.AllowedHosts {
 		if h == "*" {
@@ -296,12 +312,14 @@ func crossOrigin(r *http.Request) bool {
 
 // page is what the layout template renders around a page's own content.
 type page struct {
-	Title  string
-	Static string // URL of the static files
-	Home   string // URL of the overview
-	Crumbs []crumb
-	Notice string
-	Body   any
+	Title     string
+	Static    string // URL of the static files
+	Home      string // URL of the overview
+	Redis     string // the Redis address, "" when unknown
+	KeyPrefix string
+	Crumbs    []crumb
+	Notice    string
+	Body      any
 }
 
 // crumb is one link of the navigation trail.
@@ -316,6 +334,7 @@ var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func (s *server) render(w http.ResponseWriter, status int, name string, p page) {
 	p.Static = s.opts.Prefix + "/static"
 	p.Home = s.opts.Prefix + "/"
+	p.Redis, p.KeyPrefix = s.in.Addr(), s.in.KeyPrefix()
 	buf := buffers.Get().(*bytes.Buffer)
 	defer buffers.Put(buf)
 	buf.Reset()
