@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -137,7 +138,9 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // messageView is a redisdelay.MessageInfo. The whole payload (show only) is in Payload when it
-// is UTF-8 text, and in PayloadBase64 otherwise.
+// is UTF-8 text, and in PayloadBase64 otherwise. For a dead letter, DueAt is when it was
+// dead-lettered, Attempt the attempts it had, Reason why the last one failed, and Key the key
+// it had (a dead letter is stored without one; its metadata keeps it).
 type messageView struct {
 	Topic         string            `json:"topic"`
 	Group         string            `json:"group"`
@@ -149,6 +152,7 @@ type messageView struct {
 	DueAt         time.Time         `json:"due_at,omitzero"`
 	LeaseDeadline time.Time         `json:"lease_deadline,omitzero"`
 	Attempt       int               `json:"attempt"`
+	Reason        string            `json:"reason,omitempty"`
 	PayloadSize   int               `json:"payload_size"`
 	Preview       string            `json:"preview,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
@@ -160,8 +164,11 @@ type messageView struct {
 func newMessageView(m redisdelay.MessageInfo) messageView {
 	v := messageView{
 		Topic: m.Topic, Group: m.Group, Ref: m.Ref, ID: m.ID, UUID: m.UUID, Key: m.Key,
-		State: m.State.String(), DueAt: m.DueAt, LeaseDeadline: m.LeaseDeadline, Attempt: m.Attempt,
+		State: m.State.String(), DueAt: m.DueAt, LeaseDeadline: m.LeaseDeadline, Attempt: m.Attempt, Reason: m.Reason,
 		PayloadSize: m.PayloadSize, Preview: m.Preview, Metadata: m.Metadata, Vanished: m.Vanished,
+	}
+	if m.State == redisdelay.StateDeadLettered && v.Key == "" {
+		v.Key = m.Metadata[redisdelay.KeyMetadataKey]
 	}
 	if utf8.Valid(m.Payload) {
 		v.Payload = string(m.Payload)
@@ -205,19 +212,26 @@ func (a *app) listCommand() *cobra.Command {
 			for n, m := range page.Messages {
 				v.Messages[n] = newMessageView(m)
 			}
+			dead := redisdelay.State(state) == redisdelay.StateDeadLettered
 			return a.print(v, func(w *tabwriter.Writer) {
-				when := "DUE AT"
-				if redisdelay.State(state) == redisdelay.StateInFlight {
-					when = "LEASE DEADLINE"
+				switch {
+				case dead:
+					row(w, "REF", "ID", "UUID", "KEY", "DEAD-LETTERED AT", "ATTEMPTS", "REASON", "SIZE", "PREVIEW")
+				case redisdelay.State(state) == redisdelay.StateInFlight:
+					row(w, "REF", "ID", "UUID", "KEY", "LEASE DEADLINE", "ATTEMPT", "SIZE", "PREVIEW")
+				default:
+					row(w, "REF", "ID", "UUID", "KEY", "DUE AT", "ATTEMPT", "SIZE", "PREVIEW")
 				}
-				row(w, "REF", "ID", "UUID", "KEY", when, "ATTEMPT", "SIZE", "PREVIEW")
 				for _, m := range v.Messages {
 					preview := m.Preview
 					if m.Vanished {
 						preview = "(vanished)"
 					}
-					row(w, m.Ref, m.ID, orDash(m.UUID), orDash(m.Key), formatTime(m.when()),
-						strconv.Itoa(m.Attempt), strconv.Itoa(m.PayloadSize), preview)
+					cells := []string{m.Ref, m.ID, orDash(m.UUID), orDash(m.Key), formatTime(m.when()), strconv.Itoa(m.Attempt)}
+					if dead {
+						cells = append(cells, orDash(m.Reason))
+					}
+					row(w, append(cells, strconv.Itoa(m.PayloadSize), preview)...)
 				}
 				if v.NextCursor != "" {
 					fmt.Fprintf(w, "next page: --cursor %s\n", printable(v.NextCursor))
@@ -234,30 +248,42 @@ func (a *app) listCommand() *cobra.Command {
 }
 
 func (a *app) showCommand() *cobra.Command {
-	var topic, group, key, ref string
+	var topic, group, key, ref, state string
 	cmd := &cobra.Command{
 		Use:   "show",
-		Short: "Show one message of a consumer group with its metadata and whole payload",
-		Args:  cobra.NoArgs,
+		Short: "Show one message or dead letter of a consumer group with its metadata and whole payload",
+		Long: "Show one message of a consumer group, by --key or by a --ref that list printed, with its metadata\n" +
+			"and whole payload. A ref from list --state dead-lettered shows the dead letter, with its reason,\n" +
+			"attempts and the time it was dead-lettered.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var m redisdelay.MessageInfo
 			var err error
 			if key != "" {
 				m, err = a.in.MessageByKey(cmd.Context(), topic, group, key)
 			} else {
-				m, err = a.in.Message(cmd.Context(), topic, group, ref)
+				m, err = a.byRef(cmd.Context(), topic, group, ref, redisdelay.State(state))
 			}
 			if err != nil {
 				return err
 			}
 			v := newMessageView(m)
 			return a.print(v, func(w *tabwriter.Writer) {
-				for _, field := range [][2]string{
+				fields := [][2]string{
 					{"topic", v.Topic}, {"group", v.Group}, {"ref", v.Ref}, {"id", v.ID},
 					{"uuid", orDash(v.UUID)}, {"key", orDash(v.Key)}, {"state", v.State},
 					{"due at", formatTime(v.DueAt)}, {"lease deadline", formatTime(v.LeaseDeadline)},
 					{"attempt", strconv.Itoa(v.Attempt)}, {"payload size", strconv.Itoa(v.PayloadSize)},
-				} {
+				}
+				if m.State == redisdelay.StateDeadLettered {
+					fields = [][2]string{
+						{"topic", v.Topic}, {"group", v.Group}, {"ref", v.Ref}, {"id", v.ID},
+						{"uuid", orDash(v.UUID)}, {"key", orDash(v.Key)}, {"state", v.State},
+						{"dead-lettered at", formatTime(v.DueAt)}, {"attempts", strconv.Itoa(v.Attempt)},
+						{"reason", orDash(v.Reason)}, {"payload size", strconv.Itoa(v.PayloadSize)},
+					}
+				}
+				for _, field := range fields {
 					row(w, field[0]+":", field[1])
 				}
 				label := "metadata:"
@@ -286,9 +312,41 @@ func (a *app) showCommand() *cobra.Command {
 	addGroupFlags(cmd, &topic, &group)
 	cmd.Flags().StringVar(&key, "key", "", "the message's key")
 	cmd.Flags().StringVar(&ref, "ref", "", "the message's ref, as list prints it")
+	cmd.Flags().StringVar(&state, "state", "", "with --ref: dead-lettered for a dead letter, scheduled, due or in-flight for a message the group holds; when empty, whichever the ref names")
 	cmd.MarkFlagsOneRequired("key", "ref")
 	cmd.MarkFlagsMutuallyExclusive("key", "ref")
+	cmd.MarkFlagsMutuallyExclusive("key", "state")
 	return cmd
+}
+
+// byRef reads what ref names in group: a dead letter for StateDeadLettered, a message the group
+// holds for the other states, and for "" whichever of the two it names. A ref of a message and
+// one of a dead letter can look alike (each topic numbers its messages), so a ref that names
+// both is an error that asks for --state.
+func (a *app) byRef(ctx context.Context, topic, group, ref string, state redisdelay.State) (redisdelay.MessageInfo, error) {
+	switch state {
+	case redisdelay.StateDeadLettered:
+		return a.in.DeadLetter(ctx, topic, group, ref)
+	case redisdelay.StateScheduled, redisdelay.StateDue, redisdelay.StateInFlight:
+		return a.in.Message(ctx, topic, group, ref)
+	case "":
+	default:
+		return redisdelay.MessageInfo{}, fmt.Errorf("--state is %q, want scheduled, due, in-flight or dead-lettered", state)
+	}
+	m, err := a.in.Message(ctx, topic, group, ref)
+	if err != nil && !errors.Is(err, redisdelay.ErrNotFound) {
+		return m, err
+	}
+	d, deadErr := a.in.DeadLetter(ctx, topic, group, ref)
+	switch {
+	case deadErr != nil && !errors.Is(deadErr, redisdelay.ErrNotFound):
+		return d, deadErr
+	case err == nil && deadErr == nil:
+		return m, fmt.Errorf("ref %s names both a message of group %s and one of its dead letters; give --state", printable(ref), printable(group))
+	case deadErr == nil:
+		return d, nil
+	}
+	return m, err
 }
 
 func orDash(s string) string {
