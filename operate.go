@@ -353,7 +353,9 @@ type MessageInfo struct {
 	// ID is the internal ID: 12 hex digits, then "=" and the key for a keyed message.
 	ID   string
 	UUID string
-	Key  string
+	// Key is the message's key, "" for none. A dead letter is stored without one: its Key is
+	// the key it had (KeyMetadataKey), which operations by key no longer find.
+	Key string
 	// State is StateScheduled (DueAt may be past: due now), StateInFlight, or, for StateDeadLettered,
 	// StateDeadLettered (DueAt is then when it was dead-lettered, on the Redis clock).
 	State State

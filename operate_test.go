@@ -347,7 +347,8 @@ func TestRequeueBringsDeadLettersBack(t *testing.T) {
 }
 
 // A dead letter, listed or read by its ref, says how many attempts it had, why the last one
-// failed and when it died (the Redis time it was moved), and carries its whole payload.
+// failed, when it died (the Redis time it was moved) and the key it had, and carries its whole
+// payload.
 func TestDeadLettersSayTheirAttemptsReasonAndTimeOfDeath(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()
@@ -355,7 +356,7 @@ func TestDeadLettersSayTheirAttemptsReasonAndTimeOfDeath(t *testing.T) {
 		in := newInspector(t, b, 1)
 		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 2 }), topic)
 		before := time.Now()
-		publishDelayed(t, pub, topic, "m", 1, 0)
+		require.NoError(t, pub.Publish(topic, redisdelay.WithKey(message.NewMessage("m0", []byte("payload of m0")), "order-7")))
 		receive(t, ch, 5*time.Second).Nack()
 		receive(t, ch, 5*time.Second).Nack()
 		var dead redisdelay.ListPage
@@ -374,6 +375,7 @@ func TestDeadLettersSayTheirAttemptsReasonAndTimeOfDeath(t *testing.T) {
 			assert.Equal(t, redisdelay.StateDeadLettered, m.State)
 			assert.Equal(t, 2, m.Attempt, "the attempts it had, not its attempts on the dead-letter topic")
 			assert.Equal(t, redisdelay.DeadLetterReasonNacked, m.Reason)
+			assert.Equal(t, "order-7", m.Key, "the key it had")
 			assert.WithinRange(t, m.DueAt, before.Add(-time.Second), after.Add(time.Second), "died between publish and list (clocks within 1 s)")
 		}
 		assert.Equal(t, "payload of m0", string(one.Payload))

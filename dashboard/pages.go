@@ -323,7 +323,6 @@ type messageView struct {
 	Info                                            redisdelay.MessageInfo
 	Topic                                           string
 	Group                                           string
-	Key                                             string // the key, or a dead letter's key before it died
 	StateLabel                                      string
 	Means                                           string // what the state means
 	Dead                                            bool
@@ -366,14 +365,13 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	v := messageView{Info: m, Topic: topic, Group: group, Key: m.Key, Dead: dead, Actions: s.mayAct(r)}
+	v := messageView{Info: m, Topic: topic, Group: group, Dead: dead, Actions: s.mayAct(r)}
 	v.Payload, v.PayloadKind = formatPayload(m.Payload)
 	tab := states[0]
 	switch {
 	case dead:
 		v.StateLabel, tab = "dead letter", states[3]
 		v.DeadLetterTopic = redisdelay.DefaultDeadLetterTopic(topic, group)
-		v.Key = m.Metadata[redisdelay.KeyMetadataKey]
 	case m.State == redisdelay.StateInFlight:
 		v.StateLabel, tab, v.InFlight = "in flight", states[2], true
 	case !m.DueAt.After(time.Now()):
@@ -398,7 +396,7 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	v.RescheduleURL = s.messageURL(topic, group, "/reschedule", ref)
 	v.RunNowURL = s.messageURL(topic, group, "/run-now", ref)
 	v.RequeueURL = s.messageURL(topic, group, "/requeue", ref)
-	name := cmp.Or(v.Key, m.UUID, m.ID)
+	name := cmp.Or(m.Key, m.UUID, m.ID)
 	s.render(w, http.StatusOK, "message", page{
 		Title: "Message " + name,
 		Crumbs: []crumb{{Label: topic}, {Label: group, URL: s.groupURL(topic, group, nil)},

@@ -140,7 +140,7 @@ func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 // messageView is a redisdelay.MessageInfo. The whole payload (show only) is in Payload when it
 // is UTF-8 text, and in PayloadBase64 otherwise. For a dead letter, DueAt is when it was
 // dead-lettered, Attempt the attempts it had, Reason why the last one failed, and Key the key
-// it had (a dead letter is stored without one; its metadata keeps it).
+// it had.
 type messageView struct {
 	Topic         string            `json:"topic"`
 	Group         string            `json:"group"`
@@ -166,9 +166,6 @@ func newMessageView(m redisdelay.MessageInfo) messageView {
 		Topic: m.Topic, Group: m.Group, Ref: m.Ref, ID: m.ID, UUID: m.UUID, Key: m.Key,
 		State: m.State.String(), DueAt: m.DueAt, LeaseDeadline: m.LeaseDeadline, Attempt: m.Attempt, Reason: m.Reason,
 		PayloadSize: m.PayloadSize, Preview: m.Preview, Metadata: m.Metadata, Vanished: m.Vanished,
-	}
-	if m.State == redisdelay.StateDeadLettered && v.Key == "" {
-		v.Key = m.Metadata[redisdelay.KeyMetadataKey]
 	}
 	if utf8.Valid(m.Payload) {
 		v.Payload = string(m.Payload)
