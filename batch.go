@@ -6,9 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // Keyed batching: messages published with a batch key to a topic configured for batching
@@ -22,20 +23,6 @@ import (
 func WithBatchKey(msg *message.Message, key string) *message.Message {
 	msg.Metadata.Set(BatchKeyMetadataKey, key)
 	return msg
-}
-
-// batchPrefix starts the key part of a batch's internal ID: "\x01", the batch key, "\x01" and
-// the ID's hex digits. Message keys cannot hold control characters, so the two never mix.
-const batchPrefix = "\x01"
-
-// batchKeyOfID returns the batch key of an internal ID, if it names a batch.
-func batchKeyOfID(id string) (string, bool) {
-	key, ok := keyOfID(id)
-	if !ok || !strings.HasPrefix(key, batchPrefix) {
-		return "", false
-	}
-	bk, _, ok := strings.Cut(key[1:], batchPrefix)
-	return bk, ok
 }
 
 // batchMessage builds the message of a released batch of topic partition partition from its
@@ -79,9 +66,9 @@ func batchPreview(id, batchKey string, partition int, data []byte) (*message.Mes
 // unique per topic across partitions and over time, and the same on every attempt.
 func batchUUID(id string, partition int) string {
 	if partition == 0 {
-		return "batch-" + id[:12]
+		return "batch-" + store.Seq(id)
 	}
-	return "batch-" + id[:12] + "-" + strconv.Itoa(partition)
+	return "batch-" + store.Seq(id) + "-" + strconv.Itoa(partition)
 }
 
 // batchItems splits a batch payload into its items: each is its length in decimal, ':' and
@@ -132,20 +119,20 @@ func UnpackBatch(msg *message.Message, u Unmarshaler) ([]*message.Message, error
 // batch whose MaxWait has passed is no longer open: it is on its way with trigger time).
 // Errors as for Cancel.
 func (i *Inspector) FlushBatch(ctx context.Context, topic, batchKey string) (int, error) {
-	return i.batchOp(ctx, "flush", topic, batchKey)
+	return i.batchOp(ctx, store.BatchFlush, topic, batchKey)
 }
 
 // CancelBatch drops the open batch of batchKey on topic with its items; no group receives it.
 // It returns how many items it held, 0 when no batch was open. Errors as for Cancel.
 func (i *Inspector) CancelBatch(ctx context.Context, topic, batchKey string) (int, error) {
-	return i.batchOp(ctx, "cancel", topic, batchKey)
+	return i.batchOp(ctx, store.BatchCancel, topic, batchKey)
 }
 
-func (i *Inspector) batchOp(ctx context.Context, op, topic, batchKey string) (int, error) {
+func (i *Inspector) batchOp(ctx context.Context, op store.BatchOp, topic, batchKey string) (int, error) {
 	var n int
-	err := i.byKey(ctx, op+" batch", topic, batchKey, func(ctx context.Context, part string, call publishCall, groups []string) error {
+	err := i.byKey(ctx, string(op)+" batch", topic, batchKey, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
 		var err error
-		n, err = i.store.batchOp(ctx, part, call, op, batchKey, groups)
+		n, err = i.store.BatchOp(ctx, part, call, op, batchKey, groups)
 		return err
 	})
 	return n, err

@@ -61,13 +61,13 @@ func TestBatchItemsAddedOneByOneArriveInOrderAndLeaveNoFields(t *testing.T) {
 			"full " + redisdelay.BatchTriggerSize:   {"f0", "f1", "f2", "f3"},
 			"flush " + redisdelay.BatchTriggerFlush: {"x0", "x1"},
 		}, got)
-		expectNone(t, chA, 100*time.Millisecond)
+		waitDrained(t, in, topic, "a") // the cancelled batch is not held
 
 		// Group a paused, b not subscribed: nobody claims the batch when it is due, and the next
 		// item, which opens a new batch, closes it with its items.
 		require.NoError(t, in.Pause(ctx, topic, "a"))
 		add("late", "l0", "l1")
-		time.Sleep(500 * time.Millisecond) // past MaxWait: the batch is due, and nobody claims it
+		waitStats(t, in, topic, "a", "holding the batch due, unclaimed", func(s redisdelay.GroupStats) bool { return s.Due == 1 && s.InFlight == 0 })
 		add("late", "l2")
 		n, err = in.FlushBatch(ctx, topic, "late")
 		require.NoError(t, err)
@@ -87,7 +87,7 @@ func TestBatchItemsAddedOneByOneArriveInOrderAndLeaveNoFields(t *testing.T) {
 		for range 5 {
 			receive(t, chB, 5*time.Second).Ack()
 		}
-		expectNone(t, chB, 100*time.Millisecond)
+		waitDrained(t, in, topic, "b")
 		require.Eventually(t, func() bool { return b.client.HLen(ctx, messages).Val() == 0 }, 5*time.Second, 10*time.Millisecond,
 			"fields left: %v", b.client.HKeys(ctx, messages).Val())
 	})

@@ -53,9 +53,10 @@ func itemsOf(t *testing.T, batch *message.Message) []string {
 	return names
 }
 
-// collectItems receives and acks batches from ch until it has seen want items, and returns how
-// often each item arrived; then it checks that nothing more arrives.
-func collectItems(t *testing.T, ch <-chan *message.Message, want int) map[string]int {
+// collectItems receives and acks batches of group on topic from ch until it has seen want
+// items, and returns how often each item arrived; then it waits until the group holds nothing
+// more, so that nothing more arrives.
+func collectItems(t *testing.T, in *redisdelay.Inspector, topic, group string, ch <-chan *message.Message, want int) map[string]int {
 	t.Helper()
 	seen := map[string]int{}
 	for n := 0; n < want; {
@@ -66,7 +67,7 @@ func collectItems(t *testing.T, ch <-chan *message.Message, want int) map[string
 		}
 		batch.Ack()
 	}
-	expectNone(t, ch, 200*time.Millisecond)
+	waitDrained(t, in, topic, group)
 	return seen
 }
 
@@ -126,8 +127,10 @@ func TestBatchFilledAfterANewGroupRegisteredReachesOnlyTheGroupsOfItsOpen(t *tes
 					require.NoError(t, err)
 					assert.Equal(t, 2, n)
 				}
-				// Past the time trigger's MaxWait too.
-				expectNone(t, late, 700*time.Millisecond)
+				// Once the batch is due in early (for the time trigger, once MaxWait has passed),
+				// late holds nothing: no copy of the batch, due or in flight, so none can reach it.
+				waitStats(t, in, topic, "early", "holding the warm-up and the batch due", func(s redisdelay.GroupStats) bool { return s.Due == 2 })
+				assert.Equal(t, redisdelay.GroupStats{Topic: topic, Group: "late"}, statsOf(t, in, topic, "late"))
 
 				early := subscribe(t, earlySub, topic)
 				warm := receive(t, early, 5*time.Second)
@@ -137,7 +140,7 @@ func TestBatchFilledAfterANewGroupRegisteredReachesOnlyTheGroupsOfItsOpen(t *tes
 				assert.Equal(t, tc.trigger, batch.Metadata.Get(redisdelay.BatchTriggerMetadataKey))
 				assert.Equal(t, []string{"i1", "i2"}, itemsOf(t, batch))
 				batch.Ack()
-				expectNone(t, early, 300*time.Millisecond)
+				waitDrained(t, in, topic, "early")
 
 				// A message published now reaches both; late's first message is this one.
 				require.NoError(t, pub.Publish(topic, message.NewMessage("after", nil)))
@@ -146,7 +149,8 @@ func TestBatchFilledAfterANewGroupRegisteredReachesOnlyTheGroupsOfItsOpen(t *tes
 					assert.Equal(t, "after", msg.UUID, "late never gets the batch opened before it registered")
 					msg.Ack()
 				}
-				expectNone(t, late, 200*time.Millisecond)
+				waitDrained(t, in, topic, "early")
+				waitDrained(t, in, topic, "late")
 			})
 		}
 	})
@@ -195,13 +199,13 @@ func TestRunNowOnAnOpenBatchClosesIt(t *testing.T) {
 				if op == "cancel" {
 					delete(want, "i1")
 				}
-				assert.Equal(t, want, collectItems(t, subscribe(t, subA, topic), len(want)), "group a")
+				assert.Equal(t, want, collectItems(t, in, topic, "a", subscribe(t, subA, topic), len(want)), "group a")
 				// b still holds the first batch, due in an hour.
 				for _, ref := range scheduledRefs(t, in, topic, "b") {
 					_, _, err := in.RunNowRef(ctx, topic, "b", ref)
 					require.NoError(t, err)
 				}
-				assert.Equal(t, map[string]int{"i1": 1, "i2": 1, "i3": 1}, collectItems(t, subscribe(t, subB, topic), 3), "group b")
+				assert.Equal(t, map[string]int{"i1": 1, "i2": 1, "i3": 1}, collectItems(t, in, topic, "b", subscribe(t, subB, topic), 3), "group b")
 			})
 		}
 	})
@@ -236,7 +240,7 @@ func TestReleasedBatchesLeaveNoBookkeeping(t *testing.T) {
 			assert.Equal(t, redisdelay.BatchTriggerTime, batch.Metadata.Get(redisdelay.BatchTriggerMetadataKey))
 			batch.Ack()
 		}
-		expectNone(t, ch, 200*time.Millisecond)
+		waitDrained(t, newInspector(t, b, 1), topic, redisdelay.DefaultConsumerGroup)
 		var now []string
 		assert.Eventually(t, func() bool {
 			now = keysOfTopic(t, b, topic, true)
@@ -286,6 +290,7 @@ func TestBatchReachesAGroupThatRegisteredWithinTheNewGroupWindow(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()
 		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: 2, MaxWait: time.Hour})
+		in := newInspector(t, b, 1)
 		early := subscribe(t, newSubscriber(t, b, inGroup("early")), topic)
 		publishScheduled(t, pub, topic, item("zone", "i1"))
 		late := subscribe(t, newSubscriber(t, b, inGroup("late")), topic)
@@ -295,7 +300,7 @@ func TestBatchReachesAGroupThatRegisteredWithinTheNewGroupWindow(t *testing.T) {
 			assert.Equal(t, []string{"i1", "i2"}, itemsOf(t, batch))
 			batch.Ack()
 		}
-		expectNone(t, early, 200*time.Millisecond)
-		expectNone(t, late, 100*time.Millisecond)
+		waitDrained(t, in, topic, "early")
+		waitDrained(t, in, topic, "late")
 	})
 }

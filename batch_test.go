@@ -37,12 +37,19 @@ func TestBatchIsReleasedAtOnceWhenFullWithItsItemsByteForByte(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()
 		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: 3, MaxWait: time.Hour})
+		in := newInspector(t, b, 1)
 		chA := subscribe(t, newSubscriber(t, b, inGroup("a")), topic)
 		chB := subscribe(t, newSubscriber(t, b, inGroup("b")), topic)
 
 		sent := []*message.Message{parcel("north", 1), parcel("north", 2)}
+		published := time.Now()
 		require.NoError(t, pub.Publish(topic, sent...))
-		expectNone(t, chA, 200*time.Millisecond)
+		// Not full: the open batch waits for MaxWait, scheduled in each group, nothing due.
+		for _, g := range []string{"a", "b"} {
+			s := statsOf(t, in, topic, g)
+			assert.Equal(t, [3]int64{1, 0, 0}, [3]int64{s.Scheduled, s.Due, s.InFlight}, "group %s: scheduled, due, in flight", g)
+			assert.WithinDuration(t, published.Add(time.Hour), s.NextDue, time.Second, "group %s", g)
+		}
 		third := parcel("north", 3)
 		sent = append(sent, third)
 		start := time.Now()
@@ -115,7 +122,7 @@ func TestFlushAndCancelBatches(t *testing.T) {
 		assert.Equal(t, "east", batch.Metadata.Get(redisdelay.BatchKeyMetadataKey))
 		assert.Equal(t, redisdelay.BatchTriggerFlush, batch.Metadata.Get(redisdelay.BatchTriggerMetadataKey))
 		batch.Ack()
-		expectNone(t, ch, 200*time.Millisecond)
+		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup) // the cancelled batch is not held
 
 		n, err = in.FlushBatch(context.Background(), topic, "east")
 		require.NoError(t, err)
@@ -128,6 +135,7 @@ func TestRacingPublishersLoseAndDoubleNoBatchItem(t *testing.T) {
 		topic := newTopic()
 		const publishers, each, size = 8, 50, 10
 		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: size, MaxWait: time.Hour})
+		in := newInspector(t, b, 1)
 		ch := subscribe(t, newSubscriber(t, b, nil), topic)
 		var wg sync.WaitGroup
 		for p := range publishers {
@@ -155,7 +163,7 @@ func TestRacingPublishersLoseAndDoubleNoBatchItem(t *testing.T) {
 		for n, count := range seen {
 			assert.Equal(t, 1, count, "item %s doubled", n)
 		}
-		expectNone(t, ch, 200*time.Millisecond)
+		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup) // no batch left, not even an open one
 	})
 }
 
@@ -163,7 +171,7 @@ func TestBadBatchInputIsRefusedAndNothingIsStored(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()
 		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: 1, MaxWait: time.Hour})
-		ch := subscribe(t, newSubscriber(t, b, nil), topic)
+		require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
 		other := newTopic()
 		for _, tc := range []struct {
 			name, topic string
@@ -184,7 +192,9 @@ func TestBadBatchInputIsRefusedAndNothingIsStored(t *testing.T) {
 				assert.Equal(t, tc.key, me.Key)
 			})
 		}
-		expectNone(t, ch, 200*time.Millisecond)
+		for _, topic := range []string{topic, other} {
+			assert.Zero(t, redisdelay.ScheduledForTest(context.Background(), b.client, topic, redisdelay.DefaultConsumerGroup), "topic %s: nothing stored", topic)
+		}
 	})
 }
 

@@ -54,13 +54,15 @@ func sharedCluster(t testing.TB) *redistest.Cluster {
 	return shared.cluster
 }
 
-// TestMain stops the shared Redis Cluster, if a test started it, once every test has run.
+// TestMain stops the shared Redis Cluster, if a test started it, once every test has run, and
+// says how many tests were skipped for want of redis-server.
 func TestMain(m *testing.M) {
 	runCrashChild()
 	code := m.Run()
 	if shared.cluster != nil {
 		shared.cluster.Close()
 	}
+	redistest.ReportSkips()
 	os.Exit(code)
 }
 
@@ -311,9 +313,13 @@ func runScriptWorkload(t *testing.T, b backend) {
 	wg.Wait()
 	require.NoError(t, subs[groups[0]].Close())
 
-	// A batch claimed by a fast consumer: after two acks the third message waits in the
-	// subscription across heartbeats (acks are confirmed by ack.lua, the lease extended), and
-	// Close releases it unhandled.
+	// A fast consumer: after two acks the third message waits in the subscription, claimed and
+	// not handed out, while heartbeats confirm the acks (ack.lua) and extend its lease
+	// (extend.lua); Close releases it unhandled (release.lua). The Inspector, on a client of its
+	// own, checks each step in Redis.
+	inspectClient := newClientLike(b)
+	t.Cleanup(func() { _ = inspectClient.Close() })
+	in := newInspector(t, backend{name: b.name, client: inspectClient}, 1)
 	topic := newTopic()
 	sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.LeaseTimeout = lease })
 	ch, err := sub.Subscribe(context.Background(), topic)
@@ -322,8 +328,33 @@ func runScriptWorkload(t *testing.T, b backend) {
 	receive(t, ch, 2*time.Second).Ack()
 	require.NoError(t, pub.Publish(topic, message.NewMessage("tail-2", nil), message.NewMessage("tail-3", nil)))
 	receive(t, ch, 2*time.Second).Ack()
-	time.Sleep(lease)
+	held := func() redisdelay.MessageInfo {
+		page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateInFlight})
+		require.NoError(t, err)
+		require.Len(t, page.Messages, 1, "only tail-3 is leased once the acks are confirmed")
+		require.Equal(t, "tail-3", page.Messages[0].UUID)
+		require.Equal(t, 1, page.Messages[0].Attempt, "its lease was lost and it was claimed again")
+		return page.Messages[0]
+	}
+	waitStats(t, in, topic, redisdelay.DefaultConsumerGroup, "holding only tail-3, leased", func(s redisdelay.GroupStats) bool { return s.InFlight == 1 && s.Due == 0 })
+	first := held().LeaseDeadline
+	for deadline := time.Now().Add(10 * lease); !held().LeaseDeadline.After(first.Add(lease)); {
+		require.True(t, time.Now().Before(deadline), "the lease of the waiting message was not extended past %s", first)
+		time.Sleep(lease / 10)
+	}
 	require.NoError(t, sub.Close())
+	// Released, due at its first due time, without the claim counting as an attempt.
+	page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateDue})
+	require.NoError(t, err)
+	require.Len(t, page.Messages, 1)
+	assert.Equal(t, "tail-3", page.Messages[0].UUID)
+	assert.Equal(t, 0, page.Messages[0].Attempt, "attempts so far")
+	assert.Zero(t, statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).InFlight, "Close left a lease")
+	again := receive(t, subscribe(t, newSubscriber(t, b, nil), topic), 2*time.Second)
+	assert.Equal(t, "tail-3", again.UUID)
+	assert.Equal(t, "1", again.Metadata.Get(redisdelay.AttemptMetadataKey), "released unhandled: still its first attempt")
+	again.Ack()
+	waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
 	require.NoError(t, subs[groups[1]].Close())
 }
 

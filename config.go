@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 const (
@@ -140,8 +142,10 @@ func (c *PublisherConfig) setDefaults() {
 	}
 }
 
-// Validate reports the first field that is missing or out of range.
+// Validate reports the first field that is missing or out of range, naming it and its value.
+// A zero field counts as its default, as in NewPublisher.
 func (c PublisherConfig) Validate() error {
+	c.setDefaults()
 	if c.Client == nil {
 		return errors.New("redisdelay: PublisherConfig.Client is required")
 	}
@@ -172,7 +176,7 @@ func (c PublisherConfig) Validate() error {
 		return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas is %d, want >= 0", c.DurableReplicas)
 	}
 	if c.DurableReplicas > 0 {
-		if _, ok := masterConn(c.Client); !ok {
+		if !store.CanWaitForReplicas(c.Client) {
 			return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", c.Client)
 		}
 		if c.DurableTimeout <= 0 || c.DurableTimeout >= c.OperationTimeout {
@@ -297,8 +301,10 @@ func (c *SubscriberConfig) setDefaults() {
 	}
 }
 
-// Validate reports the first field that is missing or out of range.
+// Validate reports the first field that is missing or out of range, naming it and its value.
+// A zero field counts as its default, as in NewSubscriber.
 func (c SubscriberConfig) Validate() error {
+	c.setDefaults()
 	if c.Client == nil {
 		return errors.New("redisdelay: SubscriberConfig.Client is required")
 	}

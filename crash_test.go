@@ -137,7 +137,7 @@ Reading:
 		}
 		msg.Ack()
 	}
-	expectNone(t, ch, 300*time.Millisecond)
+	waitDrained(t, newInspector(t, b, 1), topic, redisdelay.DefaultConsumerGroup)
 
 	lost, duplicated := 0, 0
 	for _, m := range msgs {

@@ -5,10 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // DeadLetterInfix joins a topic and a consumer group in the name of their dead-letter topic. A
@@ -44,12 +45,12 @@ func (s *Subscriber) deadLetterTopic(topic string) (string, error) {
 func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reason string) {
 	letter.Metadata[DeadLetterTopicMetadataKey] = s.topic
 	letter.Metadata[DeadLetterGroupMetadataKey] = s.group
-	letter.Metadata[DeadLetterAttemptsMetadataKey] = strconv.FormatInt(min(c.attempt, int64(s.cfg.MaxAttempts)), 10)
+	letter.Metadata[DeadLetterAttemptsMetadataKey] = strconv.FormatInt(min(c.Attempt, int64(s.cfg.MaxAttempts)), 10)
 	letter.Metadata[DeadLetterReasonMetadataKey] = reason
-	if key, ok := keyOfID(c.id); ok && !strings.HasPrefix(key, batchPrefix) {
+	if key, ok := store.KeyOf(c.ID); ok {
 		letter.Metadata[KeyMetadataKey] = key // the letter itself is stored without a key
 	}
-	fields := watermill.LogFields{"message_uuid": letter.UUID, "attempt": c.attempt, "reason": reason, "dead_letter_topic": s.deadLetterTopic}
+	fields := watermill.LogFields{"message_uuid": letter.UUID, "attempt": c.Attempt, "reason": reason, "dead_letter_topic": s.deadLetterTopic}
 
 	data, err := s.cfg.Marshaler.Marshal(s.deadLetterTopic, letter)
 	if err != nil {
@@ -59,11 +60,11 @@ func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reas
 	ctx, cancel := s.callContext()
 	defer cancel()
 	err = s.deadLetterGroups.withGroups(ctx, s.deadLetterPart, func(ctx context.Context, groups []string) error {
-		return s.store.deadLetter(ctx, s.part, s.group, c, reason, s.deadLetterPart, groups, data, s.cfg.LeaseTimeout)
+		return s.store.DeadLetter(ctx, s.part, c.Lease, reason, s.deadLetterPart, groups, data, s.cfg.LeaseTimeout)
 	})
 
 	switch {
-	case errors.Is(err, errLeaseLost):
+	case errors.Is(err, store.ErrLeaseLost):
 		s.logger.Info("Dead-lettering refused: the lease had expired and the message was claimed again", fields)
 	case err != nil && s.ctx.Err() != nil:
 		s.logger.Debug("Dead-lettering cut short by the end of the subscription; the message is retried after its lease expires", fields)

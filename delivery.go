@@ -4,12 +4,13 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // dueTimeLayout formats DueTimeMetadataKey: RFC3339 with microseconds, the precision of due
@@ -42,23 +43,23 @@ func (s *partitionConsumer) deliverPending() int {
 func (s *partitionConsumer) deliver(c *claimed) bool {
 	var msg *message.Message
 	var err error
-	if bk, ok := batchKeyOfID(c.id); ok {
-		msg, err = batchMessage(c.id, bk, s.partition, c.data)
+	if bk, ok := store.BatchKeyOf(c.ID); ok {
+		msg, err = batchMessage(c.ID, bk, s.partition, c.Data)
 	} else {
-		msg, err = s.cfg.Marshaler.Unmarshal(s.topic, c.data)
+		msg, err = s.cfg.Marshaler.Unmarshal(s.topic, c.Data)
 	}
 	if err != nil {
 		// Stored data that cannot be decoded would fail on every attempt and cannot carry
 		// dead-letter metadata: it is removed, loudly, so that the group goes on.
-		s.logger.Error("Removing stored message that cannot be unmarshaled", err, watermill.LogFields{"id": c.id, "attempt": c.attempt, "bytes": len(c.data)})
+		s.logger.Error("Removing stored message that cannot be unmarshaled", err, watermill.LogFields{"id": c.ID, "attempt": c.Attempt, "bytes": len(c.Data)})
 		s.book.acked(c)
 		return true
 	}
 	c.uuid = msg.UUID
-	if key, ok := keyOfID(c.id); ok && !strings.HasPrefix(key, batchPrefix) {
+	if key, ok := store.KeyOf(c.ID); ok {
 		msg.Metadata.Set(KeyMetadataKey, key)
 	}
-	if exhausted(c.attempt-1, s.cfg.MaxAttempts) {
+	if exhausted(c.Attempt-1, s.cfg.MaxAttempts) {
 		// Its last attempt was never acknowledged.
 		s.deadLetter(c, msg, DeadLetterReasonLeaseExpired)
 		return true
@@ -82,12 +83,12 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 	case stopped:
 		return false
 	case lost:
-		s.logger.Info("Not handing out a message whose lease was lost while it waited: it expired and another consumer claimed it, the message was cancelled, or its group was removed", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt})
+		s.logger.Info("Not handing out a message whose lease was lost while it waited: it expired and another consumer claimed it, the message was cancelled, or its group was removed", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.Attempt})
 		s.book.dropLost(c)
 		return true
 	}
 	s.book.handedOut(c)
-	s.logger.Trace("Message delivered", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt})
+	s.logger.Trace("Message delivered", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.Attempt})
 	for {
 		select {
 		case <-msg.Acked():
@@ -187,11 +188,11 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 		delivered = msg.Copy() // the handler removed the delivery keys; never change its message
 	}
 	var original *message.Message
-	if !exhausted(c.attempt, s.cfg.MaxAttempts) {
-		original, _ = s.cfg.Marshaler.Unmarshal(s.topic, c.data)
+	if !exhausted(c.Attempt, s.cfg.MaxAttempts) {
+		original, _ = s.cfg.Marshaler.Unmarshal(s.topic, c.Data)
 	}
-	d := decideNack(c.attempt, s.cfg.MaxAttempts, s.cfg.NackBackoff, original, delivered, time.Now())
-	fields := watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.attempt}
+	d := decideNack(c.Attempt, s.cfg.MaxAttempts, s.cfg.NackBackoff, original, delivered, time.Now())
+	fields := watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.Attempt}
 	if d.deadLetter {
 		s.deadLetter(c, delivered, DeadLetterReasonNacked)
 		return
@@ -209,8 +210,8 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 	}
 	ctx, cancel := s.callContext()
 	defer cancel()
-	switch err := s.store.nack(ctx, s.part, s.group, c, d.delay, changed); {
-	case errors.Is(err, errLeaseLost):
+	switch err := s.store.Nack(ctx, s.part, c.Lease, d.delay, changed); {
+	case errors.Is(err, store.ErrLeaseLost):
 		s.logger.Info("Nack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", fields)
 	case err != nil && s.ctx.Err() != nil:
 		// The subscription stopped during the call (or before it): stop sends the nack again,
@@ -228,8 +229,8 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 // delay metadata that due time served (see ServedDelayMetadataKey). (deliver sets the message
 // key, KeyMetadataKey, first: a dead letter carries it too.)
 func setDeliveryMetadata(msg *message.Message, c *claimed) {
-	msg.Metadata.Set(AttemptMetadataKey, strconv.FormatInt(c.attempt, 10))
-	msg.Metadata.Set(DueTimeMetadataKey, time.UnixMicro(c.dueUs).UTC().Format(dueTimeLayout))
+	msg.Metadata.Set(AttemptMetadataKey, strconv.FormatInt(c.Attempt, 10))
+	msg.Metadata.Set(DueTimeMetadataKey, time.UnixMicro(c.DueUs).UTC().Format(dueTimeLayout))
 	until, delayFor := msg.Metadata.Get(delay.DelayedUntilKey), msg.Metadata.Get(delay.DelayedForKey)
 	if until != "" || delayFor != "" {
 		msg.Metadata.Set(ServedDelayMetadataKey, servedDelay(until, delayFor))

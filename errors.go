@@ -3,7 +3,8 @@ package redisdelay
 import (
 	"errors"
 	"fmt"
-	"strconv"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 var (
@@ -19,11 +20,11 @@ var (
 	ErrInvalidName = errors.New("invalid name")
 	// ErrNotFound is wrapped by the Inspector's errors for a topic, consumer group or message
 	// that does not exist; the error names it.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound = store.ErrNotFound
 	// ErrGroupRemoved stops a subscription whose consumer group was removed
 	// (Inspector.RemoveGroup) while it ran, even when the group was registered again since: what
 	// it held was dropped with the group. It is logged, and the subscription's channel closes.
-	ErrGroupRemoved = errors.New("consumer group was removed")
+	ErrGroupRemoved = store.ErrGroupRemoved
 	// ErrInvalidKey is wrapped by the error for a message key that cannot be used; see
 	// ValidateKey. Publish returns it inside a *MessageError.
 	ErrInvalidKey = errors.New("invalid message key")
@@ -34,19 +35,19 @@ var (
 	// connection was lost, or the call timed out, after the messages were stored; the error
 	// wraps the cause). The messages are stored on the master and will be delivered unless a
 	// failover loses them; publishing them again is safe but may deliver them twice.
-	ErrNotDurable = errors.New("not confirmed by enough replicas")
+	ErrNotDurable = store.ErrNotDurable
 	// ErrOutcomeUnknown is wrapped by a Publish error when the publish script may or may not
 	// have run: the call timed out after the script was sent, or the connection was lost before
 	// its reply arrived. The messages are then either all stored or none is. Publishing them
 	// again is safe but may deliver them twice. Within one Publish call the adapter never stores
 	// a message twice: a script that the Redis client runs again (go-redis retries a command
 	// whose connection failed) recognises the call's token and stores nothing more.
-	ErrOutcomeUnknown = errors.New("outcome unknown: the call may or may not have taken effect")
+	ErrOutcomeUnknown = store.ErrOutcomeUnknown
 	// ErrRedisFull is wrapped, together with Redis's own OOM reply, by a Publish error when
 	// Redis refused the publish because used memory reached maxmemory (policy noeviction).
 	// Nothing of the batch is stored. Consumers keep draining a full Redis: claims, acks, nacks,
 	// lease extensions, releases and dead-lettering still run.
-	ErrRedisFull = errors.New("redis is full (used memory reached maxmemory)")
+	ErrRedisFull = store.ErrRedisFull
 	// ErrEvictingRedis is returned by Publish, Subscribe and SubscribeInitialize when the
 	// server's maxmemory-policy (CONFIG GET maxmemory-policy) is anything but noeviction: an
 	// evicting Redis deletes scheduled messages, leases and consumer group registrations
@@ -74,18 +75,8 @@ func (e *MessageError) Error() string {
 	return fmt.Sprintf("redisdelay: topic %s: message %s: metadata %s=%s: %v", quote(e.Topic), quote(e.UUID), quote(e.Key), quote(e.Value), e.Err)
 }
 
-// maxQuoted is how many bytes of a value an error message quotes, so that a huge UUID, name or
-// metadata value does not make a huge error.
-const maxQuoted = 64
-
-// quote quotes s for an error message: whole when it has at most maxQuoted bytes, else its first
-// maxQuoted bytes, "..." and its length.
-func quote(s string) string {
-	if len(s) <= maxQuoted {
-		return strconv.Quote(s)
-	}
-	return fmt.Sprintf("%q... (%d bytes)", s[:maxQuoted], len(s))
-}
+// quote quotes s for an error message, at most its first 64 bytes (see store.Quote).
+func quote(s string) string { return store.Quote(s) }
 
 // Unwrap returns both ErrInvalidMessage and the underlying cause.
 func (e *MessageError) Unwrap() []error { return []error{ErrInvalidMessage, e.Err} }

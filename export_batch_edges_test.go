@@ -1,19 +1,24 @@
 package redisdelay
 
-import "context"
+import (
+	"context"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
+)
 
 // RefOpScriptForTest runs refop.lua for ref in group on topic (op "cancel" or "reschedule" to
 // now) without the Inspector's check that the group is registered, as when the group is
-// removed between that check and the script. It returns the script's state letter.
+// removed between that check and the script. It returns the outcome's word.
 func RefOpScriptForTest(ctx context.Context, in *Inspector, topic, group, ref, op string) (string, error) {
-	r, ok := parseRef(ref, in.config.Partitions)
+	r, ok := store.ParseRef(ref, in.config.Partitions)
 	if !ok {
 		return "", ErrNotFound
 	}
-	member, err := in.wholeMember(ctx, in.store.keys.group(partitionName(topic, r.partition), group).due, r)
+	g := store.Partition{Topic: topic, N: r.Partition}.Of(group)
+	member, err := in.wholeMember(ctx, store.Due(g), r)
 	if err != nil {
 		return "", err
 	}
-	state, _, err := in.store.refOp(ctx, partitionName(topic, r.partition), group, op, member, publishCall{token: newToken(), ttl: in.callTTL}, outgoing{})
-	return state, err
+	o, _, err := in.store.RefOp(ctx, g, store.RefOp(op), member, store.Call{Token: store.NewToken(), TTL: in.callTTL}, store.Outgoing{})
+	return outcomeOf(o).String(), err
 }

@@ -5,39 +5,46 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
+
+// keysForTest returns the keys of group on the topic partition that a test names by its name
+// in the key space (see PartitionNameForTest): partition 0 of a topic of that name has the
+// same keys.
+func keysForTest(prefix, name, group string) store.KeyNames {
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	return store.KeyNamesForTest(prefix, store.Partition{Topic: name}, group)
+}
 
 // GroupKeysForTest returns the due and lease sorted-set keys of a consumer group, so that tests
 // can check what Redis holds.
 func GroupKeysForTest(prefix, topic, group string) (due, lease string) {
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
-	}
-	g := keySpace{prefix: prefix}.group(topic, group)
-	return g.due, g.lease
+	k := keysForTest(prefix, topic, group)
+	return k.Due, k.Lease
 }
 
 // MessagesKeyForTest returns the key of the hash that stores a topic's messages.
 func MessagesKeyForTest(prefix, topic string) string {
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
-	}
-	return keySpace{prefix: prefix}.topic(topic).messages
+	return keysForTest(prefix, topic, "").Messages
 }
 
 func messageWithUUID(uuid string) *message.Message { return message.NewMessage(uuid, nil) }
 
 // PartitionNameForTest names partition n of a topic in the key space.
-func PartitionNameForTest(topic string, n int) string { return partitionName(topic, n) }
+func PartitionNameForTest(topic string, n int) string {
+	return store.PartitionNameForTest(store.Partition{Topic: topic, N: n})
+}
 
 // ScheduledForTest counts the messages of a topic that Redis holds anywhere a publish can put
 // them: the messages hash, the set parked for a first group, and the due sets of the groups.
 func ScheduledForTest(ctx context.Context, client redis.UniversalClient, topic string, groups ...string) int64 {
-	k := keySpace{prefix: DefaultKeyPrefix}
-	tk := k.topic(topic)
-	n := client.HLen(ctx, tk.messages).Val() + client.ZCard(ctx, tk.parked).Val()
+	k := keysForTest("", topic, "")
+	n := client.HLen(ctx, k.Messages).Val() + client.ZCard(ctx, k.Parked).Val()
 	for _, g := range groups {
-		n += client.ZCard(ctx, k.group(topic, g).due).Val()
+		n += client.ZCard(ctx, keysForTest("", topic, g).Due).Val()
 	}
 	return n
 }
@@ -46,11 +53,8 @@ func ScheduledForTest(ctx context.Context, client redis.UniversalClient, topic s
 // its removal create: its epoch and the removal's due and lease sets, and the topic's parked
 // set as the removal of its last group takes it.
 func GroupLifecycleKeysForTest(prefix, topic, group string) []string {
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
-	}
-	g := keySpace{prefix: prefix}.group(topic, group)
-	return []string{g.epoch, g.removedDue, g.removedLease, keySpace{prefix: prefix}.topic(topic).removedParked}
+	k := keysForTest(prefix, topic, group)
+	return []string{k.Epoch, k.RemovedDue, k.RemovedLease, k.RemovedParked}
 }
 
 // RequeueUncheckedForTest runs Inspector.Requeue on a topic of one partition without its check
@@ -68,19 +72,13 @@ func PurgeUncheckedForTest(ctx context.Context, in *Inspector, topic, group stri
 
 // WindowKeysForTest returns the keys of a topic's parked set and new-group window flag.
 func WindowKeysForTest(prefix, topic string) (parked, window string) {
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
-	}
-	tk := keySpace{prefix: prefix}.topic(topic)
-	return tk.parked, tk.window
+	k := keysForTest(prefix, topic, "")
+	return k.Parked, k.Window
 }
 
 // RegistryKeysForTest returns the key of the topic registry and of a topic's group set, so that
 // tests can set up what an older version may have stored.
 func RegistryKeysForTest(prefix, topic string) (registry, groups string) {
-	if prefix == "" {
-		prefix = DefaultKeyPrefix
-	}
-	k := keySpace{prefix: prefix}
-	return k.topicRegistry(), k.topic(topic).groups
+	k := keysForTest(prefix, topic, "")
+	return k.Registry, k.Groups
 }

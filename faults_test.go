@@ -2,7 +2,9 @@ package redisdelay_test
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -84,6 +86,8 @@ func TestPublishScriptThatRunsTwiceStoresOnce(t *testing.T) {
 			require.NoError(t, pub.Publish(topic, message.NewMessage(string(rune('a'+i)), nil)))
 		}
 		require.GreaterOrEqual(t, reruns.Load(), int64(n/4), "the hook must have run publish scripts twice")
+		in := newInspector(t, b, 1)
+		assert.Equal(t, int64(n), statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).Due, "each message stored once")
 
 		ch := subscribe(t, sub, topic)
 		seen := map[string]int{}
@@ -92,7 +96,7 @@ func TestPublishScriptThatRunsTwiceStoresOnce(t *testing.T) {
 			seen[msg.UUID]++
 			msg.Ack()
 		}
-		expectNone(t, ch, 200*time.Millisecond)
+		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
 		assert.Len(t, seen, n, "every message once")
 	})
 }
@@ -117,12 +121,14 @@ func TestPublishWhoseReplyIsLostReportsOutcomeUnknown(t *testing.T) {
 		err = pub.Publish(topic, message.NewMessage("lost-reply", nil))
 		require.ErrorIs(t, err, redisdelay.ErrOutcomeUnknown)
 		assert.Contains(t, err.Error(), topic)
-		// It did run: the message arrives, once.
+		// It did run: the message is stored, once, and arrives.
+		in := newInspector(t, b, 1)
+		assert.Equal(t, int64(1), statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).Due)
 		ch := subscribe(t, sub, topic)
 		msg := receive(t, ch, 5*time.Second)
 		assert.Equal(t, "lost-reply", msg.UUID)
 		msg.Ack()
-		expectNone(t, ch, 200*time.Millisecond)
+		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
 	})
 }
 
@@ -153,8 +159,10 @@ func TestLostClaimReplyCostsNoAttempt(t *testing.T) {
 			msg.Ack()
 		}
 		assert.GreaterOrEqual(t, dropped.Load(), int64(1), "the hook must have dropped a claim reply")
-		dlt := newSubscriber(t, b, nil)
-		expectNone(t, subscribe(t, dlt, redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)), 300*time.Millisecond)
+		// No lease of a lost claim is left to expire into a dead letter, and none was dead-lettered.
+		in := newInspector(t, b, 1)
+		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
+		assert.Zero(t, statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).DeadLetters)
 	})
 }
 
@@ -178,11 +186,12 @@ func TestMessageThatKillsItsConsumerEveryTimeStillBecomesADeadLetter(t *testing.
 			require.NoError(t, client.Close())
 			t.Cleanup(func() { _ = sub.Close() })
 		}
-		// A healthy consumer claims it once the last lease expired: it never reaches its handler.
-		healthy := subscribe(t, newSubscriber(t, b, cfg), topic)
+		// A healthy consumer claims it once the last lease expired: it never reaches its handler,
+		// and the group holds nothing more.
+		subscribe(t, newSubscriber(t, b, cfg), topic)
 		dead := receive(t, subscribe(t, newSubscriber(t, b, nil), redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)), 5*time.Second)
 		assert.Equal(t, "poison", dead.UUID)
-		expectNone(t, healthy, 100*time.Millisecond)
+		waitDrained(t, newInspector(t, b, 1), topic, redisdelay.DefaultConsumerGroup)
 		assert.Equal(t, redisdelay.DeadLetterReasonLeaseExpired, dead.Metadata.Get(redisdelay.DeadLetterReasonMetadataKey))
 	})
 }
@@ -250,6 +259,7 @@ func TestAckedLastMessageDoesNotComeBackWhenTheClientIsClosedFirst(t *testing.T)
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
 		for round := range 5 {
 			client := newClientLike(b)
 			sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, LeaseTimeout: 300 * time.Millisecond}, errorLogger{})
@@ -262,10 +272,10 @@ func TestAckedLastMessageDoesNotComeBackWhenTheClientIsClosedFirst(t *testing.T)
 			require.NoError(t, client.Close())
 			require.NoError(t, sub.Close())
 
-			check := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.LeaseTimeout = 300 * time.Millisecond })
-			checkCh := subscribe(t, check, topic)
-			expectNone(t, checkCh, 500*time.Millisecond) // past the lease
-			require.NoError(t, check.Close(), "round %d", round)
+			// The ack reached Redis: no lease is left to expire and bring the message back, and
+			// it was not released either.
+			s := waitStats(t, in, topic, redisdelay.DefaultConsumerGroup, "without a lease", func(s redisdelay.GroupStats) bool { return s.InFlight == 0 })
+			assert.Zero(t, s.Scheduled+s.Due, "round %d: the acked message is due again", round)
 		}
 	})
 }
@@ -274,6 +284,7 @@ func TestAnyDeadLetterTopicWorksForManyTopics(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		shared := "dead-" + newTopic()
 		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
 		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) {
 			c.MaxAttempts = 1
 			c.DeadLetterTopic = func(string, string) string { return shared }
@@ -292,7 +303,7 @@ func TestAnyDeadLetterTopicWorksForManyTopics(t *testing.T) {
 			assert.Equal(t, letter.Metadata.Get(redisdelay.DeadLetterTopicMetadataKey), string(letter.Payload))
 			letter.Ack()
 		}
-		expectNone(t, dead, 300*time.Millisecond)
+		waitDrained(t, in, shared, redisdelay.DefaultConsumerGroup) // one dead letter per topic, no more
 		for _, topic := range topics {
 			assert.Equal(t, topic, got["poison-"+topic])
 		}
@@ -333,15 +344,14 @@ func TestNilMessageIsRejectedAndNothingIsStored(t *testing.T) {
 	b := embeddedRedis(t)
 	topic := newTopic()
 	pub := newPublisher(t, b)
-	sub := newSubscriber(t, b, nil)
-	ch := subscribe(t, sub, topic)
+	require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
 	var err error
 	require.NotPanics(t, func() { err = pub.Publish(topic, message.NewMessage("ok", nil), nil) })
 	var me *redisdelay.MessageError
 	require.ErrorAs(t, err, &me)
 	assert.Equal(t, topic, me.Topic)
 	assert.Contains(t, err.Error(), "message 2 of 2 is nil")
-	expectNone(t, ch, 200*time.Millisecond)
+	assert.Zero(t, redisdelay.ScheduledForTest(context.Background(), b.client, topic, redisdelay.DefaultConsumerGroup), "nothing of the call is stored")
 }
 
 func TestEvictingRedisIsRefusedUnlessAllowed(t *testing.T) {
@@ -408,52 +418,128 @@ func TestFullRedisRefusesPublishesAndCanBeDrained(t *testing.T) {
 	require.NoError(t, pub.Publish(topic, message.NewMessage("after", nil)), "drained, Redis takes publishes again")
 }
 
-func TestPublishReturnsWithinOperationTimeoutWhenRedisFreezes(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	b := backend{name: "redis", client: srv.Client(t)}
-	const timeout = 500 * time.Millisecond
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: b.client, OperationTimeout: timeout}, errorLogger{})
+// blackhole accepts TCP connections and never answers, like a Redis that hangs.
+func blackhole(t *testing.T) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	require.NoError(t, pub.Publish("orders", message.NewMessage("warm-up", nil)))
-	require.NoError(t, srv.Signal(syscall.SIGSTOP))
-	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+	return l.Addr().String()
+}
 
-	var wg sync.WaitGroup
-	took := make([]time.Duration, 64)
-	errs := make([]error, 64)
-	for i := range took {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			start := time.Now()
-			errs[i] = pub.Publish("orders", message.NewMessage("frozen", nil))
-			took[i] = time.Since(start)
-		}()
-	}
-	wg.Wait()
-	for i := range took {
-		assert.Error(t, errs[i])
-		assert.LessOrEqual(t, took[i], timeout+100*time.Millisecond, "publisher %d", i)
+// TestPublishReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer: whether Redis is frozen
+// (SIGSTOP, after a publish opened the connections), never answers (a listener that accepts and
+// stays silent) or refuses connections, 64 concurrent Publish calls each fail within
+// OperationTimeout + 100 ms, with an error naming the topic and the message, whatever the
+// client's ContextTimeoutEnabled.
+func TestPublishReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	for _, fault := range []struct {
+		name string
+		// start returns the address to publish to, and, for a Redis that answers at first, the
+		// function that freezes it.
+		start func(t *testing.T) (addr string, freeze func())
+	}{
+		{"frozen", func(t *testing.T) (string, func()) {
+			srv := redistest.Start(t, redistest.Options{})
+			return srv.Addr, func() {
+				require.NoError(t, srv.Signal(syscall.SIGSTOP))
+				t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+			}
+		}},
+		{"hanging", func(t *testing.T) (string, func()) { return blackhole(t), nil }},
+		{"refused", func(t *testing.T) (string, func()) {
+			port, err := redistest.FreePort()
+			require.NoError(t, err)
+			return fmt.Sprintf("127.0.0.1:%d", port), nil
+		}},
+	} {
+		for _, ctxTimeouts := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", fault.name, ctxTimeouts), func(t *testing.T) {
+				addr, freeze := fault.start(t)
+				client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: ctxTimeouts})
+				t.Cleanup(func() { _ = client.Close() })
+				pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, OperationTimeout: timeout}, errorLogger{})
+				require.NoError(t, err)
+				if freeze != nil {
+					require.NoError(t, pub.Publish("orders", message.NewMessage("warm-up", nil)))
+					freeze()
+				}
+				var wg sync.WaitGroup
+				took := make([]time.Duration, 64)
+				errs := make([]error, len(took))
+				for i := range took {
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						start := time.Now()
+						errs[i] = pub.Publish("orders", message.NewMessage("m-"+strconv.Itoa(i), nil))
+						took[i] = time.Since(start)
+					}()
+				}
+				wg.Wait()
+				for i := range took {
+					if assert.Error(t, errs[i], "publisher %d", i) {
+						assert.Contains(t, errs[i].Error(), `"orders"`)
+						assert.Contains(t, errs[i].Error(), strconv.Quote("m-"+strconv.Itoa(i)))
+					}
+					assert.LessOrEqual(t, took[i], timeout+100*time.Millisecond, "publisher %d", i)
+				}
+			})
+		}
 	}
 }
 
-func TestCloseReturnsWithinOperationTimeoutWhenRedisFreezes(t *testing.T) {
-	srv := redistest.Start(t, redistest.Options{})
-	b := backend{name: "redis", client: srv.Client(t)}
+// TestCloseReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer: a Subscriber that holds claimed
+// messages on two topics (one handed out, one waiting behind it) closes within
+// OperationTimeout + 100 ms when Redis is frozen (SIGSTOP) or stopped, and its output channels
+// are closed when Close returns.
+func TestCloseReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer(t *testing.T) {
 	const timeout = 500 * time.Millisecond
-	pub := newPublisher(t, b)
-	sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.OperationTimeout = timeout })
-	topics := []string{newTopic(), newTopic()}
-	for _, topic := range topics {
-		ch := subscribe(t, sub, topic)
-		require.NoError(t, pub.Publish(topic, message.NewMessage("a", nil), message.NewMessage("b", nil)))
-		receive(t, ch, 5*time.Second).Ack() // "b" waits, claimed, to be handed out
+	for _, fault := range []struct {
+		name string
+		stop func(t *testing.T, srv *redistest.Server)
+	}{
+		{"frozen", func(t *testing.T, srv *redistest.Server) {
+			require.NoError(t, srv.Signal(syscall.SIGSTOP))
+			t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
+		}},
+		{"stopped", func(t *testing.T, srv *redistest.Server) { srv.Stop() }},
+	} {
+		t.Run(fault.name, func(t *testing.T) {
+			srv := redistest.Start(t, redistest.Options{})
+			b := backend{name: "redis", client: srv.Client(t)}
+			pub := newPublisher(t, b)
+			sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.OperationTimeout = timeout })
+			var chs []<-chan *message.Message
+			for _, topic := range []string{newTopic(), newTopic()} {
+				ch := subscribe(t, sub, topic)
+				require.NoError(t, pub.Publish(topic, message.NewMessage("a", nil), message.NewMessage("b", nil)))
+				receive(t, ch, 5*time.Second).Ack() // "b" waits, claimed, to be handed out
+				chs = append(chs, ch)
+			}
+			fault.stop(t, srv)
+			start := time.Now()
+			require.NoError(t, sub.Close())
+			assert.LessOrEqual(t, time.Since(start), timeout+100*time.Millisecond)
+			for _, ch := range chs {
+				select {
+				case _, open := <-ch:
+					assert.False(t, open, "a message came out after Close returned")
+				default:
+					t.Error("an output channel is still open after Close returned")
+				}
+			}
+		})
 	}
-	require.NoError(t, srv.Signal(syscall.SIGSTOP))
-	t.Cleanup(func() { _ = srv.Signal(syscall.SIGCONT) })
-	start := time.Now()
-	require.NoError(t, sub.Close())
-	assert.LessOrEqual(t, time.Since(start), timeout+100*time.Millisecond)
 }
 
 // commandFault is a go-redis hook that fails every command of one name without sending it, as
@@ -507,6 +593,6 @@ func TestDurablePublishWhoseWaitFailsReportsNotDurable(t *testing.T) {
 		msg := receive(t, ch, 5*time.Second)
 		assert.Equal(t, "stored-not-replicated", msg.UUID, "it was stored")
 		msg.Ack()
-		expectNone(t, ch, 200*time.Millisecond)
+		waitDrained(t, newInspector(t, b, 1), topic, redisdelay.DefaultConsumerGroup) // once
 	})
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"sync"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // groupCache remembers which consumer groups are registered on each topic, so that a publish
@@ -14,7 +16,7 @@ import (
 // topic.
 type groupCache struct {
 	mu     sync.Mutex
-	groups map[string][]string
+	groups map[store.Partition][]string
 }
 
 const (
@@ -24,26 +26,26 @@ const (
 	maxCachedTopics = 10000
 )
 
-// withGroups calls try with the cached view of topic's groups until it succeeds, fails otherwise,
-// or the view was refreshed maxStaleRetries times. No groups means none is registered: the
-// messages are then parked for the first group that registers.
-func (c *groupCache) withGroups(ctx context.Context, topic string, try func(ctx context.Context, groups []string) error) error {
+// withGroups calls try with the cached view of partition p's groups until it succeeds, fails
+// otherwise, or the view was refreshed maxStaleRetries times. No groups means none is
+// registered: the messages are then parked for the first group that registers.
+func (c *groupCache) withGroups(ctx context.Context, p store.Partition, try func(ctx context.Context, groups []string) error) error {
 	c.mu.Lock()
-	groups := c.groups[topic]
+	groups := c.groups[p]
 	c.mu.Unlock()
 	for refreshes := 0; ; refreshes++ {
 		err := try(ctx, groups)
-		var stale *staleGroupsError
+		var stale *store.StaleGroupsError
 		if errors.As(err, &stale) && refreshes < maxStaleRetries {
-			groups = stale.groups
+			groups = stale.Groups
 			continue
 		}
 		if err == nil {
 			c.mu.Lock()
 			if c.groups == nil || len(c.groups) >= maxCachedTopics {
-				c.groups = map[string][]string{}
+				c.groups = map[store.Partition][]string{}
 			}
-			c.groups[topic] = groups
+			c.groups[p] = groups
 			c.mu.Unlock()
 		}
 		return err
@@ -55,6 +57,6 @@ func (c *groupCache) forget(topic string, partitions int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for n := 0; n < partitions; n++ {
-		delete(c.groups, partitionName(topic, n))
+		delete(c.groups, store.Partition{Topic: topic, N: n})
 	}
 }

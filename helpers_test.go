@@ -109,14 +109,33 @@ func receive(t *testing.T, ch <-chan *message.Message, timeout time.Duration) *m
 	}
 }
 
-// expectNone asserts that no message arrives within d.
-func expectNone(t *testing.T, ch <-chan *message.Message, d time.Duration) {
+// drainTimeout bounds the waits of waitStats: what a group holds settles within it.
+const drainTimeout = 5 * time.Second
+
+// waitStats waits until the stats of consumer group on topic satisfy ok, and returns them. It
+// fails the test after drainTimeout, naming what is awaited (what) and the last stats seen.
+func waitStats(t *testing.T, in *redisdelay.Inspector, topic, group, what string, ok func(redisdelay.GroupStats) bool) redisdelay.GroupStats {
 	t.Helper()
-	select {
-	case msg := <-ch:
-		t.Fatalf("unexpected message %s (attempt %s)", msg.UUID, msg.Metadata.Get(redisdelay.AttemptMetadataKey))
-	case <-time.After(d):
+	deadline := time.Now().Add(drainTimeout)
+	for {
+		s := statsOf(t, in, topic, group)
+		if ok(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("group %s on topic %s: not %s within %s: %+v", group, topic, what, drainTimeout, s)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// waitDrained waits until consumer group holds nothing of topic: nothing scheduled, due or in
+// flight, every ack confirmed to Redis. A subscription hands out only what its group holds, so
+// once this holds, and nothing more is published, nothing more arrives: where a test would
+// watch a channel for a while and hope, this shows it by state.
+func waitDrained(t *testing.T, in *redisdelay.Inspector, topic, group string) {
+	t.Helper()
+	waitStats(t, in, topic, group, "drained", func(s redisdelay.GroupStats) bool { return s.Scheduled+s.Due+s.InFlight == 0 })
 }
 
 // scanKeys returns the keys matching pattern (SCAN MATCH), sorted, scanning every master of a

@@ -5,12 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // InspectorConfig configures an Inspector. The zero value of every field but Client means its
@@ -50,8 +51,10 @@ func (c *InspectorConfig) setDefaults() {
 	}
 }
 
-// Validate reports the first field that is missing or out of range.
+// Validate reports the first field that is missing or out of range, naming it and its value.
+// A zero field counts as its default, as in NewInspector.
 func (c InspectorConfig) Validate() error {
+	c.setDefaults()
 	if c.Client == nil {
 		return errors.New("redisdelay: InspectorConfig.Client is required")
 	}
@@ -87,7 +90,7 @@ func (c InspectorConfig) Validate() error {
 type Inspector struct {
 	config  InspectorConfig
 	logger  watermill.LoggerAdapter
-	store   store
+	store   store.Store
 	groups  groupCache
 	callTTL time.Duration
 }
@@ -102,8 +105,7 @@ func NewInspector(config InspectorConfig, logger watermill.LoggerAdapter) (*Insp
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	st := newStore(config.Client, config.KeyPrefix)
-	st.metrics = config.Metrics
+	st := store.New(config.Client, config.KeyPrefix, store.Options{Observe: config.Metrics.scriptObserver()})
 	return &Inspector{
 		config:  config,
 		logger:  logger.With(watermill.LogFields{"provider": "redisdelay"}),
@@ -118,9 +120,8 @@ func (i *Inspector) KeyPrefix() string { return i.config.KeyPrefix }
 
 // Addr returns the address of the Redis the Inspector reads, for display: the Addr of a
 // *redis.Client (go-redis's placeholder "FailoverClient" for one that Sentinel manages), or the
-// comma-separated Addrs of a *redis.ClusterClient (the seed addresses)
-// or a *redis.Ring; "" for any other client. It holds no user name or password, and makes no
-// Redis call.
+// comma-separated Addrs of a *redis.ClusterClient (the seed addresses) or a *redis.Ring; ""
+// for any other client. It holds no user name or password, and makes no Redis call.
 func (i *Inspector) Addr() string {
 	switch c := i.config.Client.(type) {
 	case *redis.Client:
@@ -188,10 +189,10 @@ func (r KeyResult) Applied() bool {
 // all; calling it again is safe), or the Redis error. It returns within OperationTimeout.
 func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, error) {
 	r := KeyResult{Topic: topic, Key: key}
-	err := i.byKey(ctx, "cancel", topic, key, func(ctx context.Context, part string, call publishCall, groups []string) error {
-		states, err := i.store.cancel(ctx, part, key, call, groups)
+	err := i.byKey(ctx, "cancel", topic, key, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
+		res, err := i.store.Cancel(ctx, part, key, call, groups)
 		if err == nil {
-			r.Groups = keyOutcomes(states, groups, 'c')
+			r.Groups = keyOutcomes(res, groups)
 		}
 		return err
 	})
@@ -205,27 +206,27 @@ func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, e
 // sleep past the new time are woken. A group that holds it in flight keeps it (OutcomeInFlight).
 // Microsecond precision. Errors as for Cancel.
 func (i *Inspector) Reschedule(ctx context.Context, topic, key string, dueAt time.Time) (KeyResult, error) {
-	return i.reschedule(ctx, topic, key, outgoing{at: dueAt})
+	return i.reschedule(ctx, topic, key, store.Outgoing{At: dueAt})
 }
 
 // RescheduleAfter is Reschedule with a due time of delay after the Redis clock now; a delay of
 // 0 or less means at once.
 func (i *Inspector) RescheduleAfter(ctx context.Context, topic, key string, delay time.Duration) (KeyResult, error) {
-	return i.reschedule(ctx, topic, key, outgoing{delay: delay})
+	return i.reschedule(ctx, topic, key, store.Outgoing{Delay: delay})
 }
 
 // RunNow makes the message with key due at once: RescheduleAfter with no delay.
 func (i *Inspector) RunNow(ctx context.Context, topic, key string) (KeyResult, error) {
-	return i.reschedule(ctx, topic, key, outgoing{})
+	return i.reschedule(ctx, topic, key, store.Outgoing{})
 }
 
-func (i *Inspector) reschedule(ctx context.Context, topic, key string, when outgoing) (KeyResult, error) {
+func (i *Inspector) reschedule(ctx context.Context, topic, key string, when store.Outgoing) (KeyResult, error) {
 	r := KeyResult{Topic: topic, Key: key}
-	err := i.byKey(ctx, "reschedule", topic, key, func(ctx context.Context, part string, call publishCall, groups []string) error {
-		states, due, err := i.store.reschedule(ctx, part, key, call, when, groups)
+	err := i.byKey(ctx, "reschedule", topic, key, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
+		res, err := i.store.Reschedule(ctx, part, key, call, when, groups)
 		if err == nil {
-			r.Groups = keyOutcomes(states, groups, 'r')
-			r.DueAt = time.UnixMicro(due)
+			r.Groups = keyOutcomes(res, groups)
+			r.DueAt = time.UnixMicro(res.DueUs)
 		}
 		return err
 	})
@@ -235,14 +236,14 @@ func (i *Inspector) reschedule(ctx context.Context, topic, key string, when outg
 
 // byKey checks topic and key, bounds the call by OperationTimeout, and runs op on the key's
 // partition with one call token, refreshing the view of the groups when it is stale.
-func (i *Inspector) byKey(ctx context.Context, name, topic, key string, op func(ctx context.Context, part string, call publishCall, groups []string) error) error {
+func (i *Inspector) byKey(ctx context.Context, name, topic, key string, op func(ctx context.Context, part store.Partition, call store.Call, groups []string) error) error {
 	if err := checkTopicKey(topic, key); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	part := partitionName(topic, keyPartition(key, i.config.Partitions))
-	call := publishCall{token: newToken(), ttl: i.callTTL}
+	part := store.Partition{Topic: topic, N: keyPartition(key, i.config.Partitions)}
+	call := store.Call{Token: store.NewToken(), TTL: i.callTTL}
 	err := i.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) error {
 		return op(ctx, part, call, groups)
 	})
@@ -262,25 +263,16 @@ func checkTopicKey(topic, key string) error {
 	return nil
 }
 
-// keyOutcomes decodes the state letters of cancel.lua or reschedule.lua: the parked set's
-// first, then one per group; done is the letter of OutcomeApplied. The parked set's counts only while
-// no group is registered: after that, it is the new-group window's copy (see ParkedGroup).
-func keyOutcomes(states string, groups []string, done byte) map[string]Outcome {
+// keyOutcomes names the outcomes of Cancel or Reschedule by group. The parked set's counts only
+// while no group is registered: after that, it is the new-group window's copy (see
+// ParkedGroup).
+func keyOutcomes(res store.KeyResult, groups []string) map[string]Outcome {
 	out := make(map[string]Outcome, len(groups)+1)
-	if states[0] == done && len(groups) == 0 {
+	if res.Parked == store.Applied && len(groups) == 0 {
 		out[ParkedGroup] = OutcomeApplied
 	}
 	for n, g := range groups {
-		switch states[1+n] {
-		case done:
-			out[g] = OutcomeApplied
-		case 'i':
-			out[g] = OutcomeInFlight
-		case 'f':
-			out[g] = OutcomeFinished
-		default:
-			out[g] = OutcomeNotFound
-		}
+		out[g] = outcomeOf(res.Groups[n])
 	}
 	return out
 }
@@ -320,77 +312,46 @@ func (i *Inspector) Status(ctx context.Context, topic, key string) (KeyStatus, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	part := partitionName(topic, keyPartition(key, i.config.Partitions))
+	part := store.Partition{Topic: topic, N: keyPartition(key, i.config.Partitions)}
 	st := KeyStatus{Topic: topic, Key: key, Groups: map[string]KeyGroupStatus{}}
 	wrap := func(err error) error {
 		return fmt.Errorf("redisdelay: status of key %s on topic %s: %w", quote(key), quote(topic), err)
 	}
-	groups, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) ([]string, error) {
-		return i.config.Client.SMembers(ctx, i.store.keys.topic(part).groups).Result()
-	})
-	if err != nil {
-		return st, wrap(classify(err))
-	}
-	sort.Strings(groups)
-	live, parkedUs, states, err := i.store.status(ctx, part, key, groups)
+	groups, err := i.store.Groups(ctx, part)
 	if err != nil {
 		return st, wrap(err)
 	}
-	st.Live = live
-	if parkedUs >= 0 && len(groups) == 0 {
-		st.Groups[ParkedGroup] = KeyGroupStatus{State: StateScheduled, DueAt: time.UnixMicro(parkedUs)}
+	sort.Strings(groups)
+	res, err := i.store.Status(ctx, part, key, groups)
+	if err != nil {
+		return st, wrap(err)
+	}
+	st.Live = res.Live
+	if res.ParkedUs >= 0 && len(groups) == 0 {
+		st.Groups[ParkedGroup] = KeyGroupStatus{State: StateScheduled, DueAt: time.UnixMicro(res.ParkedUs)}
 	}
 	for n, g := range groups {
-		gs, err := groupStatus(states[n])
-		if err != nil {
-			return st, wrap(err)
-		}
-		st.Groups[g] = gs
+		st.Groups[g] = groupStatus(res.Groups[n])
 	}
 	return st, nil
 }
 
-// groupStatus decodes one group's reply of status.lua.
-func groupStatus(s keyStatus) (KeyGroupStatus, error) {
-	switch s.state {
-	case 'd':
-		return KeyGroupStatus{State: StateScheduled, DueAt: time.UnixMicro(s.timeUs), Attempt: int(s.attempt)}, nil
-	case 'l':
-		return KeyGroupStatus{State: StateInFlight, LeaseDeadline: time.UnixMicro(s.timeUs), Attempt: int(s.attempt)}, nil
-	case 'f':
-		return KeyGroupStatus{State: StateFinished}, nil
-	case 'n':
-		return KeyGroupStatus{State: StateNotFound}, nil
-	case 'h':
-		return historyRecord(s.record)
+// groupStatus names one group's state with a keyed message.
+func groupStatus(s store.KeyStanding) KeyGroupStatus {
+	at, attempt := time.UnixMicro(s.TimeUs), int(s.Attempt)
+	switch s.State {
+	case store.KeyDue:
+		return KeyGroupStatus{State: StateScheduled, DueAt: at, Attempt: attempt}
+	case store.KeyLeased:
+		return KeyGroupStatus{State: StateInFlight, LeaseDeadline: at, Attempt: attempt}
+	case store.KeyFinished:
+		return KeyGroupStatus{State: StateFinished}
+	case store.KeyAcked:
+		return KeyGroupStatus{State: StateAcked, FinishedAt: at, Attempt: attempt}
+	case store.KeyDeadLettered:
+		return KeyGroupStatus{State: StateDeadLettered, FinishedAt: at, Attempt: attempt, Reason: s.Reason}
+	case store.KeyCancelled:
+		return KeyGroupStatus{State: StateCancelled, FinishedAt: at, Attempt: attempt}
 	}
-	return KeyGroupStatus{}, fmt.Errorf("unknown state %q", s.state)
-}
-
-// historyRecord decodes a record that ended in lua/lib wrote: "outcome time attempt[ reason]".
-func historyRecord(record string) (KeyGroupStatus, error) {
-	f := strings.SplitN(record, " ", 4)
-	if len(f) < 3 {
-		return KeyGroupStatus{}, fmt.Errorf("malformed history record %q", record)
-	}
-	us, err1 := strconv.ParseInt(f[1], 10, 64)
-	attempt, err2 := strconv.Atoi(f[2])
-	if err := errors.Join(err1, err2); err != nil {
-		return KeyGroupStatus{}, fmt.Errorf("malformed history record %q: %w", record, err)
-	}
-	gs := KeyGroupStatus{FinishedAt: time.UnixMicro(us), Attempt: attempt}
-	switch f[0] {
-	case "acked":
-		gs.State = StateAcked
-	case "dead-lettered":
-		gs.State = StateDeadLettered
-		if len(f) == 4 {
-			gs.Reason = f[3]
-		}
-	case "cancelled":
-		gs.State = StateCancelled
-	default:
-		return KeyGroupStatus{}, fmt.Errorf("malformed history record %q", record)
-	}
-	return gs, nil
+	return KeyGroupStatus{State: StateNotFound}
 }

@@ -3,12 +3,51 @@ package redisdelay
 import (
 	"slices"
 	"time"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // ackDelay is the longest an ack waits to be confirmed to Redis when no claim or heartbeat
 // carries it earlier. Batching acks saves round trips; the delay bounds the duplicates a crash
 // can cause.
 const ackDelay = 50 * time.Millisecond
+
+// claimed is one message a subscription holds a lease on, and what the subscription knows of
+// it.
+type claimed struct {
+	store.Claimed
+	uuid      string // the message UUID, once decoded, for logs
+	delivered bool   // handed to the application
+	lost      bool   // its lease was found lost before it was handed out: it never will be
+}
+
+// claimedOf wraps the messages of a claim.
+func claimedOf(msgs []store.Claimed) []*claimed {
+	out := make([]*claimed, len(msgs))
+	for i, m := range msgs {
+		out[i] = &claimed{Claimed: m}
+	}
+	return out
+}
+
+// leasesOf returns the leases of cs, as the store takes them.
+func leasesOf(cs []*claimed) []store.Lease {
+	out := make([]store.Lease, len(cs))
+	for i, c := range cs {
+		out[i] = c.Lease
+	}
+	return out
+}
+
+// heldOf returns cs as a stopping subscription gives them back: with their due time, and
+// whether they were handed out.
+func heldOf(cs []*claimed) []store.Held {
+	out := make([]store.Held, len(cs))
+	for i, c := range cs {
+		out[i] = store.Held{Lease: c.Lease, DueUs: c.DueUs, Delivered: c.delivered}
+	}
+	return out
+}
 
 // leaseBook owns the state of one subscription that mirrors its leases in Redis: the messages
 // it claimed and has not handed out (in due order), the one in flight, the acks not yet
@@ -137,7 +176,7 @@ func (b *leaseBook) nackSent() { b.nacks = b.nacks[1:] }
 func (b *leaseBook) acksConfirmed(refused []string) []*claimed {
 	var lost []*claimed
 	for _, c := range b.acks {
-		if slices.Contains(refused, c.id) {
+		if slices.Contains(refused, c.ID) {
 			lost = append(lost, c)
 		}
 	}
@@ -165,11 +204,11 @@ func (b *leaseBook) held() []*claimed {
 // handed out twice, marks the one being handed out lost, and returns the message in flight if
 // its lease was lost too.
 func (b *leaseBook) leasesLost(ids []string) (inflight *claimed) {
-	b.pending = slices.DeleteFunc(b.pending, func(c *claimed) bool { return slices.Contains(ids, c.id) })
-	if b.handing != nil && slices.Contains(ids, b.handing.id) {
+	b.pending = slices.DeleteFunc(b.pending, func(c *claimed) bool { return slices.Contains(ids, c.ID) })
+	if b.handing != nil && slices.Contains(ids, b.handing.ID) {
 		b.handing.lost = true
 	}
-	if b.inflight != nil && slices.Contains(ids, b.inflight.id) {
+	if b.inflight != nil && slices.Contains(ids, b.inflight.ID) {
 		return b.inflight
 	}
 	return nil

@@ -6,12 +6,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 func TestLeaseBookTracksWhatTheSubscriptionHolds(t *testing.T) {
 	b := newLeaseBook(time.Hour)
 	defer b.stop()
-	m := func(id string) *claimed { return &claimed{id: id, attempt: 1} }
+	m := func(id string) *claimed {
+		return &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: id, Attempt: 1}}}
+	}
 	a, c, d := m("a"), m("c"), m("d")
 	b.claimed([]*claimed{a, c, d}, time.Now())
 	assert.Equal(t, []*claimed{a, c, d}, b.held())
@@ -50,7 +54,7 @@ func TestLeaseBookTracksWhatTheSubscriptionHolds(t *testing.T) {
 func TestLeaseBookClearsConfirmedAcksAndStopsTheTimer(t *testing.T) {
 	b := newLeaseBook(time.Hour)
 	defer b.stop()
-	x := &claimed{id: "x", attempt: 2}
+	x := &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: "x", Attempt: 2}}}
 	b.claimed([]*claimed{x}, time.Now())
 	b.handedOut(b.next())
 	b.acked(x)
@@ -60,7 +64,7 @@ func TestLeaseBookClearsConfirmedAcksAndStopsTheTimer(t *testing.T) {
 		t.Fatal("confirmed acks leave no timer running")
 	case <-time.After(2 * ackDelay):
 	}
-	b.claimed([]*claimed{{id: "y"}}, time.Now())
+	b.claimed([]*claimed{{Claimed: store.Claimed{Lease: store.Lease{ID: "y"}}}}, time.Now())
 	b.clear()
 	assert.Empty(t, b.held())
 }

@@ -4,12 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // Message keys: a message can carry a business key ("order-42"), unique per topic while the
@@ -71,35 +72,23 @@ const (
 	KeepLater DuplicatePolicy = "keep-later"
 )
 
-// scriptCode is the policy's letter for publish_to in lua/lib, or "" when it is unknown.
+// scriptCode is the policy as the publish script reads it, or "" when it is unknown.
 func (p DuplicatePolicy) scriptCode() string {
 	switch p {
 	case KeepExisting, "":
-		return "k"
+		return store.KeepExisting
 	case ReplaceExisting:
-		return "r"
+		return store.ReplaceExisting
 	case KeepEarlier:
-		return "<"
+		return store.KeepEarlier
 	case KeepLater:
-		return ">"
+		return store.KeepLater
 	}
 	return ""
 }
 
-// publishOutcome decodes an outcome letter of publish_to.
-func publishOutcome(letter byte) Outcome {
-	switch letter {
-	case 'd':
-		return OutcomeDuplicate
-	case 'r':
-		return OutcomeReplaced
-	}
-	return OutcomeScheduled
-}
-
-// keySpecOf returns the key spec of msg for publish_to: "" without a key, else the policy
-// letter, the history retention in ms, "=" and the key. A bad key or policy is a
-// *metadataError.
+// keySpecOf returns the key spec of msg for the publish script: "" without a key, else
+// store.KeySpec's. A bad key or policy is a *metadataError.
 func keySpecOf(msg *message.Message, policy DuplicatePolicy, retention time.Duration) (string, *metadataError) {
 	key, ok := msg.Metadata[KeyMetadataKey]
 	if !ok {
@@ -115,16 +104,7 @@ func keySpecOf(msg *message.Message, policy DuplicatePolicy, retention time.Dura
 	if code == "" {
 		return "", &metadataError{key: OnDuplicateMetadataKey, value: string(policy), err: errors.New(`want "keep", "replace", "keep-earlier" or "keep-later"`)}
 	}
-	return code + strconv.FormatInt(retention.Milliseconds(), 10) + "=" + key, nil
-}
-
-// keyOfID returns the key of an internal ID (see scripts.go): what follows "=" after its 12 hex
-// digits.
-func keyOfID(id string) (string, bool) {
-	if len(id) > 13 && id[12] == '=' {
-		return id[13:], true
-	}
-	return "", false
+	return store.KeySpec(code, retention, key), nil
 }
 
 // keyPartition is the partition of a key on a topic with the given number of partitions:

@@ -11,6 +11,8 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // DefaultMetricsNamespace is the namespace of the metrics when MetricsConfig.Namespace is empty.
@@ -166,19 +168,19 @@ func (m *Metrics) publishedOutcomes(topic string, outcomes []Outcome) {
 
 // claim records one claim: its messages, their lateness (claim time minus due time, Redis
 // clock), and the expired leases it made due again.
-func (m *Metrics) claim(topic, group string, res claimResult) {
+func (m *Metrics) claim(topic, group string, res store.ClaimResult) {
 	if m == nil {
 		return
 	}
-	if len(res.messages) > 0 {
-		m.claimed.WithLabelValues(m.label(topic), m.label(group)).Add(float64(len(res.messages)))
+	if len(res.Messages) > 0 {
+		m.claimed.WithLabelValues(m.label(topic), m.label(group)).Add(float64(len(res.Messages)))
 		h := m.latenessOf(topic, group)
-		for _, c := range res.messages {
-			h.Observe(max(float64(res.nowUs-c.dueUs), 0) / 1e6)
+		for _, c := range res.Messages {
+			h.Observe(max(float64(res.NowUs-c.DueUs), 0) / 1e6)
 		}
 	}
-	if res.expired > 0 {
-		m.leaseExpired.WithLabelValues(m.label(topic), m.label(group)).Add(float64(res.expired))
+	if res.Expired > 0 {
+		m.leaseExpired.WithLabelValues(m.label(topic), m.label(group)).Add(float64(res.Expired))
 	}
 }
 
@@ -201,10 +203,14 @@ func (m *Metrics) deadLetter(topic, group, reason string) {
 	}
 }
 
-// script records the duration of one script call.
-func (m *Metrics) script(name string, d time.Duration) {
-	if m != nil {
-		m.scriptDuration.WithLabelValues(m.label(name)).Observe(d.Seconds())
+// scriptObserver returns the function that records the duration of one script call, for the
+// store; nil when m is nil, so that the store does not time its calls.
+func (m *Metrics) scriptObserver() func(script string, took time.Duration) {
+	if m == nil {
+		return nil
+	}
+	return func(script string, took time.Duration) {
+		m.scriptDuration.WithLabelValues(m.label(script)).Observe(took.Seconds())
 	}
 }
 

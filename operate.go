@@ -14,7 +14,8 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // Operating a queue: the Inspector's topic registry, statistics, lists, pause and resume,
@@ -33,14 +34,14 @@ type registeredTopics struct {
 
 // ensure writes topic to the registry unless it did already. A failure is logged and tried
 // again next time: the registry serves the Inspector only, never delivery.
-func (r *registeredTopics) ensure(ctx context.Context, st store, topic string, partitions int, logger watermill.LoggerAdapter) {
+func (r *registeredTopics) ensure(ctx context.Context, st store.Store, topic string, partitions int, logger watermill.LoggerAdapter) {
 	r.mu.Lock()
 	done := r.seen[topic]
 	r.mu.Unlock()
 	if done {
 		return
 	}
-	if err := st.registerTopic(ctx, topic, partitions); err != nil {
+	if err := st.RegisterTopic(ctx, topic, partitions); err != nil {
 		// Info, not Error: on a full Redis every publish would log it, and delivery is fine.
 		logger.Info("Cannot add the topic to the topic registry yet; the Inspector finds it through its groups meanwhile", watermill.LogFields{"topic": topic, "err": err.Error()})
 		return
@@ -69,15 +70,12 @@ type TopicInfo struct {
 func (i *Inspector) Topics(ctx context.Context) ([]TopicInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	registry, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) (map[string]string, error) {
-		return i.config.Client.HGetAll(ctx, i.store.keys.topicRegistry()).Result()
-	})
+	registry, err := i.store.RegisteredTopics(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("redisdelay: read the topic registry: %w", classify(err))
+		return nil, fmt.Errorf("redisdelay: read the topic registry: %w", err)
 	}
 	out := make([]TopicInfo, 0, len(registry))
-	for topic, p := range registry {
-		partitions, _ := strconv.Atoi(p)
+	for topic, partitions := range registry {
 		out = append(out, TopicInfo{Topic: topic, Partitions: max(partitions, 1)})
 	}
 	sort.Slice(out, func(a, b int) bool { return out[a].Topic < out[b].Topic })
@@ -95,16 +93,12 @@ func (i *Inspector) topic(ctx context.Context, topic string) (TopicInfo, error) 
 	if err := ValidateName("topic", topic); err != nil {
 		return TopicInfo{}, err
 	}
-	p, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) (string, error) {
-		return i.config.Client.HGet(ctx, i.store.keys.topicRegistry(), topic).Result()
-	})
-	if err != nil && !errors.Is(err, redis.Nil) {
-		return TopicInfo{}, fmt.Errorf("redisdelay: topic %s: %w", quote(topic), classify(err))
+	partitions, registered, err := i.store.RegisteredPartitions(ctx, topic)
+	if err != nil {
+		return TopicInfo{}, fmt.Errorf("redisdelay: topic %s: %w", quote(topic), err)
 	}
 	// A topic missing from the registry (its entry was deleted, or its publishers predate it)
 	// is still found through its groups, with the configured partitions.
-	registered := err == nil
-	partitions, _ := strconv.Atoi(p)
 	if !registered {
 		partitions = i.config.Partitions
 	}
@@ -138,11 +132,9 @@ func (i *Inspector) group(ctx context.Context, topic, group string) (TopicInfo, 
 func (i *Inspector) groupsOf(ctx context.Context, topic string, partitions int) ([]string, error) {
 	set := map[string]bool{}
 	for n := 0; n < partitions; n++ {
-		groups, err := bounded(ctx, i.store.contextTimeouts, func(ctx context.Context) ([]string, error) {
-			return i.config.Client.SMembers(ctx, i.store.keys.topic(partitionName(topic, n)).groups).Result()
-		})
+		groups, err := i.store.Groups(ctx, store.Partition{Topic: topic, N: n})
 		if err != nil {
-			return nil, fmt.Errorf("redisdelay: groups of topic %s: %w", quote(topic), classify(err))
+			return nil, fmt.Errorf("redisdelay: groups of topic %s: %w", quote(topic), err)
 		}
 		for _, g := range groups {
 			set[g] = true
@@ -205,7 +197,7 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 	type job struct {
 		stats     []*GroupStats
 		partition int
-		counts    []groupCounts
+		counts    []store.GroupCounts
 	}
 	var stats []*GroupStats
 	var jobs []*job
@@ -225,13 +217,13 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 	err := forEachConcurrently(ctx, len(jobs), func(ctx context.Context, n int) error {
 		j := jobs[n]
 		topic := j.stats[0].Topic
-		groups, deadParts := make([]string, len(j.stats)), make([]string, len(j.stats))
+		groups, dead := make([]string, len(j.stats)), make([]store.Partition, len(j.stats))
 		for k, st := range j.stats {
 			groups[k] = st.Group
-			deadParts[k] = partitionName(DefaultDeadLetterTopic(topic, st.Group), j.partition)
+			dead[k] = store.Partition{Topic: DefaultDeadLetterTopic(topic, st.Group), N: j.partition}
 		}
 		var err error
-		j.counts, err = i.store.stats(ctx, partitionName(topic, j.partition), groups, deadParts)
+		j.counts, err = i.store.Stats(ctx, store.Partition{Topic: topic, N: j.partition}, groups, dead)
 		if err != nil {
 			return fmt.Errorf("redisdelay: stats of topic %s: %w", quote(topic), err)
 		}
@@ -243,16 +235,16 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 	for _, j := range jobs {
 		for k, c := range j.counts {
 			st := j.stats[k]
-			st.Scheduled += c.scheduled
-			st.Due += c.due
-			st.InFlight += c.inFlight
-			st.DeadLetters += c.dead
-			st.Paused = st.Paused || c.paused
-			if c.due > 0 && c.headUs >= 0 {
-				st.OldestDueAge = max(st.OldestDueAge, time.Duration(c.nowUs-c.headUs)*time.Microsecond)
+			st.Scheduled += c.Scheduled
+			st.Due += c.Due
+			st.InFlight += c.InFlight
+			st.DeadLetters += c.Dead
+			st.Paused = st.Paused || c.Paused
+			if c.Due > 0 && c.HeadUs >= 0 {
+				st.OldestDueAge = max(st.OldestDueAge, time.Duration(c.NowUs-c.HeadUs)*time.Microsecond)
 			}
-			if c.nextDueUs >= 0 {
-				if next := time.UnixMicro(c.nextDueUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
+			if c.NextDueUs >= 0 {
+				if next := time.UnixMicro(c.NextDueUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
 					st.NextDue = next
 				}
 			}
@@ -288,7 +280,7 @@ func (i *Inspector) setPaused(ctx context.Context, topic, group string, paused b
 		return err
 	}
 	for n := 0; n < info.Partitions; n++ {
-		if _, err := i.store.setPaused(ctx, partitionName(topic, n), group, paused); err != nil && !errors.Is(err, ErrNotFound) {
+		if _, err := i.store.SetPaused(ctx, store.Partition{Topic: topic, N: n}.Of(group), paused); err != nil && !errors.Is(err, ErrNotFound) {
 			return fmt.Errorf("redisdelay: pause or resume group %s on topic %s: %w", quote(group), quote(topic), err)
 		}
 	}
@@ -324,9 +316,9 @@ func (i *Inspector) RemoveGroup(ctx context.Context, topic, group string) (int64
 	var dropped int64
 	found := false
 	for n := 0; n < info.Partitions; n++ {
-		part := partitionName(topic, n)
+		g := store.Partition{Topic: topic, N: n}.Of(group)
 		for first := true; ; first = false {
-			removed, d, left, err := i.store.removeGroup(ctx, part, group, first, removeGroupChunk)
+			removed, d, left, err := i.store.RemoveGroup(ctx, g, first, removeGroupChunk)
 			dropped += d
 			if err != nil {
 				return dropped, fmt.Errorf("redisdelay: remove group %s from topic %s: %w", quote(group), quote(topic), err)
@@ -452,15 +444,14 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 	}
 	var page ListPage
 	for p := c.partition; p < info.Partitions && len(page.Messages) < limit; p++ {
-		part := partitionName(topic, p)
-		set, messages, which, err := i.listTarget(part, topic, group, opts.State)
+		set, span, err := listTarget(store.Partition{Topic: topic, N: p}.Of(group), opts.State)
 		if err != nil {
 			return ListPage{}, err
 		}
-		at, first := c, p != c.partition || opts.Cursor == ""
+		after := c.in(p)
 		for len(page.Messages) < limit {
 			want := min(limit-len(page.Messages), listCallLimit)
-			rows, _, cut, err := i.store.list(ctx, set, messages, which, at.scoreUs, at.member, first, want, ListReadBytes, listReadBudget)
+			rows, _, cut, err := i.store.List(ctx, set, span, after, want, ListReadBytes, listReadBudget)
 			if err != nil {
 				return ListPage{}, fmt.Errorf("redisdelay: list group %s on topic %s: %w", quote(group), quote(topic), err)
 			}
@@ -473,10 +464,10 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 			}
 			if len(rows) > 0 {
 				last := rows[len(rows)-1]
-				at, first = cursor{partition: p, scoreUs: last.scoreUs, member: last.member}, false
+				after = store.Cursor{ScoreUs: last.ScoreUs, Member: last.Member, After: true}
 			}
 			if cut || len(page.Messages) == limit {
-				page.NextCursor = encodeCursor(at)
+				page.NextCursor = encodeCursor(cursor{partition: p, at: after})
 				return page, nil
 			}
 			if len(rows) < want {
@@ -491,64 +482,63 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 // calls, so that each stays within about a millisecond of Redis time.
 const listCallLimit = 250
 
-// listTarget returns the set, the messages hash and the part of the set (for list.lua) that
-// hold the messages of a group in state on a topic partition.
-func (i *Inspector) listTarget(part, topic, group string, state State) (set, messages, which string, err error) {
-	tk, gk := i.store.keys.topic(part), i.store.keys.group(part, group)
+// listTarget returns the set, and the span of it, that hold the messages of group g in state.
+func listTarget(g store.Group, state State) (store.Set, store.Span, error) {
 	switch state {
 	case StateScheduled:
-		return gk.due, tk.messages, "scheduled", nil
+		return store.Due(g), store.Later, nil
 	case StateDue:
-		return gk.due, tk.messages, "due", nil
+		return store.Due(g), store.DueNow, nil
 	case StateInFlight:
-		return gk.lease, tk.messages, "all", nil
+		return store.Leases(g), store.All, nil
 	case StateDeadLettered:
-		n := 0
-		if j := strings.LastIndexByte(part, '#'); j >= 0 && partitionSuffix(part) > 0 {
-			n, _ = strconv.Atoi(part[j+1:])
-		}
-		dk := i.store.keys.topic(partitionName(DefaultDeadLetterTopic(topic, group), n))
-		return dk.parked, dk.messages, "all", nil
+		return store.Parked(deadLetterPartition(g)), store.All, nil
 	}
-	return "", "", "", fmt.Errorf("redisdelay: unknown list state %q, want one of %v", state, listStates)
+	return store.Set{}, "", fmt.Errorf("redisdelay: unknown list state %q, want one of %v", state, listStates)
+}
+
+// deadLetterPartition is the partition of group g's default dead-letter topic where its dead
+// letters wait.
+func deadLetterPartition(g store.Group) store.Partition {
+	return store.Partition{Topic: DefaultDeadLetterTopic(g.Topic, g.Name), N: g.N}
 }
 
 // describe turns a listed member into a MessageInfo, decoding the stored message from r.data:
 // its first bytes (List) or all of it (Message, full).
-func (i *Inspector) describe(topic, group string, partition int, r listed, leased bool, full bool) MessageInfo {
-	id, attempt, _ := parseMember(r.member)
-	m := MessageInfo{Topic: topic, Group: group, Ref: makeRef(partition, r.member, r.scoreUs), ID: id, Attempt: attempt, State: StateScheduled}
-	bk, isBatch := batchKeyOfID(id)
-	if key, ok := keyOfID(id); ok && !isBatch {
+func (i *Inspector) describe(topic, group string, partition int, r store.Listed, leased bool, full bool) MessageInfo {
+	id, attempt, _ := store.ParseMember(r.Member)
+	m := MessageInfo{Topic: topic, Group: group, Ref: store.MakeRef(partition, r.Member, r.ScoreUs), ID: id, Attempt: attempt, State: StateScheduled}
+	bk, isBatch := store.BatchKeyOf(id)
+	if key, ok := store.KeyOf(id); ok {
 		m.Key = key
 	}
 	if leased {
-		m.State, m.LeaseDeadline = StateInFlight, time.UnixMicro(r.scoreUs)
+		m.State, m.LeaseDeadline = StateInFlight, time.UnixMicro(r.ScoreUs)
 	} else {
-		m.DueAt = time.UnixMicro(r.scoreUs)
+		m.DueAt = time.UnixMicro(r.ScoreUs)
 	}
-	if r.size < 0 {
+	if r.Size < 0 {
 		m.Vanished = true
 		return m
 	}
 	var msg *message.Message
 	var err error
-	whole := len(r.data) == r.size
+	whole := len(r.Data) == r.Size
 	payloadSize := -1 // unknown
 	switch {
 	case isBatch && !whole:
-		msg, err = batchPreview(id, bk, partition, r.data)
-		payloadSize = r.size - 1
+		msg, err = batchPreview(id, bk, partition, r.Data)
+		payloadSize = r.Size - 1
 	case isBatch:
-		msg, err = batchMessage(id, bk, partition, r.data)
+		msg, err = batchMessage(id, bk, partition, r.Data)
 	case whole:
-		msg, err = i.config.Unmarshaler.Unmarshal(topic, r.data)
+		msg, err = i.config.Unmarshaler.Unmarshal(topic, r.Data)
 	case isDefaultUnmarshaler(i.config.Unmarshaler):
 		var complete bool
 		msg = message.NewMessage("", nil)
-		msg.UUID, msg.Metadata, msg.Payload, complete, err = decodeHeader(topic, r.data, r.size)
+		msg.UUID, msg.Metadata, msg.Payload, complete, err = decodeHeader(topic, r.Data, r.Size)
 		if complete {
-			payloadSize = r.size - (len(r.data) - len(msg.Payload))
+			payloadSize = r.Size - (len(r.Data) - len(msg.Payload))
 		} else {
 			m.Partial, msg.Payload = true, nil
 		}
@@ -563,7 +553,7 @@ func (i *Inspector) describe(topic, group string, partition int, r listed, lease
 		payloadSize = len(msg.Payload)
 	}
 	if m.Partial {
-		payloadSize = r.size
+		payloadSize = r.Size
 	}
 	m.UUID, m.Metadata, m.PayloadSize = msg.UUID, msg.Metadata, payloadSize
 	if m.Key != "" {
@@ -612,7 +602,7 @@ func (i *Inspector) oneByRef(ctx context.Context, topic, group, ref string, dead
 	if err != nil {
 		return MessageInfo{}, err
 	}
-	r, ok := parseRef(ref, info.Partitions)
+	r, ok := store.ParseRef(ref, info.Partitions)
 	if !ok {
 		what := "message"
 		if dead {
@@ -634,39 +624,39 @@ func (i *Inspector) MessageByKey(ctx context.Context, topic, group, key string) 
 		return MessageInfo{}, err
 	}
 	gs := st.Groups[group]
-	if gs.State != StateScheduled && gs.State != StateInFlight {
+	switch gs.State {
+	case StateScheduled, StateInFlight:
+	case StateNotFound, "":
+		return MessageInfo{}, fmt.Errorf("redisdelay: key %s in group %s on topic %s: %w", quote(key), quote(group), quote(topic), ErrNotFound)
+	default:
 		return MessageInfo{}, fmt.Errorf("redisdelay: key %s in group %s on topic %s (%s): %w", quote(key), quote(group), quote(topic), gs.State, ErrNotFound)
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
 	p := keyPartition(key, i.config.Partitions)
-	id, err := i.store.keyedID(ctx, partitionName(topic, p), group, key)
+	id, err := i.store.KeyedMember(ctx, store.Partition{Topic: topic, N: p}.Of(group), key)
 	if err != nil {
 		return MessageInfo{}, err
 	}
-	return i.show(ctx, topic, group, msgRef{partition: p, member: id}, makeRef(p, id, 0), false)
+	return i.show(ctx, topic, group, store.Ref{Partition: p, Member: id}, store.MakeRef(p, id, 0), false)
 }
 
 // show reads the message r names in group, or among its dead letters when dead; name is what
 // errors call it.
-func (i *Inspector) show(ctx context.Context, topic, group string, r msgRef, name string, dead bool) (MessageInfo, error) {
-	part := partitionName(topic, r.partition)
-	what := "message"
-	tk, gk := i.store.keys.topic(part), i.store.keys.group(part, group)
-	due, lease, messages := gk.due, gk.lease, tk.messages
+func (i *Inspector) show(ctx context.Context, topic, group string, r store.Ref, name string, dead bool) (MessageInfo, error) {
+	g := store.Partition{Topic: topic, N: r.Partition}.Of(group)
+	what, set := "message", store.Due(g)
 	if dead {
-		what = "dead letter"
-		due, messages, _, _ = i.listTarget(part, topic, group, StateDeadLettered)
-		lease = due
+		what, set = "dead letter", store.Parked(deadLetterPartition(g))
 	}
-	l, _, found, err := i.store.show(ctx, due, lease, messages, r.member, r.short, r.scoreUs)
+	l, _, found, err := i.store.Show(ctx, set, r)
 	if err != nil {
 		return MessageInfo{}, fmt.Errorf("redisdelay: %s %s of group %s on topic %s: %w", what, quote(name), quote(group), quote(topic), err)
 	}
 	if !found {
 		return MessageInfo{}, fmt.Errorf("redisdelay: %s %s of group %s on topic %s: %w", what, quote(name), quote(group), quote(topic), ErrNotFound)
 	}
-	m := i.describe(topic, group, r.partition, l, l.leased && !dead, true)
+	m := i.describe(topic, group, r.Partition, l, l.Leased && !dead, true)
 	if dead {
 		deadLettered(&m)
 	}
@@ -696,24 +686,24 @@ func (i *Inspector) Requeue(ctx context.Context, topic, group string, refs ...st
 // again: it may have been removed since.
 func (i *Inspector) requeue(ctx context.Context, info TopicInfo, group string, refs []string) (int64, error) {
 	topic := info.Topic
-	byPartition := map[int][]msgRef{}
+	byPartition := map[int][]store.Ref{}
 	for _, ref := range refs {
-		r, ok := parseRef(ref, info.Partitions)
+		r, ok := store.ParseRef(ref, info.Partitions)
 		if !ok {
 			return 0, fmt.Errorf("redisdelay: dead letter %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
 		}
-		byPartition[r.partition] = append(byPartition[r.partition], r)
+		byPartition[r.Partition] = append(byPartition[r.Partition], r)
 	}
 	var moved int64
 	for p := 0; p < info.Partitions; p++ {
-		part := partitionName(topic, p)
-		deadPart := partitionName(DefaultDeadLetterTopic(topic, group), p)
-		dead := i.store.keys.topic(deadPart).parked
-		requeue := func(chunk []msgRef) error {
+		g := store.Partition{Topic: topic, N: p}.Of(group)
+		deadPart := deadLetterPartition(g)
+		dead := store.Parked(deadPart)
+		requeue := func(chunk []store.Ref) error {
 			members, err := i.wholeMembers(ctx, dead, chunk)
 			if err == nil && len(members) > 0 {
 				var n int64
-				n, err = i.store.requeue(ctx, part, group, deadPart, members)
+				n, err = i.store.Requeue(ctx, g, deadPart, members)
 				moved += n
 			}
 			if err != nil {
@@ -730,16 +720,16 @@ func (i *Inspector) requeue(ctx context.Context, info TopicInfo, group string, r
 			continue
 		}
 		for {
-			rows, _, _, err := i.store.list(ctx, dead, i.store.keys.topic(deadPart).messages, "all", 0, "", true, requeueChunk, 0, listReadBudget)
+			rows, _, _, err := i.store.List(ctx, dead, store.All, store.Cursor{}, requeueChunk, 0, listReadBudget)
 			if err != nil {
 				return moved, err
 			}
 			if len(rows) == 0 {
 				break
 			}
-			chunk := make([]msgRef, len(rows))
+			chunk := make([]store.Ref, len(rows))
 			for n, r := range rows {
-				chunk[n] = msgRef{partition: p, member: r.member, short: isShort(r.member), scoreUs: r.scoreUs}
+				chunk[n] = store.RefOf(p, r.Member, r.ScoreUs)
 			}
 			if err := requeue(chunk); err != nil {
 				return moved, err
@@ -777,13 +767,12 @@ func (i *Inspector) purge(ctx context.Context, info TopicInfo, group string, sta
 	}
 	var dropped int64
 	for p := 0; p < info.Partitions; p++ {
-		part := partitionName(topic, p)
-		set, _, which, err := i.listTarget(part, topic, group, state)
+		set, span, err := listTarget(store.Partition{Topic: topic, N: p}.Of(group), state)
 		if err != nil {
 			return dropped, err
 		}
 		for {
-			n, left, err := i.store.purge(ctx, part, group, set, which, removeGroupChunk)
+			n, left, err := i.store.Purge(ctx, set, span, removeGroupChunk)
 			dropped += n
 			if err != nil {
 				return dropped, fmt.Errorf("redisdelay: purge group %s on topic %s: %w", quote(group), quote(topic), err)
@@ -796,11 +785,20 @@ func (i *Inspector) purge(ctx context.Context, info TopicInfo, group string, sta
 	return dropped, nil
 }
 
-// cursor is the position after the last message of a List page.
+// cursor is the position after the last message of a List page: in a partition, after a
+// message (unless it is the zero cursor, of the first page).
 type cursor struct {
 	partition int
-	scoreUs   int64
-	member    string
+	at        store.Cursor
+}
+
+// in returns where a page starts in partition p: after c in c's partition, else at the
+// beginning.
+func (c cursor) in(p int) store.Cursor {
+	if p != c.partition {
+		return store.Cursor{}
+	}
+	return c.at
 }
 
 // maxCursorMember bounds the member of a cursor, which list.lua compares byte by byte: longer
@@ -808,7 +806,7 @@ type cursor struct {
 const maxCursorMember = 2048
 
 func encodeCursor(c cursor) string {
-	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(c.partition) + " " + strconv.FormatInt(c.scoreUs, 10) + " " + c.member))
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.Itoa(c.partition) + " " + strconv.FormatInt(c.at.ScoreUs, 10) + " " + c.at.Member))
 }
 
 func decodeCursor(s string) (cursor, error) {
@@ -825,72 +823,17 @@ func decodeCursor(s string) (cursor, error) {
 	if err1 != nil || err2 != nil || p < 0 || len(f[2]) > maxCursorMember {
 		return cursor{}, fmt.Errorf("malformed cursor %s", quote(s))
 	}
-	return cursor{partition: p, scoreUs: us, member: f[2]}, nil
-}
-
-// makeRef names a member of partition p scored scoreUs as text: the partition, "/", and the
-// member in unpadded base64url (a member may be binary). A member that holds its message
-// (ID|message) is named by its short form "ID|", then "." and its score, so that a ref never
-// carries the message; such a ref stops naming the message when its due time changes.
-func makeRef(p int, member string, scoreUs int64) string {
-	ref := strconv.Itoa(p) + "/"
-	if len(member) >= 13 && member[12] == '|' {
-		return ref + base64.RawURLEncoding.EncodeToString([]byte(member[:13])) + "." + strconv.FormatInt(scoreUs, 10)
-	}
-	return ref + base64.RawURLEncoding.EncodeToString([]byte(member))
-}
-
-// isShort reports whether a listed member is the short form "ID|" of a member that holds its
-// message.
-func isShort(member string) bool { return len(member) == 13 && member[12] == '|' }
-
-// msgRef is a ref of makeRef, read.
-type msgRef struct {
-	partition int
-	// member is the member, or its short form "ID|" when short; scoreUs is then its score.
-	member  string
-	short   bool
-	scoreUs int64
-}
-
-// parseRef reads a ref of makeRef, checking its partition against partitions.
-func parseRef(ref string, partitions int) (msgRef, bool) {
-	partition, encoded, ok := strings.Cut(ref, "/")
-	p, err := strconv.Atoi(partition)
-	if !ok || err != nil || p < 0 || p >= partitions {
-		return msgRef{}, false
-	}
-	r := msgRef{partition: p}
-	if encoded, score, short := strings.Cut(encoded, "."); short {
-		us, err := strconv.ParseInt(score, 10, 64)
-		member, err2 := base64.RawURLEncoding.DecodeString(encoded)
-		if err != nil || err2 != nil || len(member) != 13 || member[12] != '|' {
-			return msgRef{}, false
-		}
-		r.member, r.short, r.scoreUs = string(member), true, us
-		return r, true
-	}
-	member, err := base64.RawURLEncoding.DecodeString(encoded)
-	if err != nil {
-		return msgRef{}, false
-	}
-	// Only a message's member is a ref: never the lease set's marker or anything else that
-	// is not 12 hex digits and a well-formed rest (see scripts.go).
-	if _, _, ok := parseMember(string(member)); !ok || strings.Trim(string(member[:12]), "0123456789abcdef") != "" {
-		return msgRef{}, false
-	}
-	r.member = string(member)
-	return r, true
+	return cursor{partition: p, at: store.Cursor{ScoreUs: us, Member: f[2], After: true}}, nil
 }
 
 // wholeMembers returns the members that refs name in set (a due or parked set) of their
 // partition: each ref's own member, or the one its short form finds (resolve.lua, resolveChunk
 // short forms per call), leaving out short forms that find none.
-func (i *Inspector) wholeMembers(ctx context.Context, set string, refs []msgRef) ([]string, error) {
+func (i *Inspector) wholeMembers(ctx context.Context, set store.Set, refs []store.Ref) ([]string, error) {
 	var out, shorts []string
 	var scores []int64
 	resolve := func() error {
-		found, err := i.store.resolve(ctx, set, shorts, scores)
+		found, err := i.store.Resolve(ctx, set, shorts, scores)
 		for _, m := range found {
 			if m != "" {
 				out = append(out, m)
@@ -900,11 +843,11 @@ func (i *Inspector) wholeMembers(ctx context.Context, set string, refs []msgRef)
 		return err
 	}
 	for _, r := range refs {
-		if !r.short {
-			out = append(out, r.member)
+		if !r.Short {
+			out = append(out, r.Member)
 			continue
 		}
-		shorts, scores = append(shorts, r.member), append(scores, r.scoreUs)
+		shorts, scores = append(shorts, r.Member), append(scores, r.ScoreUs)
 		if len(shorts) == resolveChunk {
 			if err := resolve(); err != nil {
 				return nil, err
@@ -921,8 +864,8 @@ func (i *Inspector) wholeMembers(ctx context.Context, set string, refs []msgRef)
 
 // wholeMember is wholeMembers for one ref: "" when its short form finds none, which no
 // script finds either.
-func (i *Inspector) wholeMember(ctx context.Context, set string, r msgRef) (string, error) {
-	found, err := i.wholeMembers(ctx, set, []msgRef{r})
+func (i *Inspector) wholeMember(ctx context.Context, set store.Set, r store.Ref) (string, error) {
+	found, err := i.wholeMembers(ctx, set, []store.Ref{r})
 	if err != nil || len(found) == 0 {
 		return "", err
 	}
@@ -932,35 +875,6 @@ func (i *Inspector) wholeMember(ctx context.Context, set string, r msgRef) (stri
 // resolveChunk is how many short forms one resolve.lua call finds: each costs O(log² N) and
 // copies its member, message included, inside Redis.
 const resolveChunk = 64
-
-// parseMember splits a member name (see scripts.go) into its ID and attempt count.
-func parseMember(m string) (string, int, bool) {
-	if len(m) < 12 {
-		return m, 0, false
-	}
-	switch {
-	case len(m) == 12:
-		return m, 0, true
-	case m[12] == '|':
-		return m[:12], 0, true
-	}
-	j := strings.LastIndexByte(m, ':')
-	if j < 12 {
-		return m, 0, false
-	}
-	n, err := strconv.Atoi(m[j+1:])
-	return m[:j], n, err == nil
-}
-
-// memberID returns the ID of a member name as split in lua/lib/split.lua reads it: the whole
-// name when it is malformed, so that a script and its caller agree on the key of any member.
-func memberID(m string) string {
-	id, _, ok := parseMember(m)
-	if !ok {
-		return m
-	}
-	return id
-}
 
 // preview returns the first PreviewLength bytes of payload as text.
 func preview(payload []byte) string {
@@ -1012,7 +926,7 @@ func forEachConcurrently(ctx context.Context, n int, f func(ctx context.Context,
 // the group is removed while the call runs (checked in the same script as the write, which
 // then writes nothing), or the Redis error, within OperationTimeout.
 func (i *Inspector) CancelRef(ctx context.Context, topic, group, ref string) (Outcome, error) {
-	o, _, err := i.refOp(ctx, topic, group, ref, "cancel", outgoing{})
+	o, _, err := i.refOp(ctx, topic, group, ref, store.RefCancel, store.Outgoing{})
 	return o, err
 }
 
@@ -1022,33 +936,33 @@ func (i *Inspector) CancelRef(ctx context.Context, topic, group, ref string) (Ou
 // is closed, earlier or later: later items of the key open a new batch, so none joins a batch
 // whose delivery has moved. Errors as for CancelRef.
 func (i *Inspector) RescheduleRef(ctx context.Context, topic, group, ref string, dueAt time.Time) (Outcome, time.Time, error) {
-	return i.refOp(ctx, topic, group, ref, "reschedule", outgoing{at: dueAt})
+	return i.refOp(ctx, topic, group, ref, store.RefReschedule, store.Outgoing{At: dueAt})
 }
 
 // RunNowRef makes the message that ref names due at once in its consumer group. A batch still
 // open for its batch key is closed, as by RescheduleRef. Errors as for CancelRef.
 func (i *Inspector) RunNowRef(ctx context.Context, topic, group, ref string) (Outcome, time.Time, error) {
-	return i.refOp(ctx, topic, group, ref, "reschedule", outgoing{})
+	return i.refOp(ctx, topic, group, ref, store.RefReschedule, store.Outgoing{})
 }
 
-func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, when outgoing) (Outcome, time.Time, error) {
+func (i *Inspector) refOp(ctx context.Context, topic, group, ref string, op store.RefOp, when store.Outgoing) (Outcome, time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
 	info, err := i.group(ctx, topic, group)
 	if err != nil {
 		return 0, time.Time{}, err
 	}
-	r, ok := parseRef(ref, info.Partitions)
+	r, ok := store.ParseRef(ref, info.Partitions)
 	if !ok {
 		return 0, time.Time{}, fmt.Errorf("redisdelay: message %s of group %s on topic %s: %w", quote(ref), quote(group), quote(topic), ErrNotFound)
 	}
-	part := partitionName(topic, r.partition)
-	member, err := i.wholeMember(ctx, i.store.keys.group(part, group).due, r)
+	g := store.Partition{Topic: topic, N: r.Partition}.Of(group)
+	member, err := i.wholeMember(ctx, store.Due(g), r)
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("redisdelay: %s message %s of group %s on topic %s: %w", op, quote(ref), quote(group), quote(topic), err)
 	}
-	call := publishCall{token: newToken(), ttl: i.callTTL}
-	state, dueUs, err := i.store.refOp(ctx, part, group, op, member, call, when)
+	call := store.Call{Token: store.NewToken(), TTL: i.callTTL}
+	o, dueUs, err := i.store.RefOp(ctx, g, op, member, call, when)
 	if err != nil {
 		return 0, time.Time{}, fmt.Errorf("redisdelay: %s message %s of group %s on topic %s: %w", op, quote(ref), quote(group), quote(topic), err)
 	}
@@ -1056,13 +970,7 @@ func (i *Inspector) refOp(ctx context.Context, topic, group, ref, op string, whe
 	if dueUs >= 0 {
 		due = time.UnixMicro(dueUs)
 	}
-	outcome := OutcomeNotFound
-	switch state {
-	case "d":
-		outcome = OutcomeApplied
-	case "i":
-		outcome = OutcomeInFlight
-	}
-	i.config.Metrics.acted(op == "cancel", topic, map[string]Outcome{group: outcome})
+	outcome := outcomeOf(o)
+	i.config.Metrics.acted(op == store.RefCancel, topic, map[string]Outcome{group: outcome})
 	return outcome, due, nil
 }

@@ -23,6 +23,7 @@ func TestPartitionedTopicSpreadsMessagesAndKeepsOrderPerKey(t *testing.T) {
 		topic := newTopic()
 		pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: b.client, Partitions: partitions, PartitionKey: "order_id"}, nil)
 		require.NoError(t, err)
+		in := newInspector(t, b, partitions)
 		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.Partitions = partitions })
 		require.NoError(t, sub.SubscribeInitialize(topic))
 
@@ -66,7 +67,7 @@ func TestPartitionedTopicSpreadsMessagesAndKeepsOrderPerKey(t *testing.T) {
 			inFlight.Add(-1)
 			msg.Ack()
 		}
-		expectNone(t, ch, 200*time.Millisecond)
+		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
 		assert.Len(t, lastSeq, orders)
 	})
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-redisdelay/redisdelay/internal/groupcommit"
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 const (
@@ -29,7 +29,7 @@ const (
 type Publisher struct {
 	config PublisherConfig
 	logger watermill.LoggerAdapter
-	store  store
+	store  store.Store
 
 	closeMu sync.RWMutex // Publish holds it for reading, so Close waits for publishes under way
 	closed  bool
@@ -37,7 +37,7 @@ type Publisher struct {
 	groups     groupCache
 	topics     registeredTopics
 	eviction   evictionGuard
-	queues     sync.Map      // partition name -> *groupcommit.Committer[outgoing], bounded by maxQueues
+	queues     sync.Map      // store.Partition -> *groupcommit.Committer[store.Outgoing], bounded by maxQueues
 	queueCount atomic.Int64  // entries in queues
 	next       atomic.Uint64 // round-robin partition counter
 	callTTL    time.Duration // how long Redis keeps a publish call's token
@@ -57,14 +57,12 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 		logger = watermill.NopLogger{}
 	}
 	logger = logger.With(watermill.LogFields{"provider": "redisdelay"})
-	st := newStore(config.Client, config.KeyPrefix)
-	st.durableReplicas, st.durableTimeout = config.DurableReplicas, config.DurableTimeout
-	st.metrics = config.Metrics
+	st := store.New(config.Client, config.KeyPrefix, store.Options{DurableReplicas: config.DurableReplicas, DurableTimeout: config.DurableTimeout, Observe: config.Metrics.scriptObserver()})
 	p := &Publisher{
 		config:   config,
 		logger:   logger,
 		store:    st,
-		eviction: evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
+		eviction: evictionGuard{store: st, allow: config.AllowEvictingRedis, logger: logger},
 		callTTL:  max(publishCallTTLFactor*config.OperationTimeout, minPublishCallTTL),
 	}
 	_, p.nopLogger = logger.(watermill.NopLogger)
@@ -155,7 +153,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 		return nil, nil
 	}
 	now := time.Now()
-	batch := make([]outgoing, len(msgs))
+	batch := make([]store.Outgoing, len(msgs))
 	partitions := make([]int, len(msgs))
 	roundRobin := 0
 	if p.config.Partitions > 1 {
@@ -194,10 +192,10 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 		}
 		if isBatched {
 			cfg := p.config.Batching[topic]
-			spec = "B" + strconv.Itoa(cfg.MaxItems) + " " + strconv.FormatInt(cfg.MaxWait.Microseconds(), 10) + " " + strconv.Itoa(cfg.maxBytes()) + "=" + bk
+			spec = store.BatchSpec(cfg.MaxItems, cfg.MaxWait, cfg.maxBytes(), bk)
 			partitions[i] = keyPartition(bk, p.config.Partitions)
 		}
-		batch[i] = outgoing{data: data, delay: d, at: at, latest: latest, keySpec: spec}
+		batch[i] = store.Outgoing{Data: data, Delay: d, At: at, Latest: latest, KeySpec: spec}
 	}
 
 	// Not cancelled with the message's context: a message received from a Subscriber is often
@@ -215,7 +213,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 		}
 	} else {
 		for n, indexes := range byPartition(partitions) {
-			part := make([]outgoing, len(indexes))
+			part := make([]store.Outgoing, len(indexes))
 			for j, i := range indexes {
 				part[j] = batch[i]
 			}
@@ -233,8 +231,8 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 
 // commitPart stores part, the messages of msgs for partition n of topic, and writes their
 // outcomes to outcomes at indexes (at 0, 1, … when indexes is nil).
-func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []outgoing, firstUUID string, outcomes []Outcome, indexes []int) error {
-	letters, err := p.commit(ctx, partitionName(topic, n), part)
+func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []store.Outgoing, firstUUID string, outcomes []Outcome, indexes []int) error {
+	letters, err := p.commit(ctx, store.Partition{Topic: topic, N: n}, part)
 	if err != nil {
 		return fmt.Errorf("redisdelay: publish %d message(s) to topic %s partition %d (first UUID %s): %w", len(part), quote(topic), n, quote(firstUUID), err)
 	}
@@ -243,27 +241,27 @@ func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []
 		if indexes != nil {
 			i = indexes[j]
 		}
-		outcomes[i] = publishOutcome(letters[j])
+		outcomes[i] = outcomeOf(store.PublishOutcome(letters, j))
 	}
 	return nil
 }
 
-// commit stores msgs on the topic partition named topic through its groupcommit.Committer,
-// which shares rounds with concurrent calls; see Committer.Commit for the result. A call whose
-// context ended while it waited for a round returns an error wrapping groupcommit.ErrNotStored,
-// one whose context ended during its round an error wrapping ErrOutcomeUnknown.
-func (p *Publisher) commit(ctx context.Context, topic string, msgs []outgoing) (string, error) {
-	g, ok := p.queues.Load(topic)
+// commit stores msgs on topic partition part through its groupcommit.Committer, which shares
+// rounds with concurrent calls; see Committer.Commit for the result. A call whose context ended
+// while it waited for a round returns an error wrapping groupcommit.ErrNotStored, one whose
+// context ended during its round an error wrapping ErrOutcomeUnknown.
+func (p *Publisher) commit(ctx context.Context, part store.Partition, msgs []store.Outgoing) (string, error) {
+	g, ok := p.queues.Load(part)
 	if !ok {
 		var loaded bool
-		g, loaded = p.queues.LoadOrStore(topic, groupcommit.New(func(ctx context.Context, batch []outgoing) (string, error) {
-			return p.storeBatch(ctx, topic, batch)
+		g, loaded = p.queues.LoadOrStore(part, groupcommit.New(func(ctx context.Context, batch []store.Outgoing) (string, error) {
+			return p.storeBatch(ctx, part, batch)
 		}, ErrOutcomeUnknown))
 		if !loaded && p.queueCount.Add(1) > maxQueues {
 			p.forgetIdleQueues()
 		}
 	}
-	return g.(*groupcommit.Committer[outgoing]).Commit(ctx, msgs)
+	return g.(*groupcommit.Committer[store.Outgoing]).Commit(ctx, msgs)
 }
 
 // maxQueues is how many topic partitions a Publisher keeps a groupcommit.Committer for before
@@ -275,25 +273,24 @@ const maxQueues = 10000
 // entry only lets concurrent calls share rounds.
 func (p *Publisher) forgetIdleQueues() {
 	p.queues.Range(func(key, g any) bool {
-		if g.(*groupcommit.Committer[outgoing]).Idle() && p.queues.CompareAndDelete(key, g) {
+		if g.(*groupcommit.Committer[store.Outgoing]).Idle() && p.queues.CompareAndDelete(key, g) {
 			p.queueCount.Add(-1)
 		}
 		return true
 	})
 }
 
-// storeBatch runs the publish script for batch on the topic partition named topic, for its
-// registered consumer groups, bounded by ctx. The batch gets one call token, so that a script
-// run that the client repeats stores nothing more.
-func (p *Publisher) storeBatch(ctx context.Context, topic string, batch []outgoing) (string, error) {
-	call := publishCall{token: newToken(), ttl: p.callTTL}
+// storeBatch runs the publish script for batch on topic partition part, for its registered
+// consumer groups, bounded by ctx. The batch gets one call token, so that a script run that
+// the client repeats stores nothing more.
+func (p *Publisher) storeBatch(ctx context.Context, part store.Partition, batch []store.Outgoing) (string, error) {
+	call := store.Call{Token: store.NewToken(), TTL: p.callTTL}
 	// The round's calls bound their own wait, and the round frees its slot at its deadline
 	// (see groupcommit.Committer): the script runs on the round's goroutine.
-	st := p.store
-	st.direct = true
+	st := p.store.Directly()
 	var outcomes string
-	err := p.groups.withGroups(ctx, topic, func(ctx context.Context, groups []string) (err error) {
-		outcomes, err = st.publish(ctx, topic, call, groups, batch)
+	err := p.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) (err error) {
+		outcomes, err = st.Publish(ctx, part, call, groups, batch)
 		return err
 	})
 	return outcomes, err

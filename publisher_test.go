@@ -9,6 +9,8 @@ import (
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 func TestPublisherForgetsIdleQueuesPastTheBound(t *testing.T) {
@@ -19,7 +21,7 @@ func TestPublisherForgetsIdleQueuesPastTheBound(t *testing.T) {
 	require.NoError(t, err)
 	data, _ := DefaultMarshalerUnmarshaler{}.Marshal("", message.NewMessage("m", nil))
 	for i := range maxQueues + 10 {
-		_, err := p.commit(context.Background(), "t"+strconv.Itoa(i), []outgoing{{data: data}})
+		_, err := p.commit(context.Background(), store.Partition{Topic: "t" + strconv.Itoa(i)}, []store.Outgoing{{Data: data}})
 		require.NoError(t, err)
 	}
 	n := 0

@@ -3,7 +3,6 @@ package redisdelay_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"slices"
 	"strings"
 	"testing"
@@ -49,10 +48,8 @@ func TestNackedOnLastAttemptBecomesDeadLetter(t *testing.T) {
 		assert.Equal(t, "1", letter.Metadata.Get(redisdelay.AttemptMetadataKey), "a dead letter starts its own attempts")
 		letter.Ack()
 
-		expectNone(t, ch, 300*time.Millisecond)
-		due, lease := redisdelay.GroupKeysForTest("", topic, redisdelay.DefaultConsumerGroup)
-		assert.Zero(t, b.client.ZCard(context.Background(), due).Val())
-		assert.Zero(t, b.client.ZCount(context.Background(), lease, "-inf", "(1e300").Val())
+		// Moved, not copied: the group holds nothing more.
+		waitDrained(t, newInspector(t, b, 1), topic, redisdelay.DefaultConsumerGroup)
 	})
 }
 
@@ -74,7 +71,7 @@ func TestExpiredLeasesRunOutOfAttemptsIntoDeadLetterTopic(t *testing.T) {
 		require.NoError(t, doomed.Close()) // the consumer dies holding its only attempt
 
 		survivor := newSubscriber(t, b, cfg)
-		survivorCh := subscribe(t, survivor, topic)
+		subscribe(t, survivor, topic)
 		dead := newSubscriber(t, b, nil)
 		deadCh, err := dead.Subscribe(context.Background(), redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup))
 		require.NoError(t, err)
@@ -84,7 +81,8 @@ func TestExpiredLeasesRunOutOfAttemptsIntoDeadLetterTopic(t *testing.T) {
 		assert.Equal(t, redisdelay.DeadLetterReasonLeaseExpired, letter.Metadata.Get(redisdelay.DeadLetterReasonMetadataKey))
 		assert.Equal(t, "1", letter.Metadata.Get(redisdelay.DeadLetterAttemptsMetadataKey))
 		letter.Ack()
-		expectNone(t, survivorCh, 2*lease)
+		// The survivor claimed it only to dead-letter it: the group holds nothing more.
+		waitDrained(t, newInspector(t, b, 1), topic, redisdelay.DefaultConsumerGroup)
 	})
 }
 
@@ -117,7 +115,7 @@ func TestRetryScheduleIsFollowedThenGivesUp(t *testing.T) {
 		require.NoError(t, err)
 		letter := receive(t, deadCh, 2*time.Second)
 		assert.Equal(t, "4", letter.Metadata.Get(redisdelay.DeadLetterAttemptsMetadataKey))
-		expectNone(t, ch, 500*time.Millisecond)
+		waitDrained(t, newInspector(t, b, 1), topic, redisdelay.DefaultConsumerGroup) // given up: no fifth attempt
 	})
 }
 
@@ -216,6 +214,7 @@ func TestBadInputIsRejectedWholeNamingTopicUUIDAndKey(t *testing.T) {
 func TestColonsInNamesDoNotMixTopicsOrGroups(t *testing.T) {
 	b := embeddedRedis(t)
 	pub := newPublisher(t, b)
+	in := newInspector(t, b, 1)
 	// ':' separates key parts, but the topic sits between braces and group suffixes are fixed,
 	// so these names stay apart.
 	subA := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = "x" })
@@ -225,13 +224,19 @@ func TestColonsInNamesDoNotMixTopicsOrGroups(t *testing.T) {
 		require.NoError(t, subB.SubscribeInitialize(topic))
 		require.NoError(t, pub.Publish(topic, message.NewMessage(topic, nil)))
 	}
+	// Each group holds exactly its topic's message.
 	for _, topic := range []string{"a", "a:b", "a:g"} {
-		for _, sub := range []*redisdelay.Subscriber{subA, subB} {
+		for _, group := range []string{"x", "x:due"} {
+			assert.Equal(t, int64(1), statsOf(t, in, topic, group).Due, "topic %s, group %s", topic, group)
+		}
+	}
+	for _, topic := range []string{"a", "a:b", "a:g"} {
+		for group, sub := range map[string]*redisdelay.Subscriber{"x": subA, "x:due": subB} {
 			ch := subscribe(t, sub, topic)
 			msg := receive(t, ch, time.Second)
 			assert.Equal(t, topic, msg.UUID)
 			msg.Ack()
-			expectNone(t, ch, 50*time.Millisecond)
+			waitDrained(t, in, topic, group)
 		}
 	}
 }
@@ -286,46 +291,10 @@ func TestCorruptStoredMessageIsRemovedAndDeliveryGoesOn(t *testing.T) {
 	})
 }
 
-// blackhole accepts TCP connections and never answers, like a Redis that hangs.
-func blackhole(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = c.Close() })
-		}
-	}()
-	return l.Addr().String()
-}
-
-func TestPublishFailsWithinOperationTimeoutWhenRedisIsUnreachable(t *testing.T) {
-	port, err := redistest.FreePort()
-	require.NoError(t, err)
-	for name, addr := range map[string]string{"refused": fmt.Sprintf("127.0.0.1:%d", port), "hanging": blackhole(t)} {
-		for _, ctxTimeouts := range []bool{false, true} {
-			t.Run(fmt.Sprintf("%s/ContextTimeoutEnabled=%v", name, ctxTimeouts), func(t *testing.T) {
-				client := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: ctxTimeouts})
-				defer client.Close()
-				pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, OperationTimeout: 300 * time.Millisecond}, nil)
-				require.NoError(t, err)
-				start := time.Now()
-				err = pub.Publish("orders", message.NewMessage("m-1", nil))
-				took := time.Since(start)
-				require.Error(t, err)
-				assert.Contains(t, err.Error(), `"orders"`)
-				assert.Contains(t, err.Error(), `"m-1"`)
-				assert.Less(t, took, 400*time.Millisecond, "Publish must give up within OperationTimeout + 100 ms")
-			})
-		}
-	}
-}
-
-func TestSubscriberRecoversWhenRedisComesUpAndClosesWhileItIsDown(t *testing.T) {
+// TestSubscriberRecoversWhenRedisComesUp: Subscribe does not fail while Redis is down, and the
+// subscription receives what is published once it is up. (Close while Redis is down or frozen:
+// TestCloseReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer.)
+func TestSubscriberRecoversWhenRedisComesUp(t *testing.T) {
 	srv := redistest.Start(t, redistest.Options{})
 	b := backend{name: "redis", client: srv.Client(t)}
 	srv.Stop()
@@ -340,12 +309,6 @@ func TestSubscriberRecoversWhenRedisComesUpAndClosesWhileItIsDown(t *testing.T) 
 	require.Eventually(t, func() bool { return pub.Publish(topic, message.NewMessage("after-outage", nil)) == nil }, 5*time.Second, 50*time.Millisecond)
 	msg := receive(t, ch, 10*time.Second)
 	assert.Equal(t, "after-outage", msg.UUID)
-
-	// Down again while a message is held: Close still returns in bounded time.
-	srv.Stop()
-	start := time.Now()
-	require.NoError(t, sub.Close())
-	assert.Less(t, time.Since(start), 3*time.Second)
-	_, open := <-ch
-	assert.False(t, open)
+	msg.Ack()
+	waitDrained(t, newInspector(t, b, 1), topic, redisdelay.DefaultConsumerGroup)
 }

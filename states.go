@@ -1,6 +1,10 @@
 package redisdelay
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
+)
 
 // This file names where a message stands (State) and what an operation did with it (Outcome).
 // Naming rule: each enum's constants start with the enum's name (State…, Outcome…), and their
@@ -98,6 +102,25 @@ func (o Outcome) String() string {
 		return "finished"
 	}
 	return "Outcome(" + strconv.Itoa(int(o)) + ")"
+}
+
+// outcomeOf names what the store reports it did with a message.
+func outcomeOf(o store.Outcome) Outcome {
+	switch o {
+	case store.Scheduled:
+		return OutcomeScheduled
+	case store.Duplicate:
+		return OutcomeDuplicate
+	case store.Replaced:
+		return OutcomeReplaced
+	case store.Applied:
+		return OutcomeApplied
+	case store.InFlight:
+		return OutcomeInFlight
+	case store.Finished:
+		return OutcomeFinished
+	}
+	return OutcomeNotFound
 }
 
 // String returns the state's word, as the CLI and the dashboard print it.

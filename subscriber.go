@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 	"github.com/watermill-redisdelay/redisdelay/internal/wake"
 )
 
@@ -20,7 +21,7 @@ import (
 type Subscriber struct {
 	config  SubscriberConfig
 	logger  watermill.LoggerAdapter
-	store   store
+	store   store.Store
 	wakeHub *wake.Hub
 	// deadLetterGroups is the view of the consumer groups of the dead-letter topics.
 	deadLetterGroups groupCache
@@ -58,14 +59,13 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		"consumer":       config.Consumer,
 	})
 	closing, stopClosing := context.WithCancel(context.Background())
-	st := newStore(config.Client, config.KeyPrefix)
-	st.metrics = config.Metrics
+	st := store.New(config.Client, config.KeyPrefix, store.Options{Observe: config.Metrics.scriptObserver()})
 	return &Subscriber{
 		config:      config,
 		logger:      logger,
 		store:       st,
 		wakeHub:     wake.NewHub(config.Client, logger),
-		eviction:    evictionGuard{client: config.Client, allow: config.AllowEvictingRedis, logger: logger},
+		eviction:    evictionGuard{store: st, allow: config.AllowEvictingRedis, logger: logger},
 		closing:     closing,
 		stopClosing: stopClosing,
 	}, nil
@@ -113,7 +113,7 @@ func (s *Subscriber) register(ctx context.Context, topic string) ([]registration
 	}
 	regs := make([]registration, s.config.Partitions)
 	for n := range regs {
-		epoch, left, err := s.store.registerGroup(ctx, partitionName(topic, n), s.config.ConsumerGroup, window)
+		epoch, left, err := s.store.RegisterGroup(ctx, store.Partition{Topic: topic, N: n}.Of(s.config.ConsumerGroup), window, NewGroupWindowMaxMessages)
 		if err != nil {
 			return nil, fmt.Errorf("redisdelay: register consumer group %s on topic %s partition %d: %w", quote(s.config.ConsumerGroup), quote(topic), n, err)
 		}

@@ -5,9 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // TestPublishWakeUpReachesTheSubscribersHubWithTheDueTime checks that the scripts and the
@@ -22,7 +26,8 @@ func TestPublishWakeUpReachesTheSubscribersHubWithTheDueTime(t *testing.T) {
 		defer func() { _ = sub.Close() }()
 		ctx := context.Background()
 		const topic = "wake"
-		watch := sub.wakeHub.Watch(sub.store.keys.group(topic, DefaultConsumerGroup).wakeChannel)
+		part := store.Partition{Topic: topic}
+		watch := sub.wakeHub.Watch(sub.store.WakeChannel(part.Of(DefaultConsumerGroup)))
 		select {
 		case <-watch.Ready():
 		case <-time.After(5 * time.Second):
@@ -30,12 +35,12 @@ func TestPublishWakeUpReachesTheSubscribersHubWithTheDueTime(t *testing.T) {
 		}
 		<-watch.Due() // the confirmation's "check now"
 
-		_, _, err = sub.store.registerGroup(ctx, topic, DefaultConsumerGroup, 0)
+		_, _, err = sub.store.RegisterGroup(ctx, part.Of(DefaultConsumerGroup), 0, 0)
 		require.NoError(t, err)
 		data, err := DefaultMarshalerUnmarshaler{}.Marshal(topic, messageWithUUID("wake"))
 		require.NoError(t, err)
 		published := time.Now()
-		_, err = sub.store.publish(ctx, topic, testCall(), []string{DefaultConsumerGroup}, []outgoing{{data: data, delay: time.Minute}})
+		_, err = sub.store.Publish(ctx, part, store.Call{Token: store.NewToken(), TTL: time.Minute}, []string{DefaultConsumerGroup}, []store.Outgoing{{Data: data, Delay: time.Minute}})
 		require.NoError(t, err)
 		select {
 		case due := <-watch.Due():
@@ -45,4 +50,16 @@ func TestPublishWakeUpReachesTheSubscribersHubWithTheDueTime(t *testing.T) {
 			t.Fatal("no wake-up within 5s")
 		}
 	})
+}
+
+// forStoreBackends runs f as a subtest against miniredis and a throwaway redis-server.
+func forStoreBackends(t *testing.T, f func(t *testing.T, client *redis.Client)) {
+	mr := miniredis.RunT(t)
+	for name, addr := range map[string]string{"miniredis": mr.Addr(), "redis": redistest.Start(t, redistest.Options{}).Addr} {
+		t.Run(name, func(t *testing.T) {
+			client := redis.NewClient(&redis.Options{Addr: addr})
+			defer client.Close()
+			f(t, client)
+		})
+	}
 }

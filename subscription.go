@@ -11,6 +11,7 @@ import (
 	"github.com/cenkalti/backoff/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 	"github.com/watermill-redisdelay/redisdelay/internal/wake"
 )
 
@@ -24,14 +25,14 @@ const (
 	recheckJitter = 0.25
 )
 
-// subscription is the consumer of one partition of a Subscribe call: a single goroutine that
+// partitionConsumer is the consumer of one partition of a Subscribe call: a single goroutine that
 // runs the claim loop (this file), hands messages out (delivery.go) and acts on their outcome.
 // It owns its claim token, its claim size and its retry backoff; what it holds in Redis is in
 // its leaseBook. The subscriptions of the partitions of one Subscribe call share its output
 // channel and take turns, so that one message at most is in flight.
 type partitionConsumer struct {
 	cfg              SubscriberConfig
-	store            store
+	store            store.Store
 	wakeHub          *wake.Hub
 	deadLetterGroups *groupCache
 	// register registers the group on every partition of the topic (see Subscriber.register).
@@ -40,14 +41,14 @@ type partitionConsumer struct {
 	// subscription's only stop signal, and every Redis call but the final release derives
 	// from it.
 	ctx       context.Context
-	topic     string // the topic, for messages and logs
-	part      string // the partition's name in the key space
-	partition int    // the partition's number
+	topic     string      // the topic, for messages and logs
+	part      store.Group // the consumer group on the partition, as the store names it
+	partition int         // the partition's number
 	// epoch is the group's registration on the partition that the subscription claims for,
 	// "" until it has registered (see register.lua).
 	epoch           string
 	deadLetterTopic string
-	deadLetterPart  string
+	deadLetterPart  store.Partition
 	group           string
 	logger          watermill.LoggerAdapter
 	out             chan *message.Message
@@ -63,7 +64,7 @@ type partitionConsumer struct {
 	limit int // how many messages the next claim takes
 	// claim names the next claim: the subscription's claim record and a token that stays the
 	// same until a claim's reply arrives, so a claim whose reply was lost is answered again.
-	claim claimCall
+	claim store.ClaimCall
 	retry *backoff.ExponentialBackOff
 	// windowEnd is when the partition's new-group window ends, on the local clock, once the
 	// subscription registered while it was open; zero when there is nothing to clean up. From
@@ -71,12 +72,13 @@ type partitionConsumer struct {
 	windowEnd time.Time
 }
 
-// newSubscription returns the subscription of one partition of topic.
+// newPartitionConsumer returns the consumer of one partition of topic for one Subscribe call.
 func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterTopic string, partition int, out chan *message.Message, turn chan struct{}, logger watermill.LoggerAdapter) *partitionConsumer {
 	retry := backoff.NewExponentialBackOff()
 	retry.InitialInterval = 100 * time.Millisecond
 	retry.MaxInterval = 5 * time.Second
-	part, group := partitionName(topic, partition), s.config.ConsumerGroup
+	group := s.config.ConsumerGroup
+	part := store.Partition{Topic: topic, N: partition}.Of(group)
 	return &partitionConsumer{
 		cfg:              s.config,
 		store:            s.store,
@@ -88,13 +90,13 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 		part:             part,
 		partition:        partition,
 		deadLetterTopic:  deadLetterTopic,
-		deadLetterPart:   partitionName(deadLetterTopic, partition),
+		deadLetterPart:   store.Partition{Topic: deadLetterTopic, N: partition},
 		group:            group,
 		logger:           logger,
 		out:              out,
 		turn:             turn,
 		limit:            1,
-		claim:            claimCall{record: s.store.keys.claimRecord(part, group, newToken()), token: newToken()},
+		claim:            store.ClaimCall{Subscription: store.NewToken(), Token: store.NewToken()},
 		retry:            retry,
 	}
 }
@@ -111,7 +113,7 @@ func (s *partitionConsumer) run(reg registration) {
 	s.epoch, s.windowEnd = reg.epoch, reg.windowEnd
 	s.book = newLeaseBook(s.cfg.LeaseTimeout)
 	defer s.book.stop()
-	channel := s.store.keys.group(s.part, s.group).wakeChannel
+	channel := s.store.WakeChannel(s.part)
 	watch := s.wakeHub.Watch(channel)
 	defer s.wakeHub.Unwatch(channel, watch)
 	s.wake, s.woken = watch, -1
@@ -151,12 +153,12 @@ func (s *partitionConsumer) run(reg registration) {
 			continue
 		}
 		s.retry.Reset()
-		if len(res.messages) > 0 {
-			s.book.claimed(res.messages, sent)
+		if len(res.Messages) > 0 {
+			s.book.claimed(claimedOf(res.Messages), sent)
 			start := time.Now()
 			n := s.deliverPending()
 			s.adaptLimit(n, time.Since(start))
-			if len(res.messages) == limit {
+			if len(res.Messages) == limit {
 				continue // more may be due
 			}
 		}
@@ -168,19 +170,19 @@ func (s *partitionConsumer) run(reg registration) {
 
 // claimNext confirms the queued acks and claims the next batch in one round trip. When the
 // reply is lost, the claim keeps its token, and the next try is answered from the claim record.
-func (s *partitionConsumer) claimNext() (claimResult, time.Time, time.Time, error) {
+func (s *partitionConsumer) claimNext() (store.ClaimResult, time.Time, time.Time, error) {
 	ctx, cancel := s.callContext()
 	defer cancel()
 	sent := time.Now()
-	res, err := s.store.claim(ctx, s.part, s.group, s.epoch, s.claim, s.limit, s.cfg.LeaseTimeout, s.book.acks)
+	res, err := s.store.Claim(ctx, s.part, s.epoch, s.claim, s.limit, s.cfg.LeaseTimeout, leasesOf(s.book.acks))
 	if err != nil {
 		return res, sent, time.Time{}, err
 	}
-	s.claim.token = newToken()
+	s.claim.Token = store.NewToken()
 	s.cfg.Metrics.claim(s.topic, s.group, res)
-	s.acksConfirmed(res.refusedAcks)
-	if res.dropped > 0 {
-		s.logger.Error("Dropped due entries that were malformed or whose stored message had vanished", nil, watermill.LogFields{"dropped": res.dropped})
+	s.acksConfirmed(res.RefusedAcks)
+	if res.Dropped > 0 {
+		s.logger.Error("Dropped due entries that were malformed or whose stored message had vanished", nil, watermill.LogFields{"dropped": res.Dropped})
 	}
 	return res, sent, time.Now(), nil
 }
@@ -193,7 +195,7 @@ func (s *partitionConsumer) claimNext() (claimResult, time.Time, time.Time, erro
 func (s *partitionConsumer) closeWindow() {
 	ctx, cancel := s.callContext()
 	defer cancel()
-	left, open, err := s.store.closeWindow(ctx, s.part)
+	left, open, err := s.store.CloseWindow(ctx, s.part.Partition)
 	switch {
 	case err != nil:
 		s.logger.Error("Dropping what the new-group window kept failed, will retry", err, nil)
@@ -220,10 +222,10 @@ func (s *partitionConsumer) adaptLimit(delivered int, took time.Duration) {
 
 // sleep waits until the group's next due time or lease deadline, a wake-up for an earlier due
 // time, the recheck interval, or the end of the subscription, whichever comes first.
-func (s *partitionConsumer) sleep(res claimResult, receivedAt time.Time, watch *wake.Watch) {
-	// The Redis clock at receivedAt was at least res.nowUs, so this never wakes early.
+func (s *partitionConsumer) sleep(res store.ClaimResult, receivedAt time.Time, watch *wake.Watch) {
+	// The Redis clock at receivedAt was at least res.NowUs, so this never wakes early.
 	until := func(dueUs int64) time.Duration {
-		return time.Duration(dueUs-res.nowUs)*time.Microsecond - time.Since(receivedAt)
+		return time.Duration(dueUs-res.NowUs)*time.Microsecond - time.Since(receivedAt)
 	}
 	// Acks are confirmed at once when nothing is left to hand out; batching is for busy times.
 	s.confirmAcks()
@@ -233,11 +235,11 @@ func (s *partitionConsumer) sleep(res claimResult, receivedAt time.Time, watch *
 		if due == 0 || until(due) <= 0 {
 			return
 		}
-		res.nextDueUs = minDue(res.nextDueUs, due)
+		res.NextDueUs = minDue(res.NextDueUs, due)
 	}
 	// Jitter keeps the rechecks of many idle subscriptions from coming in the same instant.
 	wait := time.Duration(float64(s.cfg.RecheckInterval) * (1 - recheckJitter*rand.Float64()))
-	for _, next := range []int64{res.nextDueUs, res.nextLeaseUs} {
+	for _, next := range []int64{res.NextDueUs, res.NextLeaseUs} {
 		if next >= 0 {
 			wait = min(wait, until(next))
 		}
@@ -305,11 +307,11 @@ func (s *partitionConsumer) confirmAcks() {
 
 // confirmAcksWithin sends the queued acks through st, bounded by ctx; on failure they stay
 // queued.
-func (s *partitionConsumer) confirmAcksWithin(ctx context.Context, st store) error {
+func (s *partitionConsumer) confirmAcksWithin(ctx context.Context, st store.Store) error {
 	if len(s.book.acks) == 0 {
 		return nil
 	}
-	refused, err := st.ack(ctx, s.part, s.group, s.book.acks)
+	refused, err := st.Ack(ctx, s.part, leasesOf(s.book.acks))
 	if err != nil {
 		return err
 	}
@@ -320,7 +322,7 @@ func (s *partitionConsumer) confirmAcksWithin(ctx context.Context, st store) err
 // acksConfirmed tells the book that Redis processed the queued acks and logs the refused ones.
 func (s *partitionConsumer) acksConfirmed(refused []string) {
 	for _, c := range s.book.acksConfirmed(refused) {
-		s.logger.Info("Ack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
+		s.logger.Info("Ack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.Attempt})
 	}
 }
 
@@ -336,7 +338,7 @@ func (s *partitionConsumer) extendLeases() {
 	ctx, cancel := s.callContext()
 	defer cancel()
 	sent := time.Now()
-	lost, err := s.store.extend(ctx, s.part, s.group, s.cfg.LeaseTimeout, held)
+	lost, err := s.store.Extend(ctx, s.part, s.cfg.LeaseTimeout, leasesOf(held))
 	if err != nil {
 		if s.ctx.Err() == nil {
 			s.logger.Error("Lease extension failed, will retry", err, watermill.LogFields{"held": len(held)})
@@ -345,7 +347,7 @@ func (s *partitionConsumer) extendLeases() {
 	}
 	s.book.extended(sent)
 	if c := s.book.leasesLost(lost); c != nil {
-		s.logger.Info("Lease lost while the handler runs: it expired and another consumer claimed the message, or the message was cancelled", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.attempt})
+		s.logger.Info("Lease lost while the handler runs: it expired and another consumer claimed the message, or the message was cancelled", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.Attempt})
 	}
 }
 
@@ -367,18 +369,16 @@ func (s *partitionConsumer) backoff(err error, what string) {
 // stop confirms queued acks, sends the nacks the stop cut short, and releases every message
 // still held, and those of a claim whose reply was lost, all within one OperationTimeout; what it cannot release comes back when its
 // lease expires. When the application closed the Redis client first, it does so over a
-// short-lived client of its own built from the same options (see closedClientFallback).
+// short-lived client of its own built from the same options (see store.Store.reopened).
 func (s *partitionConsumer) stop() {
 	held := s.book.held()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OperationTimeout)
 	defer cancel()
-	st := s.store
-	err := s.finish(ctx, st, held)
+	err := s.finish(ctx, s.store, held)
 	if errors.Is(err, redis.ErrClosed) {
-		if fallback := closedClientFallback(st.client); fallback != nil {
-			defer func() { _ = fallback.Close() }()
-			st.client = fallback
-			err = s.finish(ctx, st, held)
+		if fallback, closeClient, ok := s.store.Reopened(); ok {
+			defer func() { _ = closeClient() }()
+			err = s.finish(ctx, fallback, held)
 		}
 	}
 	if err != nil {
@@ -390,35 +390,21 @@ func (s *partitionConsumer) stop() {
 
 // finish confirms the queued acks, sends the nacks the stop cut short and releases held
 // through st, bounded by ctx.
-func (s *partitionConsumer) finish(ctx context.Context, st store, held []*claimed) error {
+func (s *partitionConsumer) finish(ctx context.Context, st store.Store, held []*claimed) error {
 	ackErr := s.confirmAcksWithin(ctx, st)
-	return errors.Join(ackErr, s.sendUnsentNacks(ctx, st), st.release(ctx, s.part, s.group, s.claim, held))
+	return errors.Join(ackErr, s.sendUnsentNacks(ctx, st), st.Release(ctx, s.part, s.claim, heldOf(held)))
 }
 
 // sendUnsentNacks sends again, through st, the nacks whose call the stop cut short. A nack that
 // Redis refuses because the lease is gone had run the first time (or its lease had expired):
 // either way nothing is left to do for it.
-func (s *partitionConsumer) sendUnsentNacks(ctx context.Context, st store) error {
+func (s *partitionConsumer) sendUnsentNacks(ctx context.Context, st store.Store) error {
 	for len(s.book.nacks) > 0 {
 		n := s.book.nacks[0]
-		if err := st.nack(ctx, s.part, s.group, n.c, n.delay, n.changed); err != nil && !errors.Is(err, errLeaseLost) {
+		if err := st.Nack(ctx, s.part, n.c.Lease, n.delay, n.changed); err != nil && !errors.Is(err, store.ErrLeaseLost) {
 			return err
 		}
 		s.book.nackSent()
-	}
-	return nil
-}
-
-// closedClientFallback returns a new client with the options of client, when client is a
-// *redis.Client or *redis.ClusterClient (else nil). Applications often close the Redis client
-// before the Subscriber (watermill-redisstream closes the client it is given); the last acks
-// and releases then go over this client, so that an acked message does not come back.
-func closedClientFallback(client redis.UniversalClient) redis.UniversalClient {
-	switch c := client.(type) {
-	case *redis.Client:
-		return redis.NewClient(c.Options())
-	case *redis.ClusterClient:
-		return redis.NewClusterClient(c.Options())
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"regexp"
 	"strconv"
 	"strings"
@@ -23,6 +24,13 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/dashboard"
 	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
 )
+
+// TestMain says how many tests were skipped for want of redis-server.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	redistest.ReportSkips()
+	os.Exit(code)
+}
 
 // queue is a throw-away redis-server with a publisher and an inspector on it.
 type queue struct {

@@ -35,19 +35,19 @@
 //
 //	go run ./_examples/cqrs-delayed-command
 //	go run ./_examples/cqrs-delayed-command -commands 10 -delay 3s
-//	REDIS_ADDR=127.0.0.1:6379 go run ./_examples/cqrs-delayed-command
+//	REDIS_ADDR=127.0.0.1:6379 go run ./_examples/cqrs-delayed-command -keep
 //
 // Flags:
 //
 //	-commands N  number of ConfirmReceipt commands to send, the first before the router
 //	             starts (default 4)
 //	-delay D     the delay of each command, a Go duration (default 1.5s)
+//	-keep        keep the example's keys in Redis when it ends
 //
-// Without REDIS_ADDR the example starts an embedded miniredis. With REDIS_ADDR it uses that
-// server, under a key prefix unique to the run so that runs never mix; it deletes nothing there,
-// and each run leaves the small bookkeeping keys of its two topics (the ID counter and the set
-// of consumer groups) under its prefix, besides the records of its publish calls, which expire
-// by themselves.
+// Without REDIS_ADDR (or REDIS_URL) the example starts an embedded miniredis. With it, it uses
+// that server under the key prefix redisdelay-example-cqrs-delayed-command:, deleting what an earlier run
+// left there, so runs must not overlap. It deletes its keys when it ends, unless run with
+// -keep; it prints the redisdelay command that shows its queues either way.
 package main
 
 import (
@@ -69,11 +69,10 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/cqrs"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/alicebob/miniredis/v2"
-	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/_examples/internal/exampleredis"
 )
 
 const (
@@ -114,6 +113,7 @@ func eventTopic(eventName string) string     { return "events." + eventName }
 type options struct {
 	commands int
 	delay    time.Duration
+	keep     bool
 }
 
 func main() {
@@ -143,6 +143,7 @@ func parseFlags() (options, error) {
 	var o options
 	flag.IntVar(&o.commands, "commands", 4, "number of ConfirmReceipt commands to send, the first before the router starts")
 	flag.DurationVar(&o.delay, "delay", 1500*time.Millisecond, "the delay of each command")
+	flag.BoolVar(&o.keep, "keep", false, exampleredis.KeepUsage)
 	flag.Parse()
 	switch {
 	case flag.NArg() > 0:
@@ -158,15 +159,16 @@ func parseFlags() (options, error) {
 // runExample wires the buses, processors and router, sends the commands, waits for their
 // events, shuts everything down and prints the summary. It returns an error when the run
 // failed, the summary's verdict included.
-func runExample(ctx context.Context, opts options, tl *timeline) error {
-	client, closeRedis, err := openRedis(ctx, tl)
+func runExample(ctx context.Context, opts options, tl *timeline) (err error) {
+	rd, err := exampleredis.Open(ctx, "cqrs-delayed-command", opts.keep, tl.printf)
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
+	// Deletes the example's keys (unless -keep) and prints how to see its queues, last.
+	defer func() { err = errors.Join(err, rd.Close(os.Stdout)) }()
+	client := rd.Client
 
-	prefix := "example:" + uuid.NewString() + ":"
-	tl.printf("key prefix %s", prefix)
+	prefix := rd.Prefix
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, watermill.NopLogger{})
 	if err != nil {
 		return err
@@ -189,27 +191,6 @@ func runExample(ctx context.Context, opts options, tl *timeline) error {
 		tl.printf("router, publisher and subscribers closed")
 	}
 	return errors.Join(waitErr, ex.stats.summarize(os.Stdout), closeErr)
-}
-
-// openRedis connects to REDIS_ADDR when it is set, or starts an embedded miniredis, and returns
-// the client and a function that closes what was opened.
-func openRedis(ctx context.Context, tl *timeline) (*redis.Client, func(), error) {
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		client := redis.NewClient(&redis.Options{Addr: addr})
-		if err := client.Ping(ctx).Err(); err != nil {
-			client.Close()
-			return nil, nil, fmt.Errorf("redis at %s (REDIS_ADDR): %w", addr, err)
-		}
-		tl.printf("using Redis at %s (REDIS_ADDR)", addr)
-		return client, func() { client.Close() }, nil
-	}
-	mr, err := miniredis.Run()
-	if err != nil {
-		return nil, nil, fmt.Errorf("start miniredis: %w", err)
-	}
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	tl.printf("using embedded miniredis at %s (set REDIS_ADDR to use a real Redis)", mr.Addr())
-	return client, func() { client.Close(); mr.Close() }, nil
 }
 
 // example is the order service: it sends ConfirmReceipt commands, confirms receipts and

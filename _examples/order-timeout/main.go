@@ -29,20 +29,21 @@
 //
 //	go run ./_examples/order-timeout
 //	go run ./_examples/order-timeout -orders 50 -delay 1s -spread 1s
-//	REDIS_ADDR=127.0.0.1:6379 go run ./_examples/order-timeout
+//	REDIS_ADDR=127.0.0.1:6379 go run ./_examples/order-timeout -keep
 //
 // Flags:
 //
 //	-orders N   number of orders to place (default 20)
 //	-delay D    how long an order may stay unpaid, a Go duration (default 2s)
 //	-spread D   the placements are spread evenly over this time, a Go duration (default 2s)
+//	-keep       keep the example's keys in Redis when it ends
 //
-// Without REDIS_ADDR the example starts an embedded miniredis. With REDIS_ADDR it uses that
-// server, under a key prefix unique to the run so that runs never mix; it deletes nothing
-// there, and each run leaves the two small bookkeeping keys of its topic (the ID counter and
-// the set of consumer groups) under its prefix, besides the records of its publish and cancel
-// calls, which expire by themselves. The checks' keys keep no history (the publisher's
-// KeyRetention is 0), so a key is free again once its check is acked or cancelled.
+// Without REDIS_ADDR (or REDIS_URL) the example starts an embedded miniredis. With it, it uses
+// that server under the key prefix redisdelay-example-order-timeout:, deleting what an earlier run
+// left there, so runs must not overlap. It deletes its keys when it ends, unless run with
+// -keep; it prints the redisdelay command that shows its queues either way.
+// The checks' keys keep no history (the publisher's KeyRetention is 0), so a key is free
+// again once its check is acked or cancelled.
 package main
 
 import (
@@ -65,11 +66,9 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/alicebob/miniredis/v2"
-	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/_examples/internal/exampleredis"
 )
 
 const (
@@ -93,6 +92,7 @@ type options struct {
 	orders int
 	delay  time.Duration
 	spread time.Duration
+	keep   bool
 }
 
 // paymentCheck is the payload of a scheduled check.
@@ -130,6 +130,7 @@ func parseFlags() (options, error) {
 	flag.IntVar(&o.orders, "orders", 20, "number of orders to place")
 	flag.DurationVar(&o.delay, "delay", 2*time.Second, "how long an order may stay unpaid before it is cancelled")
 	flag.DurationVar(&o.spread, "spread", 2*time.Second, "the order placements are spread evenly over this time")
+	flag.BoolVar(&o.keep, "keep", false, exampleredis.KeepUsage)
 	flag.Parse()
 	switch {
 	case flag.NArg() > 0:
@@ -148,16 +149,16 @@ func parseFlags() (options, error) {
 // runExample connects to Redis, wires the publisher, subscriber and router, places the orders,
 // waits for their checks, shuts everything down and prints the summary. It returns an error
 // when the run failed, the summary's verdict included.
-func runExample(ctx context.Context, opts options, tl *timeline) error {
-	client, closeRedis, err := openRedis(ctx, tl)
+func runExample(ctx context.Context, opts options, tl *timeline) (err error) {
+	rd, err := exampleredis.Open(ctx, "order-timeout", opts.keep, tl.printf)
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
+	// Deletes the example's keys (unless -keep) and prints how to see its queues, last.
+	defer func() { err = errors.Join(err, rd.Close(os.Stdout)) }()
+	client := rd.Client
 
-	// A prefix of its own keeps this run's keys apart from other runs on a shared Redis.
-	prefix := "example:" + uuid.NewString() + ":"
-	tl.printf("key prefix %s", prefix)
+	prefix := rd.Prefix
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, watermill.NopLogger{})
 	if err != nil {
 		return err
@@ -205,27 +206,6 @@ func runExample(ctx context.Context, opts options, tl *timeline) error {
 		tl.printf("router, publisher and subscriber closed")
 	}
 	return errors.Join(waitErr, ex.stats.summarize(os.Stdout), closeErr)
-}
-
-// openRedis connects to REDIS_ADDR when it is set, or starts an embedded miniredis, and returns
-// the client and a function that closes what was opened.
-func openRedis(ctx context.Context, tl *timeline) (*redis.Client, func(), error) {
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		client := redis.NewClient(&redis.Options{Addr: addr})
-		if err := client.Ping(ctx).Err(); err != nil {
-			client.Close()
-			return nil, nil, fmt.Errorf("redis at %s (REDIS_ADDR): %w", addr, err)
-		}
-		tl.printf("using Redis at %s (REDIS_ADDR)", addr)
-		return client, func() { client.Close() }, nil
-	}
-	mr, err := miniredis.Run()
-	if err != nil {
-		return nil, nil, fmt.Errorf("start miniredis: %w", err)
-	}
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	tl.printf("using embedded miniredis at %s (set REDIS_ADDR to use a real Redis)", mr.Addr())
-	return client, func() { client.Close(); mr.Close() }, nil
 }
 
 // startRouter runs a router with one handler for the payment checks and returns once it is
@@ -357,7 +337,7 @@ func (e *example) placeOrder(ctx context.Context, id string) error {
 	if err != nil {
 		return fmt.Errorf("schedule the payment check of order %s: %w", id, err)
 	}
-	// Each run has a prefix of its own, so no other check can hold the key: anything but
+	// A run starts from an empty key prefix, so no other check can hold the key: anything but
 	// Scheduled means this order would have no check of its own.
 	if outcomes[0] != redisdelay.OutcomeScheduled {
 		return fmt.Errorf("schedule the payment check of order %s: key %s: %s", id, checkKey(id), outcomes[0])

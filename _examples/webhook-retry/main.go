@@ -35,12 +35,12 @@
 // Run it from the repository root:
 //
 //	go run ./_examples/webhook-retry
-//	REDIS_ADDR=127.0.0.1:6379 go run ./_examples/webhook-retry
+//	REDIS_ADDR=127.0.0.1:6379 go run ./_examples/webhook-retry -keep
 //
-// Without REDIS_ADDR the example starts an embedded miniredis. With REDIS_ADDR it uses that
-// server, under a key prefix unique to the run so that runs never mix; it deletes nothing there,
-// and each run leaves the small bookkeeping keys of its topic under its prefix, besides the
-// records of its publish and requeue calls, which expire by themselves.
+// Without REDIS_ADDR (or REDIS_URL) the example starts an embedded miniredis. With it, it uses
+// that server under the key prefix redisdelay-example-webhook-retry:, deleting what an earlier run
+// left there, so runs must not overlap. It deletes its keys when it ends, unless run with
+// -keep; it prints the redisdelay command that shows its queues either way.
 package main
 
 import (
@@ -48,6 +48,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -64,11 +65,9 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/alicebob/miniredis/v2"
-	"github.com/google/uuid"
-	"github.com/redis/go-redis/v9"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/_examples/internal/exampleredis"
 )
 
 const (
@@ -126,9 +125,15 @@ func main() {
 
 // run is the whole example; it returns the exit code, so that deferred cleanups run first.
 func run() int {
+	keep := flag.Bool("keep", false, exampleredis.KeepUsage)
+	flag.Parse()
+	if flag.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "webhook-retry: unexpected arguments %q\n", flag.Args())
+		return 2
+	}
 	ctx, stopSignals := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stopSignals()
-	if err := runExample(ctx, newTimeline(os.Stdout)); err != nil {
+	if err := runExample(ctx, *keep, newTimeline(os.Stdout)); err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			fmt.Fprintln(os.Stderr, "FAIL:", line)
 		}
@@ -141,22 +146,23 @@ func run() int {
 // for the dead letters, requeues them, waits until every event was delivered, shuts everything
 // down and prints the summary. It returns an error when the run failed, the summary's verdict
 // included.
-func runExample(ctx context.Context, tl *timeline) error {
+func runExample(ctx context.Context, keep bool, tl *timeline) (err error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	client, closeRedis, err := openRedis(ctx, tl)
+	rd, err := exampleredis.Open(ctx, "webhook-retry", keep, tl.printf)
 	if err != nil {
 		return err
 	}
-	defer closeRedis()
+	// Deletes the example's keys (unless -keep) and prints how to see its queues, last.
+	defer func() { err = errors.Join(err, rd.Close(os.Stdout)) }()
+	client := rd.Client
 
 	endpoints := newEndpoints()
 	server := httptest.NewServer(endpoints)
 	defer server.Close()
 	tl.printf("merchant endpoints at %s/hooks/{merchant}", server.URL)
 
-	prefix := "example:" + uuid.NewString() + ":"
-	tl.printf("key prefix %s", prefix)
+	prefix := rd.Prefix
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, watermill.NopLogger{})
 	if err != nil {
 		return err
@@ -206,27 +212,6 @@ func runExample(ctx context.Context, tl *timeline) error {
 		tl.printf("publisher and subscriber closed")
 	}
 	return errors.Join(waitErr, ex.summarize(os.Stdout), closeErr)
-}
-
-// openRedis connects to REDIS_ADDR when it is set, or starts an embedded miniredis, and returns
-// the client and a function that closes what was opened.
-func openRedis(ctx context.Context, tl *timeline) (*redis.Client, func(), error) {
-	if addr := os.Getenv("REDIS_ADDR"); addr != "" {
-		client := redis.NewClient(&redis.Options{Addr: addr})
-		if err := client.Ping(ctx).Err(); err != nil {
-			client.Close()
-			return nil, nil, fmt.Errorf("redis at %s (REDIS_ADDR): %w", addr, err)
-		}
-		tl.printf("using Redis at %s (REDIS_ADDR)", addr)
-		return client, func() { client.Close() }, nil
-	}
-	mr, err := miniredis.Run()
-	if err != nil {
-		return nil, nil, fmt.Errorf("start miniredis: %w", err)
-	}
-	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
-	tl.printf("using embedded miniredis at %s (set REDIS_ADDR to use a real Redis)", mr.Addr())
-	return client, func() { client.Close(); mr.Close() }, nil
 }
 
 func describeSchedule(s redisdelay.ScheduleBackoff) string {

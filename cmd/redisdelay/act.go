@@ -1,7 +1,8 @@
 package main
 
 // The commands that change a queue. The destructive ones (cancel, requeue, purge, remove-group)
-// ask for confirmation unless --yes.
+// ask for confirmation unless --yes (a flag of every command, so that a script can pass it to
+// any).
 
 import (
 	"context"
@@ -17,7 +18,7 @@ import (
 	"github.com/watermill-redisdelay/redisdelay"
 )
 
-// target is the message that cancel, reschedule and run act on: a key on a topic, which names
+// target is the message that cancel, reschedule and run-now act on: a key on a topic, which names
 // the message in every consumer group, or a ref (as list prints it) in one group.
 type target struct{ topic, group, key, ref string }
 
@@ -44,19 +45,48 @@ type (
 	refOp func(ctx context.Context, topic, group, ref string) (redisdelay.Outcome, time.Time, error)
 )
 
-// outcomeView is what cancel, reschedule or run did in each consumer group; ParkedGroup ("")
+// outcomeView is what cancel, reschedule or run-now did in each consumer group; ParkedGroup ("")
 // is a message parked while the topic had no group.
 type outcomeView struct {
 	Topic  string            `json:"topic"`
 	Key    string            `json:"key,omitempty"`
 	Ref    string            `json:"ref,omitempty"`
 	Groups map[string]string `json:"groups"`
-	DueAt  time.Time         `json:"due_at,omitzero"`
+	DueAt  *time.Time        `json:"due_at,omitempty"`
 }
 
-// act runs byKey or byRef on t and prints the outcome in each group. The Inspector reports a
-// message that is not there as an outcome; act makes it an error wrapping ErrNotFound.
-func (a *app) act(ctx context.Context, t target, byKey keyOp, byRef refOp) error {
+// outcomeWords says what an operation did in a consumer group, per outcome, for a table: the
+// Outcome's own word ("applied", "in-flight") says less to a reader than "cancelled". JSON
+// prints the Outcome's word.
+type outcomeWords struct{ applied, inFlight string }
+
+// The words of cancel, reschedule and run-now. A message in flight is cancelled all the same;
+// reschedule and run-now leave it as it is.
+var (
+	cancelWords     = outcomeWords{applied: "cancelled", inFlight: "cancelled; the delivery under way finishes"}
+	rescheduleWords = outcomeWords{applied: "rescheduled", inFlight: "unchanged: a delivery is under way"}
+	runNowWords     = outcomeWords{applied: "due now", inFlight: "unchanged: a delivery is under way"}
+)
+
+// word returns what o says in a table.
+func (w outcomeWords) word(o redisdelay.Outcome) string {
+	switch o {
+	case redisdelay.OutcomeApplied:
+		return w.applied
+	case redisdelay.OutcomeInFlight:
+		return w.inFlight
+	case redisdelay.OutcomeFinished:
+		return "unchanged: the group is done with it"
+	case redisdelay.OutcomeNotFound:
+		return "not found"
+	}
+	return o.String()
+}
+
+// act runs byKey or byRef on t and prints the outcome in each group, in words. The Inspector
+// reports a message that is not there as an outcome; act makes it an error wrapping
+// ErrNotFound.
+func (a *app) act(ctx context.Context, t target, words outcomeWords, byKey keyOp, byRef refOp) error {
 	r := redisdelay.KeyResult{Topic: t.topic, Key: t.key}
 	if t.key != "" {
 		var err error
@@ -73,46 +103,42 @@ func (a *app) act(ctx context.Context, t target, byKey keyOp, byRef refOp) error
 	if !r.Found() {
 		return fmt.Errorf("%s: %w", t, redisdelay.ErrNotFound)
 	}
-	v := outcomeView{Topic: t.topic, Key: t.key, Ref: t.ref, Groups: map[string]string{}, DueAt: r.DueAt}
+	v := outcomeView{Topic: t.topic, Key: t.key, Ref: t.ref, Groups: map[string]string{}, DueAt: optionalTime(r.DueAt)}
 	for g, o := range r.Groups {
 		v.Groups[g] = o.String()
 	}
 	return a.print(v, func(w *tabwriter.Writer) {
 		row(w, "GROUP", "OUTCOME")
-		for _, g := range slices.Sorted(maps.Keys(v.Groups)) {
+		for _, g := range slices.Sorted(maps.Keys(r.Groups)) {
 			name := g
 			if g == redisdelay.ParkedGroup {
 				name = "(parked)"
 			}
-			row(w, name, v.Groups[g])
+			row(w, name, words.word(r.Groups[g]))
 		}
-		if !v.DueAt.IsZero() {
-			fmt.Fprintf(w, "due at %s\n", formatTime(v.DueAt))
+		if v.DueAt != nil {
+			fmt.Fprintf(w, "due at %s\n", formatTime(*v.DueAt))
 		}
 	})
 }
 
 func (a *app) cancelCommand() *cobra.Command {
-	var (
-		t   target
-		yes bool
-	)
+	var t target
 	cmd := &cobra.Command{
 		Use:   "cancel",
 		Short: "Cancel a message: by --key in every consumer group, or by --ref in one",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := a.confirm(yes, fmt.Sprintf("Cancel %s?", t)); err != nil {
+			if err := a.confirm(fmt.Sprintf("Cancel %s?", t)); err != nil {
 				return err
 			}
-			return a.act(cmd.Context(), t, a.in.Cancel, func(ctx context.Context, topic, group, ref string) (redisdelay.Outcome, time.Time, error) {
+			return a.act(cmd.Context(), t, cancelWords, a.in.Cancel, func(ctx context.Context, topic, group, ref string) (redisdelay.Outcome, time.Time, error) {
 				o, err := a.in.CancelRef(ctx, topic, group, ref)
 				return o, time.Time{}, err
 			})
 		},
 	}
 	t.addFlags(cmd)
-	addYesFlag(cmd, &yes)
 	return cmd
 }
 
@@ -136,7 +162,7 @@ func (a *app) rescheduleCommand() *cobra.Command {
 					return fmt.Errorf("--at: %w", err)
 				}
 			}
-			return a.act(cmd.Context(), t, func(ctx context.Context, topic, key string) (redisdelay.KeyResult, error) {
+			return a.act(cmd.Context(), t, rescheduleWords, func(ctx context.Context, topic, key string) (redisdelay.KeyResult, error) {
 				if at != "" {
 					return a.in.Reschedule(ctx, topic, key, due)
 				}
@@ -161,7 +187,7 @@ func (a *app) runCommand() *cobra.Command {
 		Short: "Make a message due at once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.act(cmd.Context(), t, a.in.RunNow, a.in.RunNowRef)
+			return a.act(cmd.Context(), t, runNowWords, a.in.RunNow, a.in.RunNowRef)
 		},
 	}
 	t.addFlags(cmd)
@@ -172,7 +198,7 @@ func (a *app) requeueCommand() *cobra.Command {
 	var (
 		topic, group string
 		refs         []string
-		all, yes     bool
+		all          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "requeue",
@@ -187,7 +213,7 @@ func (a *app) requeueCommand() *cobra.Command {
 			if all {
 				which = "all dead letters"
 			}
-			if err := a.confirm(yes, fmt.Sprintf("Requeue %s of group %s on topic %s?", which, group, topic)); err != nil {
+			if err := a.confirm(fmt.Sprintf("Requeue %s of group %s on topic %s?", which, group, topic)); err != nil {
 				return err
 			}
 			n, err := a.in.Requeue(cmd.Context(), topic, group, refs...)
@@ -202,21 +228,17 @@ func (a *app) requeueCommand() *cobra.Command {
 	cmd.Flags().StringArrayVar(&refs, "ref", nil, "a dead letter's ref, as list --state dead-lettered prints it (repeatable)")
 	cmd.Flags().BoolVar(&all, "all", false, "requeue every dead letter of the group")
 	cmd.MarkFlagsMutuallyExclusive("ref", "all")
-	addYesFlag(cmd, &yes)
 	return cmd
 }
 
 func (a *app) purgeCommand() *cobra.Command {
-	var (
-		topic, group, state string
-		yes                 bool
-	)
+	var topic, group, state string
 	cmd := &cobra.Command{
 		Use:   "purge",
 		Short: "Drop a consumer group's messages in one state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := a.confirm(yes, fmt.Sprintf("Purge the %s messages of group %s on topic %s?", state, group, topic)); err != nil {
+			if err := a.confirm(fmt.Sprintf("Purge the %s messages of group %s on topic %s?", state, group, topic)); err != nil {
 				return err
 			}
 			n, err := a.in.Purge(cmd.Context(), topic, group, redisdelay.State(state))
@@ -230,7 +252,6 @@ func (a *app) purgeCommand() *cobra.Command {
 	addGroupFlags(cmd, &topic, &group)
 	cmd.Flags().StringVar(&state, "state", "", "scheduled, due or in-flight (required)")
 	_ = cmd.MarkFlagRequired("state")
-	addYesFlag(cmd, &yes)
 	return cmd
 }
 
@@ -261,16 +282,13 @@ func (a *app) pauseCommand(pause bool) *cobra.Command {
 }
 
 func (a *app) deleteGroupCommand() *cobra.Command {
-	var (
-		topic, group string
-		yes          bool
-	)
+	var topic, group string
 	cmd := &cobra.Command{
 		Use:   "remove-group",
 		Short: "Remove a consumer group from a topic with all its messages",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := a.confirm(yes, fmt.Sprintf("Remove group %s from topic %s?", group, topic)); err != nil {
+			if err := a.confirm(fmt.Sprintf("Remove group %s from topic %s?", group, topic)); err != nil {
 				return err
 			}
 			n, err := a.in.RemoveGroup(cmd.Context(), topic, group)
@@ -282,12 +300,7 @@ func (a *app) deleteGroupCommand() *cobra.Command {
 		},
 	}
 	addGroupFlags(cmd, &topic, &group)
-	addYesFlag(cmd, &yes)
 	return cmd
-}
-
-func addYesFlag(cmd *cobra.Command, yes *bool) {
-	cmd.Flags().BoolVarP(yes, "yes", "y", false, "do not ask for confirmation")
 }
 
 // printChange prints what a command changed in a consumer group: one field besides topic and

@@ -114,7 +114,7 @@ func TestListPagesThroughEveryMessageWithTheCursor(t *testing.T) {
 		listed = append(listed, m.UUID)
 		assert.Equal(t, "scheduled", m.State)
 		assert.Regexp(t, `^order-\d{3}$`, m.Key)
-		assert.WithinDuration(t, time.Now().Add(time.Hour), m.DueAt, time.Minute)
+		assert.WithinDuration(t, time.Now().Add(time.Hour), deref(m.DueAt), time.Minute)
 	}
 	assert.ElementsMatch(t, published, listed)
 
@@ -176,7 +176,7 @@ func TestCancelByRefRemovesTheMessageFromItsGroup(t *testing.T) {
 	require.Len(t, page.Messages, 1)
 
 	out := q.ok("cancel", "--topic", topic, "--group", "billing", "--ref", page.Messages[0].Ref, "--yes")
-	assert.Regexp(t, `(?m)^billing\s+applied$`, out)
+	assert.Regexp(t, `(?m)^billing\s+cancelled$`, out)
 
 	assert.Equal(t, redisdelay.StateFinished, q.status(topic, "order-1", "billing").State)
 	assert.Equal(t, redisdelay.StateScheduled, q.status(topic, "order-1", "shipping").State)
@@ -233,7 +233,57 @@ func TestMissingMessagesAreNamedInTheError(t *testing.T) {
 		assert.Equal(t, 1, r.code, tc.args)
 		assert.True(t, strings.HasPrefix(r.stderr, tc.stderr), "stderr %q, want prefix %q", r.stderr, tc.stderr)
 		assert.Equal(t, 1, strings.Count(r.stderr, "redisdelay:"), r.stderr)
+		assert.Equal(t, 1, strings.Count(strings.ReplaceAll(r.stderr, "-", " "), "not found"), "not found, once: %s", r.stderr)
 	}
+}
+
+func TestOutcomesSayWhatHappenedToAMessageInFlight(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, "billing", "shipping")
+	q.schedule(topic, newMessage("order-1", "a"), newMessage("order-2", "b"))
+
+	// billing's subscriber holds order-1 without acking it; shipping holds nothing.
+	require.Contains(t, q.ok("run-now", "--topic", topic, "--key", "order-1"), "due now")
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	messages, err := q.subscriber(redisdelay.SubscriberConfig{ConsumerGroup: "billing"}).Subscribe(ctx, topic)
+	require.NoError(t, err)
+	var held *message.Message
+	select {
+	case held = <-messages:
+		require.Equal(t, "order-1", held.Metadata.Get(redisdelay.KeyMetadataKey))
+	case <-ctx.Done():
+		t.Fatal("order-1 was not delivered")
+	}
+
+	out := q.ok("run-now", "--topic", topic, "--key", "order-1")
+	assert.Regexp(t, `(?m)^billing\s+unchanged: a delivery is under way$`, out)
+	assert.Regexp(t, `(?m)^shipping\s+due now$`, out)
+	out = q.ok("reschedule", "--topic", topic, "--key", "order-1", "--in", "1h")
+	assert.Regexp(t, `(?m)^billing\s+unchanged: a delivery is under way$`, out)
+	assert.Regexp(t, `(?m)^shipping\s+rescheduled$`, out)
+
+	var outcome outcomeView
+	q.json(&outcome, "cancel", "--topic", topic, "--key", "order-1", "--yes")
+	assert.Equal(t, map[string]string{"billing": "in-flight", "shipping": "applied"}, outcome.Groups, "JSON keeps the outcome's word")
+	held.Ack() // refused by Redis (the lease is gone); the subscription moves on
+	out = q.ok("cancel", "--topic", topic, "--key", "order-2", "--yes")
+	assert.Regexp(t, `(?m)^billing\s+cancelled$`, out)
+	assert.Regexp(t, `(?m)^shipping\s+cancelled$`, out)
+
+	q.schedule(topic, newMessage("order-3", "c"))
+	q.json(&outcome, "run-now", "--topic", topic, "--key", "order-3")
+	require.Equal(t, "applied", outcome.Groups["billing"])
+	select {
+	case msg := <-messages:
+		require.Equal(t, "order-3", msg.Metadata.Get(redisdelay.KeyMetadataKey), "order-1 was cancelled")
+	case <-ctx.Done():
+		t.Fatal("order-3 was not delivered")
+	}
+	out = q.ok("cancel", "--topic", topic, "--key", "order-3", "--yes")
+	assert.Regexp(t, `(?m)^billing\s+cancelled; the delivery under way finishes$`, out)
+	assert.Regexp(t, `(?m)^shipping\s+cancelled$`, out)
 }
 
 func TestRunMakesAScheduledMessageDueAtOnce(t *testing.T) {
@@ -245,7 +295,7 @@ func TestRunMakesAScheduledMessageDueAtOnce(t *testing.T) {
 	var outcome outcomeView
 	q.json(&outcome, "run-now", "--topic", topic, "--key", "order-1")
 	assert.Equal(t, map[string]string{group: "applied"}, outcome.Groups)
-	assert.WithinDuration(t, time.Now(), outcome.DueAt, time.Minute)
+	assert.WithinDuration(t, time.Now(), deref(outcome.DueAt), time.Minute)
 	s := q.stats(topic, group)
 	assert.Equal(t, int64(0), s.Scheduled)
 	assert.Equal(t, int64(1), s.Due)
@@ -374,7 +424,8 @@ func TestDeadLettersAreListedAndShownInFullByTheRefListPrints(t *testing.T) {
 	require.Len(t, listed.Messages, 1)
 	m := listed.Messages[0]
 	assert.Equal(t, [4]any{"dead-lettered", 2, "nacked", "order-9"}, [4]any{m.State, m.Attempt, m.Reason, m.Key})
-	assert.WithinRange(t, m.DueAt, before.Add(-time.Second), time.Now().Add(time.Second), "due_at is when it died")
+	require.NotNil(t, m.DueAt)
+	assert.WithinRange(t, *m.DueAt, before.Add(-time.Second), time.Now().Add(time.Second), "due_at is when it died")
 	assert.Equal(t, ref, m.Ref)
 
 	for _, args := range [][]string{{}, {"--state", "dead-lettered"}} {
@@ -514,4 +565,19 @@ func TestDashboardServesTheOverviewUntilInterrupted(t *testing.T) {
 
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	require.NoError(t, cmd.Wait(), "the dashboard must end cleanly on SIGINT")
+}
+
+func TestJSONLeavesOutTimesThatDoNotApply(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	q.schedule(topic, newMessage("order-1", "a"))
+
+	assert.Contains(t, q.ok("--output", "json", "stats"), `"next_due":`)
+	out := q.ok("--output", "json", "list", "--topic", topic, "--state", "scheduled")
+	assert.Contains(t, out, `"due_at":`)
+	assert.NotContains(t, out, `"lease_deadline"`, "a scheduled message has no lease")
+	out = q.ok("--output", "json", "cancel", "--topic", topic, "--key", "order-1", "--yes")
+	assert.NotContains(t, out, `"due_at"`, "a cancel has no new due time")
+	assert.NotContains(t, q.ok("--output", "json", "stats"), `"next_due"`, "nothing is scheduled")
 }

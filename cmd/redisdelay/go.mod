@@ -1,8 +1,6 @@
 module github.com/watermill-redisdelay/redisdelay/cmd/redisdelay
 
-go 1.26.0
-
-replace github.com/watermill-redisdelay/redisdelay => ../..
+go 1.23.0
 
 require (
 	github.com/ThreeDotsLabs/watermill v1.5.1

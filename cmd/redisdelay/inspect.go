@@ -46,21 +46,24 @@ func (a *app) topicsCommand() *cobra.Command {
 				for _, t := range views {
 					row(w, t.Topic, strconv.Itoa(t.Partitions), strings.Join(t.Groups, ","))
 				}
+				if len(views) == 0 {
+					a.hintNoTopics()
+				}
 			})
 		},
 	}
 }
 
 type statsView struct {
-	Topic               string    `json:"topic"`
-	Group               string    `json:"group"`
-	Scheduled           int64     `json:"scheduled"`
-	Due                 int64     `json:"due"`
-	InFlight            int64     `json:"in_flight"`
-	DeadLetters         int64     `json:"dead_letters"`
-	OldestDueAgeSeconds float64   `json:"oldest_due_age_seconds"`
-	NextDue             time.Time `json:"next_due,omitzero"`
-	Paused              bool      `json:"paused"`
+	Topic               string     `json:"topic"`
+	Group               string     `json:"group"`
+	Scheduled           int64      `json:"scheduled"`
+	Due                 int64      `json:"due"`
+	InFlight            int64      `json:"in_flight"`
+	DeadLetters         int64      `json:"dead_letters"`
+	OldestDueAgeSeconds float64    `json:"oldest_due_age_seconds"`
+	NextDue             *time.Time `json:"next_due,omitempty"`
+	Paused              bool       `json:"paused"`
 }
 
 func (a *app) statsCommand() *cobra.Command {
@@ -119,10 +122,13 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 	for n, s := range stats {
 		views[n] = statsView{
 			Topic: s.Topic, Group: s.Group, Scheduled: s.Scheduled, Due: s.Due, InFlight: s.InFlight,
-			DeadLetters: s.DeadLetters, OldestDueAgeSeconds: s.OldestDueAge.Seconds(), NextDue: s.NextDue, Paused: s.Paused,
+			DeadLetters: s.DeadLetters, OldestDueAgeSeconds: s.OldestDueAge.Seconds(), NextDue: optionalTime(s.NextDue), Paused: s.Paused,
 		}
 	}
 	return a.print(views, func(w *tabwriter.Writer) {
+		if len(views) == 0 && len(topics) == 0 {
+			a.hintNoTopics()
+		}
 		row(w, "TOPIC", "GROUP", "SCHEDULED", "DUE", "IN FLIGHT", "DEAD LETTERS", "OLDEST DUE AGE", "NEXT DUE", "PAUSED")
 		for n, v := range views {
 			age := "-"
@@ -130,9 +136,15 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 				age = stats[n].OldestDueAge.Round(time.Millisecond).String()
 			}
 			row(w, v.Topic, v.Group, itoa(v.Scheduled), itoa(v.Due), itoa(v.InFlight), itoa(v.DeadLetters),
-				age, formatTime(v.NextDue), strconv.FormatBool(v.Paused))
+				age, formatTime(stats[n].NextDue), strconv.FormatBool(v.Paused))
 		}
 	})
+}
+
+// hintNoTopics tells, on stderr, where topics and stats looked when they found no topic: the
+// likeliest cause is a key prefix other than --prefix.
+func (a *app) hintNoTopics() {
+	fmt.Fprintf(a.stderr, "No topics under the key prefix %s on this Redis; for queues written with another KeyPrefix, pass it as --prefix.\n", printable(a.prefix))
 }
 
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
@@ -149,8 +161,8 @@ type messageView struct {
 	UUID          string            `json:"uuid,omitempty"`
 	Key           string            `json:"key,omitempty"`
 	State         string            `json:"state"`
-	DueAt         time.Time         `json:"due_at,omitzero"`
-	LeaseDeadline time.Time         `json:"lease_deadline,omitzero"`
+	DueAt         *time.Time        `json:"due_at,omitempty"`
+	LeaseDeadline *time.Time        `json:"lease_deadline,omitempty"`
 	Attempt       int               `json:"attempt"`
 	Reason        string            `json:"reason,omitempty"`
 	PayloadSize   int               `json:"payload_size"`
@@ -164,7 +176,7 @@ type messageView struct {
 func newMessageView(m redisdelay.MessageInfo) messageView {
 	v := messageView{
 		Topic: m.Topic, Group: m.Group, Ref: m.Ref, ID: m.ID, UUID: m.UUID, Key: m.Key,
-		State: m.State.String(), DueAt: m.DueAt, LeaseDeadline: m.LeaseDeadline, Attempt: m.Attempt, Reason: m.Reason,
+		State: m.State.String(), DueAt: optionalTime(m.DueAt), LeaseDeadline: optionalTime(m.LeaseDeadline), Attempt: m.Attempt, Reason: m.Reason,
 		PayloadSize: m.PayloadSize, Preview: m.Preview, Metadata: m.Metadata, Vanished: m.Vanished,
 	}
 	if utf8.Valid(m.Payload) {
@@ -178,10 +190,10 @@ func newMessageView(m redisdelay.MessageInfo) messageView {
 // when is the time that orders the message in its state: the lease deadline in flight, the due
 // time otherwise.
 func (v messageView) when() time.Time {
-	if !v.LeaseDeadline.IsZero() {
-		return v.LeaseDeadline
+	if v.LeaseDeadline != nil {
+		return *v.LeaseDeadline
 	}
-	return v.DueAt
+	return deref(v.DueAt)
 }
 
 type pageView struct {
@@ -269,14 +281,14 @@ func (a *app) showCommand() *cobra.Command {
 				fields := [][2]string{
 					{"topic", v.Topic}, {"group", v.Group}, {"ref", v.Ref}, {"id", v.ID},
 					{"uuid", orDash(v.UUID)}, {"key", orDash(v.Key)}, {"state", v.State},
-					{"due at", formatTime(v.DueAt)}, {"lease deadline", formatTime(v.LeaseDeadline)},
+					{"due at", formatTime(deref(v.DueAt))}, {"lease deadline", formatTime(deref(v.LeaseDeadline))},
 					{"attempt", strconv.Itoa(v.Attempt)}, {"payload size", strconv.Itoa(v.PayloadSize)},
 				}
 				if m.State == redisdelay.StateDeadLettered {
 					fields = [][2]string{
 						{"topic", v.Topic}, {"group", v.Group}, {"ref", v.Ref}, {"id", v.ID},
 						{"uuid", orDash(v.UUID)}, {"key", orDash(v.Key)}, {"state", v.State},
-						{"dead-lettered at", formatTime(v.DueAt)}, {"attempts", strconv.Itoa(v.Attempt)},
+						{"dead-lettered at", formatTime(deref(v.DueAt))}, {"attempts", strconv.Itoa(v.Attempt)},
 						{"reason", orDash(v.Reason)}, {"payload size", strconv.Itoa(v.PayloadSize)},
 					}
 				}

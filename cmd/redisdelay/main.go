@@ -5,18 +5,22 @@
 //
 //	redisdelay stats --watch
 //	redisdelay list --topic orders --state due
-//	redisdelay run --topic orders --key order-42
+//	redisdelay run-now --topic orders --key order-42
 //
 // Tables go to stdout, or one JSON document per invocation with --output json. A value that a
 // table would print with control characters or invalid UTF-8 (which a terminal could take for
 // commands: clear the screen, set the clipboard) is printed quoted in Go syntax instead, as
-// strconv.Quote does; JSON output holds every value exactly. Prompts go to stderr. An error is printed to stderr as "redisdelay: <error>" and exits with code 1; so does
-// a destructive command whose confirmation is refused.
+// strconv.Quote does; JSON output holds every value exactly. Prompts go to stderr. An error is
+// printed to stderr as one line, "redisdelay: <error>", or with --output json to stdout as one
+// JSON document, {"error": "<error>", "kind": "<kind>"} (see errorKind), and the command exits
+// with code 1; so does a destructive command whose confirmation is refused.
+//
+// The Redis address is --addr, else $REDIS_ADDR, else $REDIS_URL, else 127.0.0.1:6379. Before
+// a command runs, the Redis it names must answer a PING within --timeout.
 package main
 
 import (
 	"bufio"
-	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/json"
@@ -38,20 +42,62 @@ import (
 	"github.com/watermill-redisdelay/redisdelay"
 )
 
-// defaultAddr is the Redis address when neither --addr nor REDIS_URL gives one.
+// defaultAddr is the Redis address when neither --addr nor REDIS_ADDR nor REDIS_URL gives one.
 const defaultAddr = "127.0.0.1:6379"
 
 func main() {
+	// go-redis logs every failed dial on its own; the error a command returns says it once.
+	redis.SetLogger(silentLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	a := &app{stdin: bufio.NewReader(os.Stdin), stdout: os.Stdout, stderr: os.Stderr}
 	err := a.rootCommand().ExecuteContext(ctx)
 	a.close()
 	stop()
 	if err != nil {
-		// The library's errors start with the same prefix already.
-		fmt.Fprintln(os.Stderr, "redisdelay:", strings.TrimPrefix(err.Error(), "redisdelay: "))
+		a.printError(err)
 		os.Exit(1)
 	}
+}
+
+// silentLogger drops go-redis's log lines.
+type silentLogger struct{}
+
+func (silentLogger) Printf(context.Context, string, ...any) {}
+
+// errUnreachable is wrapped by the error of a command whose Redis does not answer.
+var errUnreachable = errors.New("cannot reach Redis")
+
+// errorView is an error as --output json prints it.
+type errorView struct {
+	Error string `json:"error"`
+	Kind  string `json:"kind"`
+}
+
+// errorKind names the kind of err for --output json: "not-found" (a topic, group, message or
+// key that does not exist), "unreachable" (Redis did not answer), "not-confirmed" (a
+// destructive command's question was not answered yes), or "error".
+func errorKind(err error) string {
+	switch {
+	case errors.Is(err, redisdelay.ErrNotFound):
+		return "not-found"
+	case errors.Is(err, errUnreachable):
+		return "unreachable"
+	case errors.Is(err, errNotConfirmed):
+		return "not-confirmed"
+	}
+	return "error"
+}
+
+// printError prints err as one line on stderr, or as one JSON document on stdout with --output
+// json.
+func (a *app) printError(err error) {
+	// The library's errors start with the same prefix already.
+	msg := strings.TrimPrefix(err.Error(), "redisdelay: ")
+	if a.output == "json" {
+		_ = json.NewEncoder(a.stdout).Encode(errorView{Error: msg, Kind: errorKind(err)})
+		return
+	}
+	fmt.Fprintln(a.stderr, "redisdelay:", msg)
 }
 
 // app is what the commands share: the root command's flags, and the Redis client and Inspector
@@ -70,6 +116,7 @@ type app struct {
 	partitions int
 	timeout    time.Duration
 	output     string
+	yes        bool
 
 	client redis.UniversalClient
 	in     *redisdelay.Inspector
@@ -86,7 +133,7 @@ func (a *app) rootCommand() *cobra.Command {
 		},
 	}
 	f := root.PersistentFlags()
-	f.StringVar(&a.addr, "addr", "", "Redis address host:port, or a redis:// or rediss:// URL (default $REDIS_URL, else "+defaultAddr+")")
+	f.StringVar(&a.addr, "addr", "", "Redis address host:port, or a redis:// or rediss:// URL (default $REDIS_ADDR, else $REDIS_URL, else "+defaultAddr+")")
 	f.StringSliceVar(&a.cluster, "cluster", nil, "comma-separated Redis Cluster addresses; replaces --addr")
 	f.StringVar(&a.username, "username", "", "Redis ACL user name")
 	f.StringVar(&a.password, "password", "", "Redis password")
@@ -95,6 +142,7 @@ func (a *app) rootCommand() *cobra.Command {
 	f.IntVar(&a.partitions, "partitions", 1, "partitions of the topics, as their publishers were configured")
 	f.DurationVar(&a.timeout, "timeout", redisdelay.DefaultOperationTimeout, "bound on each Inspector operation")
 	f.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
+	f.BoolVarP(&a.yes, "yes", "y", false, "do not ask for confirmation (cancel, requeue, purge and remove-group ask)")
 	root.MarkFlagsMutuallyExclusive("addr", "cluster")
 	root.AddCommand(
 		a.topicsCommand(), a.statsCommand(), a.listCommand(), a.showCommand(),
@@ -105,7 +153,11 @@ func (a *app) rootCommand() *cobra.Command {
 	return root
 }
 
-// connect builds the Redis client and the Inspector from the flags. Neither talks to Redis yet.
+// connect builds the Redis client and the Inspector from the flags, and checks that Redis
+// answers a PING within --timeout: a wrong address is one error, errUnreachable, that names it.
+// A try of a command dials once (go-redis would dial five times, 100 ms apart, and wait after
+// the last); go-redis's retries of the command itself stay. Every call ends by its context's
+// deadline, --timeout (go-redis would wait for its ReadTimeout, 3 s, otherwise).
 func (a *app) connect() error {
 	if a.output != "table" && a.output != "json" {
 		return fmt.Errorf("--output is %q, want table or json", a.output)
@@ -114,19 +166,24 @@ func (a *app) connect() error {
 	if a.tls {
 		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}
+	var where string // the Redis and where its address came from, for errUnreachable
 	if len(a.cluster) > 0 {
 		a.client = redis.NewClusterClient(&redis.ClusterOptions{
 			Addrs: a.cluster, Username: a.username, Password: a.password, TLSConfig: tlsConfig,
+			DialerRetries: 1, DialerRetryTimeout: time.Millisecond, ContextTimeoutEnabled: true,
 		})
+		where = strings.Join(a.cluster, ",") + " (--cluster)"
 	} else {
-		addr := cmp.Or(a.addr, os.Getenv("REDIS_URL"), defaultAddr)
+		addr, from := a.address()
 		opts := &redis.Options{Addr: addr}
 		if strings.Contains(addr, "://") {
 			var err error
 			if opts, err = redis.ParseURL(addr); err != nil {
-				return fmt.Errorf("--addr: %w", err)
+				return fmt.Errorf("%s: %w", from, err)
 			}
 		}
+		opts.DialerRetries, opts.DialerRetryTimeout, opts.ContextTimeoutEnabled = 1, time.Millisecond, true
+		where = fmt.Sprintf("%s (%s)", opts.Addr, from)
 		// Flags given explicitly win over the URL's.
 		if a.username != "" {
 			opts.Username = a.username
@@ -143,7 +200,33 @@ func (a *app) connect() error {
 	a.in, err = redisdelay.NewInspector(redisdelay.InspectorConfig{
 		Client: a.client, KeyPrefix: a.prefix, Partitions: a.partitions, OperationTimeout: a.timeout,
 	}, nil)
-	return err
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
+	defer cancel()
+	if err := a.client.Ping(ctx).Err(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w at %s: no answer within %s (--timeout)", errUnreachable, where, a.timeout)
+		}
+		return fmt.Errorf("%w at %s: %w", errUnreachable, where, err)
+	}
+	return nil
+}
+
+// address returns the Redis address or URL to use and where it came from: --addr, else
+// REDIS_ADDR, else REDIS_URL (what this command read before the examples and it agreed on
+// REDIS_ADDR), else defaultAddr.
+func (a *app) address() (addr, from string) {
+	switch {
+	case a.addr != "":
+		return a.addr, "--addr"
+	case os.Getenv("REDIS_ADDR") != "":
+		return os.Getenv("REDIS_ADDR"), "$REDIS_ADDR"
+	case os.Getenv("REDIS_URL") != "":
+		return os.Getenv("REDIS_URL"), "$REDIS_URL"
+	}
+	return defaultAddr, "the default address"
 }
 
 func (a *app) close() {
@@ -196,10 +279,10 @@ func isPrintable(s, extra string) bool {
 // but yes: nothing was changed, and the command exits with code 1.
 var errNotConfirmed = errors.New("not confirmed; nothing was changed")
 
-// confirm asks question on stderr and reads the answer from stdin, unless yes is set (--yes).
-// Only "y" or "yes" confirms; anything else, end of input included, is errNotConfirmed.
-func (a *app) confirm(yes bool, question string) error {
-	if yes {
+// confirm asks question on stderr and reads the answer from stdin, unless --yes is set. Only
+// "y" or "yes" confirms; anything else, end of input included, is errNotConfirmed.
+func (a *app) confirm(question string) error {
+	if a.yes {
 		return nil
 	}
 	fmt.Fprintf(a.stderr, "%s [y/N] ", question)
@@ -218,6 +301,23 @@ func formatTime(t time.Time) string {
 		return "-"
 	}
 	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+}
+
+// optionalTime returns &t, or nil when t is zero (does not apply), for a view's field that JSON
+// leaves out then. (The omitzero tag would do it from Go 1.24 on; this command builds with 1.23.)
+func optionalTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+// deref returns *t, or the zero time when t is nil.
+func deref(t *time.Time) time.Time {
+	if t == nil {
+		return time.Time{}
+	}
+	return *t
 }
 
 // addGroupFlags adds the required --topic and --group, which defaults to the library's default

@@ -6,9 +6,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
@@ -42,6 +45,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	_ = os.RemoveAll(dir)
+	redistest.ReportSkips()
 	os.Exit(code)
 }
 
@@ -111,16 +115,29 @@ type result struct {
 // run runs the command against the queue's Redis, with stdin as its input.
 func (q *queue) run(stdin string, args ...string) result {
 	q.t.Helper()
+	return runCommand(q.t, nil, stdin, append([]string{"--addr", q.addr}, args...)...)
+}
+
+// runCommand runs the command with args, the environment variables env (KEY=value) added to
+// the test's with REDIS_ADDR and REDIS_URL unset, and stdin as its input.
+func runCommand(t *testing.T, env []string, stdin string, args ...string) result {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, binary, append([]string{"--addr", q.addr}, args...)...)
+	cmd := exec.CommandContext(ctx, binary, args...)
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "REDIS_ADDR=") && !strings.HasPrefix(kv, "REDIS_URL=") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	cmd.Env = append(cmd.Env, env...)
 	cmd.Stdin = strings.NewReader(stdin)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
 	var exit *exec.ExitError
 	if err != nil && !errors.As(err, &exit) {
-		require.NoError(q.t, err)
+		require.NoError(t, err)
 	}
 	return result{stdout: stdout.String(), stderr: stderr.String(), code: cmd.ProcessState.ExitCode()}
 }
@@ -162,4 +179,124 @@ func (q *queue) status(topic, key, group string) redisdelay.KeyGroupStatus {
 	st, err := q.in.Status(context.Background(), topic, key)
 	require.NoError(q.t, err)
 	return st.Groups[group]
+}
+
+// closedAddr returns a loopback address where nothing listens.
+func closedAddr(t *testing.T) string {
+	port, err := redistest.FreePort()
+	require.NoError(t, err)
+	return fmt.Sprintf("127.0.0.1:%d", port)
+}
+
+func TestAnUnreachableRedisIsOneErrorLineThatNamesTheAddress(t *testing.T) {
+	t.Parallel()
+	addr := closedAddr(t)
+	for _, tc := range []struct {
+		env  []string
+		args []string
+		from string
+	}{
+		{nil, []string{"--addr", addr}, "--addr"},
+		{[]string{"REDIS_ADDR=" + addr}, nil, "$REDIS_ADDR"},
+		{[]string{"REDIS_URL=redis://" + addr}, nil, "$REDIS_URL"},
+		{[]string{"REDIS_ADDR=" + addr, "REDIS_URL=redis://" + closedAddr(t)}, nil, "$REDIS_ADDR"},
+	} {
+		start := time.Now()
+		r := runCommand(t, tc.env, "", append(tc.args, "--timeout", "2s", "topics")...)
+		elapsed := time.Since(start)
+		assert.Equal(t, 1, r.code)
+		assert.Empty(t, r.stdout)
+		assert.Regexp(t, `^redisdelay: cannot reach Redis at `+regexp.QuoteMeta(addr+" ("+tc.from+")")+`: dial tcp [^\n]*: connection refused\n$`, r.stderr, "one line, without go-redis's own log lines")
+		assert.Less(t, elapsed, 2*time.Second, "within --timeout")
+	}
+}
+
+func TestARedisThatDoesNotAnswerIsReportedWithinTheTimeout(t *testing.T) {
+	t.Parallel()
+	// A server that accepts connections and never answers, as a frozen Redis would.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = c.Close() })
+		}
+	}()
+
+	start := time.Now()
+	r := runCommand(t, nil, "", "--addr", l.Addr().String(), "--timeout", "500ms", "stats")
+	elapsed := time.Since(start)
+	assert.Equal(t, 1, r.code)
+	assert.Equal(t, "redisdelay: cannot reach Redis at "+l.Addr().String()+" (--addr): no answer within 500ms (--timeout)\n", r.stderr)
+	assert.Less(t, elapsed, 500*time.Millisecond+time.Second, "the timeout and a process start")
+}
+
+func TestJSONOutputPrintsErrorsAsOneDocumentWithTheirKind(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	q.schedule(topic, newMessage("order-1", "a"))
+
+	for _, tc := range []struct {
+		args   []string
+		stdin  string
+		kind   string
+		prefix string
+	}{
+		{[]string{"--addr", q.addr, "stats", "--topic", "nowhere"}, "", "not-found", `topic "nowhere": not found`},
+		{[]string{"--addr", q.addr, "cancel", "--topic", topic, "--key", "nope", "--yes"}, "", "not-found", `key "nope" on topic "orders": not found`},
+		{[]string{"--addr", q.addr, "cancel", "--topic", topic, "--key", "order-1"}, "n\n", "not-confirmed", "not confirmed; nothing was changed"},
+		{[]string{"--addr", closedAddr(t), "topics"}, "", "unreachable", "cannot reach Redis at "},
+		{[]string{"--addr", q.addr, "reschedule", "--topic", topic, "--key", "order-1", "--at", "tomorrow"}, "", "error", "--at: "},
+	} {
+		r := runCommand(t, nil, tc.stdin, append([]string{"--output", "json"}, tc.args...)...)
+		assert.Equal(t, 1, r.code, tc.args)
+		var e errorView
+		dec := json.NewDecoder(strings.NewReader(r.stdout))
+		require.NoError(t, dec.Decode(&e), "stdout %q", r.stdout)
+		assert.False(t, dec.More(), "one JSON document: %q", r.stdout)
+		assert.Equal(t, tc.kind, e.Kind, tc.args)
+		assert.True(t, strings.HasPrefix(e.Error, tc.prefix), "error %q, want prefix %q", e.Error, tc.prefix)
+		assert.NotContains(t, r.stderr, "redisdelay:", "the error is printed once, as JSON")
+	}
+	assert.Equal(t, redisdelay.StateScheduled, q.status(topic, "order-1", group).State, "nothing was confirmed")
+}
+
+func TestYesIsAcceptedByEveryCommand(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+	q.schedule(topic, newMessage("order-1", "a"))
+
+	for n, args := range [][]string{
+		{"topics"}, {"stats"}, {"list", "--topic", topic, "--state", "scheduled"},
+		{"show", "--topic", topic, "--key", "order-1"},
+		{"reschedule", "--topic", topic, "--key", "order-1", "--in", "1h"},
+		{"run-now", "--topic", topic, "--key", "order-1"},
+		{"pause", "--topic", topic}, {"resume", "--topic", topic},
+		{"cancel", "--topic", topic, "--key", "order-1"},
+	} {
+		yes := []string{"--yes", "-y"}[n%2]
+		r := q.run("", append(args, yes)...)
+		assert.Equal(t, 0, r.code, "%v %s: %s", args, yes, r.stderr)
+		assert.NotContains(t, r.stderr, "[y/N]", "%v %s asks nothing", args, yes)
+	}
+	assert.Equal(t, redisdelay.StateNotFound, q.status(topic, "order-1", group).State, "cancel --yes cancelled without asking")
+}
+
+func TestTopicsAndStatsSayWhereTheyLookedWhenThereIsNoTopic(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.register(topic, group)
+
+	for _, args := range [][]string{{"topics"}, {"stats"}} {
+		r := q.run("", append([]string{"--prefix", "elsewhere:"}, args...)...)
+		assert.Equal(t, 0, r.code, r.stderr)
+		assert.Equal(t, "No topics under the key prefix elsewhere: on this Redis; for queues written with another KeyPrefix, pass it as --prefix.\n", r.stderr)
+		assert.Empty(t, q.run("", args...).stderr, "no hint when there are topics")
+	}
 }

@@ -26,13 +26,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
 )
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(consumerChildEnv); spec != "" {
 		runConsumerChild(spec) // never returns
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	redistest.ReportSkips()
+	os.Exit(code)
 }
 
 // Timeouts shared by the scenarios: short enough that a fault of a few seconds spans several

@@ -88,7 +88,7 @@ func SkipIfNotInstalled(t testing.TB) {
 		if os.Getenv(RequireEnv) == "1" {
 			t.Fatalf("redis-cli is not on the PATH and %s=1", RequireEnv)
 		}
-		t.Skipf("redis-cli is not on the PATH; install it (apt-get install redis-tools) or set %s=1 to make this a failure", RequireEnv)
+		skip(t, fmt.Sprintf("redis-cli is not on the PATH; install it (apt-get install redis-tools) or set %s=1 to make this a failure", RequireEnv))
 	}
 }
 

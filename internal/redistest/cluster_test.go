@@ -2,12 +2,43 @@ package redistest
 
 import (
 	"context"
+	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	ReportSkips()
+	os.Exit(code)
+}
+
+// TestSkippedTestsAreCountedForTheSummaryLine checks the line ReportSkips prints: how many
+// tests were skipped and the first reason.
+func TestSkippedTestsAreCountedForTheSummaryLine(t *testing.T) {
+	skips.mu.Lock()
+	savedN, savedReason := skips.n, skips.reason
+	skips.n, skips.reason = 0, ""
+	skips.mu.Unlock()
+	t.Cleanup(func() {
+		skips.mu.Lock()
+		skips.n, skips.reason = savedN, savedReason
+		skips.mu.Unlock()
+	})
+	if line := skipReport(); line != "" {
+		t.Fatalf("no test skipped, but the report is %q", line)
+	}
+	t.Run("first", func(t *testing.T) { skip(t, "no redis-server here") })
+	t.Run("second", func(t *testing.T) { skip(t, "no redis-cli here") })
+	line := skipReport()
+	if !strings.HasPrefix(line, "SKIPPED 2 real-Redis tests in ") || !strings.HasSuffix(line, ": no redis-server here\n") {
+		t.Fatalf("report %q, want 2 tests and the first reason", line)
+	}
+}
 
 // TestClusterStartsAndFailsOver checks the helper itself: six nodes, three masters each with a
 // replica, a working ClusterClient, and a replica that takes over after its master is killed.

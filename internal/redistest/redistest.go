@@ -59,9 +59,58 @@ func Binary(t testing.TB) string {
 		if os.Getenv(RequireEnv) == "1" {
 			t.Fatalf("redis-server is not on the PATH and %s=1", RequireEnv)
 		}
-		t.Skipf("redis-server is not on the PATH; install it (apt-get install redis-server) or set %s=1 to make this a failure", RequireEnv)
+		skip(t, fmt.Sprintf("redis-server is not on the PATH; install it (apt-get install redis-server) or set %s=1 to make this a failure", RequireEnv))
 	}
 	return bin
+}
+
+// skips counts the tests of this test binary that Binary or SkipIfNotInstalled skipped, and
+// keeps the first reason, for ReportSkips.
+var skips struct {
+	mu     sync.Mutex
+	n      int
+	reason string
+}
+
+// skip records t's skip for ReportSkips and skips t.
+func skip(t testing.TB, reason string) {
+	t.Helper()
+	skips.mu.Lock()
+	skips.n++
+	if skips.reason == "" {
+		skips.reason = reason
+	}
+	skips.mu.Unlock()
+	t.Skip(reason)
+}
+
+// ReportSkips prints one line saying how many tests of this test binary were skipped because
+// redis-server or redis-cli is missing, and why; it prints nothing when none was. Call it from
+// TestMain after m.Run. go test shows what a passing package prints only with -v, so the line
+// goes to the terminal (/dev/tty) when there is one, and to stderr otherwise.
+func ReportSkips() {
+	line := skipReport()
+	if line == "" {
+		return
+	}
+	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+		defer tty.Close()
+		if _, err := tty.WriteString(line); err == nil {
+			return
+		}
+	}
+	fmt.Fprint(os.Stderr, line)
+}
+
+// skipReport is ReportSkips' line, or "" when no test was skipped.
+func skipReport() string {
+	skips.mu.Lock()
+	defer skips.mu.Unlock()
+	if skips.n == 0 {
+		return ""
+	}
+	pkg := strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
+	return fmt.Sprintf("SKIPPED %d real-Redis tests in %s: %s\n", skips.n, pkg, skips.reason)
 }
 
 // Start starts a redis-server on a free loopback port and stops it when the test ends.

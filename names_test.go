@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // unreadableNames are names that logs, metric labels, terminals or URLs cannot carry.
@@ -61,4 +62,11 @@ func TestUnreadableNamesAreRefusedBeforeAnythingIsStored(t *testing.T) {
 		require.NoError(t, err)
 		assert.Empty(t, topics)
 	})
+}
+
+// TestTheKeyLayoutKnowsTheDeadLetterInfix: the key layout gives a topic whose name holds
+// DeadLetterInfix the hash slot of the part before it, so that dead-lettering is one script
+// call on Redis Cluster; it must read the same infix.
+func TestTheKeyLayoutKnowsTheDeadLetterInfix(t *testing.T) {
+	assert.Equal(t, redisdelay.DeadLetterInfix, store.DeadLetterInfix)
 }

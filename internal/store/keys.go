@@ -1,59 +1,101 @@
-package redisdelay
+package store
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 )
 
-// MaxNameLength is the longest topic or consumer group name, in bytes, that ValidateName
-// accepts; in a name that contains DeadLetterInfix, the limit holds for each part around it.
-// So every topic that Publish accepts can be subscribed by every consumer group that Subscribe
-// accepts: the default dead-letter topic, topic + DeadLetterInfix + group, is valid too.
-const MaxNameLength = 512
+// keys.go owns the key layout: what the store's callers name (a topic partition, a consumer
+// group on it, a set of messages) and every Redis key and channel built from those names.
 
-// ValidateName reports whether name can be used as a topic or a consumer group name. A name must
-// be non-empty, at most MaxNameLength bytes (each part around DeadLetterInfix, see
-// MaxNameLength), valid UTF-8 without control characters (so that it reads the same in logs,
-// metric labels, the CLI and the dashboard), free of '{' and '}' (braces would change the Redis
-// Cluster hash tag that keeps all keys of a topic in one slot), not "." or ".." (which no URL
-// path can name), and must not end in '#' and digits, which name the partitions of a topic. Any
-// other character, ':' and '/' included, is allowed. The error wraps ErrInvalidName and names
-// what is wrong, quoting at most 64 bytes of the name.
-func ValidateName(kind, name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("redisdelay: %w: %s name is empty", ErrInvalidName, kind)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("redisdelay: %w: %s name %s is not valid UTF-8", ErrInvalidName, kind, quote(name))
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return fmt.Errorf("redisdelay: %w: %s name %s holds a control character", ErrInvalidName, kind, quote(name))
-	case name == "." || name == "..":
-		return fmt.Errorf("redisdelay: %w: %s name %s is a path step that no URL can name", ErrInvalidName, kind, quote(name))
-	case strings.ContainsAny(name, "{}"):
-		return fmt.Errorf("redisdelay: %w: %s name %s contains '{' or '}', which would break the Redis Cluster hash tag", ErrInvalidName, kind, quote(name))
-	case partitionSuffix(name) > 0 || partitionSuffix(firstPart(name)) > 0:
-		return fmt.Errorf("redisdelay: %w: %s name %s ends in '#' and digits, which name topic partitions", ErrInvalidName, kind, quote(name))
-	}
-	for rest := name; ; {
-		part, after, found := strings.Cut(rest, DeadLetterInfix)
-		if len(part) > MaxNameLength {
-			return fmt.Errorf("redisdelay: %w: %s name %s has a part of %d bytes, more than %d", ErrInvalidName, kind, quote(name), len(part), MaxNameLength)
-		}
-		if !found {
-			return nil
-		}
-		rest = after
-	}
+// Partition is one partition of a topic: N from 0 to the topic's partition count - 1.
+type Partition struct {
+	Topic string
+	N     int
 }
 
-// firstPart returns name up to its first DeadLetterInfix, or all of it.
-func firstPart(name string) string {
-	part, _, _ := strings.Cut(name, DeadLetterInfix)
-	return part
+// Group is a consumer group on one topic partition.
+type Group struct {
+	Partition
+	Name string
 }
+
+// Of returns group Name on partition p.
+func (p Partition) Of(name string) Group { return Group{Partition: p, Name: name} }
+
+// name names the partition in the key space: the topic itself for partition 0, so that a topic
+// keeps its keys when it is split, else the topic, '#' and N.
+func (p Partition) name() string {
+	if p.N == 0 {
+		return p.Topic
+	}
+	return p.Topic + "#" + strconv.Itoa(p.N)
+}
+
+// HasPartitionSuffix reports whether name ends in '#' and digits, as the key-space names of
+// partitions do, so that no topic can take a partition's name.
+func HasPartitionSuffix(name string) bool { return partitionSuffix(name) > 0 }
+
+// partitionSuffix returns the length of a trailing '#' and digits in name, 0 if there is none.
+func partitionSuffix(name string) int {
+	i := strings.LastIndexByte(name, '#')
+	if i < 0 || i == len(name)-1 {
+		return 0
+	}
+	for _, c := range name[i+1:] {
+		if c < '0' || c > '9' {
+			return 0
+		}
+	}
+	return len(name) - i
+}
+
+// SetKind is which sorted set of messages a Set names.
+type SetKind int
+
+const (
+	// DueSet is a consumer group's due set: its messages scheduled, due or not.
+	DueSet SetKind = iota + 1
+	// LeaseSet is a consumer group's lease set: its messages in flight.
+	LeaseSet
+	// ParkedSet is a topic partition's parked set: the messages that wait for a first consumer
+	// group, such as the dead letters on a dead-letter topic.
+	ParkedSet
+)
+
+// Set names one sorted set of messages, for the Inspector's reads.
+type Set struct {
+	Kind SetKind
+	// Group is the consumer group of a due or lease set; of a parked set, only its Partition
+	// counts.
+	Group Group
+}
+
+// Due returns the due set of group g.
+func Due(g Group) Set { return Set{Kind: DueSet, Group: g} }
+
+// Leases returns the lease set of group g.
+func Leases(g Group) Set { return Set{Kind: LeaseSet, Group: g} }
+
+// Parked returns the parked set of partition p.
+func Parked(p Partition) Set { return Set{Kind: ParkedSet, Group: Group{Partition: p}} }
+
+// Span selects the members of a set by due time, as list.lua and purge.lua read it.
+type Span string
+
+const (
+	// All is every member.
+	All Span = "all"
+	// DueNow are the members due now: scored up to the Redis clock.
+	DueNow Span = "due"
+	// Later are the members due later.
+	Later Span = "scheduled"
+)
+
+// DeadLetterInfix joins a topic and a consumer group in the name of their dead-letter topic,
+// as the root package's DeadLetterInfix does: a topic whose name holds it shares the hash slot
+// of the part before it (see keySpace.tag).
+const DeadLetterInfix = ".dead-letter."
 
 // keySpace builds every Redis key and Pub/Sub channel name the adapter uses. No other code
 // concatenates key names.
@@ -131,30 +173,7 @@ type groupKeys struct {
 	removedDue, removedLease string
 }
 
-// partitionName names partition n of a topic for the key space: the topic itself for partition
-// 0, so that a topic keeps its keys when it is split, else the topic, '#' and n.
-func partitionName(topic string, n int) string {
-	if n == 0 {
-		return topic
-	}
-	return topic + "#" + strconv.Itoa(n)
-}
-
-// partitionSuffix returns the length of a trailing '#' and digits in name, 0 if there is none.
-func partitionSuffix(name string) int {
-	i := strings.LastIndexByte(name, '#')
-	if i < 0 || i == len(name)-1 {
-		return 0
-	}
-	for _, c := range name[i+1:] {
-		if c < '0' || c > '9' {
-			return 0
-		}
-	}
-	return len(name) - i
-}
-
-// tag is the key prefix of a topic partition (see partitionName), with its hash tag in braces:
+// tag is the key prefix of a topic partition (see Partition.name), with its hash tag in braces:
 // {topic} or {topic#n}. A dead-letter topic, whose name is its source topic, DeadLetterInfix and
 // more, shares the hash tag of the same partition of its source topic, so that a message can
 // move to it in one Lua call on Redis Cluster. The whole name is in the prefix either way, so no
@@ -168,9 +187,10 @@ func (k keySpace) tag(name string) string {
 	return k.prefix + "{" + name + suffix + "}"
 }
 
-// sameSlot reports whether two topics' keys share one hash tag, hence one Redis Cluster slot.
-func (k keySpace) sameSlot(a, b string) bool {
-	return hashTag(k.tag(a)) == hashTag(k.tag(b))
+// sameSlot reports whether the keys of two partitions share one hash tag, hence one Redis
+// Cluster slot.
+func (k keySpace) sameSlot(a, b Partition) bool {
+	return hashTag(k.tag(a.name())) == hashTag(k.tag(b.name()))
 }
 
 func hashTag(key string) string {
@@ -179,8 +199,8 @@ func hashTag(key string) string {
 	return key[start+1 : start+1+end]
 }
 
-func (k keySpace) topic(topic string) topicKeys {
-	t := k.tag(topic)
+func (k keySpace) topic(p Partition) topicKeys {
+	t := k.tag(p.name())
 	return topicKeys{
 		seq:           t + ":seq",
 		messages:      t + ":msg",
@@ -198,27 +218,37 @@ func (k keySpace) topic(topic string) topicKeys {
 // has no hash tag: it is one key in one slot, written with HSET outside the topic scripts.
 func (k keySpace) topicRegistry() string { return k.prefix + "topics" }
 
-// call is the key that records that publish call token ran on topic (a partition name).
-func (k keySpace) call(topic, token string) string {
-	return k.tag(topic) + ":call:" + token
+// call is the key that records that publish call token ran on partition p.
+func (k keySpace) call(p Partition, token string) string {
+	return k.tag(p.name()) + ":call:" + token
 }
 
-// claimRecord is the key that holds the last claim of subscription id in group on topic (a
-// partition name).
-func (k keySpace) claimRecord(topic, group, id string) string {
-	return k.tag(topic) + ":g:" + group + ":claim:" + id
+// claimRecord is the key that holds the last claim of subscription id in group g.
+func (k keySpace) claimRecord(g Group, id string) string {
+	return k.tag(g.name()) + ":g:" + g.Name + ":claim:" + id
 }
 
-func (k keySpace) group(topic, group string) groupKeys {
-	g := k.tag(topic) + ":g:" + group
+func (k keySpace) group(g Group) groupKeys {
+	prefix := k.tag(g.name()) + ":g:" + g.Name
 	return groupKeys{
-		due:          g + ":due",
-		lease:        g + ":lease",
-		keyed:        g + ":keyed",
-		paused:       g + ":paused",
-		wakeChannel:  g + ":wake",
-		epoch:        g + ":epoch",
-		removedDue:   g + ":due:removed",
-		removedLease: g + ":lease:removed",
+		due:          prefix + ":due",
+		lease:        prefix + ":lease",
+		keyed:        prefix + ":keyed",
+		paused:       prefix + ":paused",
+		wakeChannel:  prefix + ":wake",
+		epoch:        prefix + ":epoch",
+		removedDue:   prefix + ":due:removed",
+		removedLease: prefix + ":lease:removed",
 	}
+}
+
+// set returns the key of set.
+func (k keySpace) set(set Set) string {
+	switch set.Kind {
+	case DueSet:
+		return k.group(set.Group).due
+	case LeaseSet:
+		return k.group(set.Group).lease
+	}
+	return k.topic(set.Group.Partition).parked
 }

@@ -1,4 +1,4 @@
-package redisdelay
+package store
 
 import (
 	"fmt"
@@ -88,7 +88,7 @@ func TestScriptKeyReadsMatchItsHeader(t *testing.T) {
 // TestScriptHeadersOfEveryScriptMatchTheirBodies runs the checks of the two tests above over
 // every script in lua/.
 func TestScriptHeadersOfEveryScriptMatchTheirBodies(t *testing.T) {
-	// flushbatch.lua is passed the history prefix (batchOp in store.go) but never reads it;
+	// flushbatch.lua is passed the history prefix (Store.BatchOp in bykey.go) but never reads it;
 	// dropping the key changes its caller too.
 	knownUnread := map[string]string{"flushbatch": "script flushbatch declares KEYS[7] but never reads it"}
 	files, err := luaFiles.ReadDir("lua")

@@ -1,0 +1,148 @@
+// Package exampleredis gives each example its Redis: the server at REDIS_ADDR (host:port, or a
+// redis:// URL; REDIS_URL when REDIS_ADDR is not set), as the redisdelay CLI reads them, or
+// else an embedded miniredis. On a server the example's keys live under a key prefix of its
+// own, "redisdelay-example-" and its name, so that the CLI and the dashboard find its queues
+// with --prefix. A run starts by deleting what an earlier run left there, so runs of one
+// example on one server must not overlap. When the run ends it deletes its keys too, unless
+// -keep asked to keep them, and prints the redisdelay command that shows its queues.
+package exampleredis
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/alicebob/miniredis/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// KeepUsage is the usage of each example's -keep flag, which Open takes as keep.
+const KeepUsage = "keep the example's keys in Redis when it ends, to look at its queues with the redisdelay CLI"
+
+// closeTimeout bounds the deletion of the example's keys when it ends.
+const closeTimeout = 10 * time.Second
+
+// Redis is an example's Redis and the key prefix of its queues.
+type Redis struct {
+	Client *redis.Client
+	// Prefix is the KeyPrefix of the example's publishers, subscribers and inspectors.
+	Prefix string
+
+	name string
+	addr string               // as the environment gave it; "" on miniredis
+	mr   *miniredis.Miniredis // nil on a server
+	keep bool
+}
+
+// Open connects to the Redis at REDIS_ADDR or REDIS_URL, deleting what an earlier run of the
+// example left under its prefix, or starts an embedded miniredis when neither is set. logf
+// prints a line of the example's timeline. The caller must call Close.
+func Open(ctx context.Context, name string, keep bool, logf func(format string, args ...any)) (*Redis, error) {
+	r := &Redis{Prefix: "redisdelay-example-" + name + ":", name: name, keep: keep}
+	from := "REDIS_ADDR"
+	r.addr = os.Getenv(from)
+	if r.addr == "" {
+		from = "REDIS_URL"
+		r.addr = os.Getenv(from)
+	}
+	if r.addr == "" {
+		mr, err := miniredis.Run()
+		if err != nil {
+			return nil, fmt.Errorf("start miniredis: %w", err)
+		}
+		r.mr, r.Client = mr, redis.NewClient(&redis.Options{Addr: mr.Addr()})
+		logf("using embedded miniredis at %s (set REDIS_ADDR to use a real Redis)", mr.Addr())
+		return r, nil
+	}
+	opts := &redis.Options{Addr: r.addr}
+	if strings.Contains(r.addr, "://") {
+		var err error
+		if opts, err = redis.ParseURL(r.addr); err != nil {
+			return nil, fmt.Errorf("%s: %w", from, err)
+		}
+	}
+	r.Client = redis.NewClient(opts)
+	if err := r.Client.Ping(ctx).Err(); err != nil {
+		r.Client.Close()
+		return nil, fmt.Errorf("redis at %s (%s): %w", r.addr, from, err)
+	}
+	logf("using Redis at %s (%s), key prefix %s", r.addr, from, r.Prefix)
+	n, err := r.deleteKeys(ctx)
+	if err != nil {
+		r.Client.Close()
+		return nil, err
+	}
+	if n > 0 {
+		logf("deleted the %d keys an earlier run kept under %s", n, r.Prefix)
+	}
+	return r, nil
+}
+
+// Close deletes the example's keys unless it was asked to keep them, closes the client (and
+// miniredis), and prints to w how to see the example's queues with the redisdelay CLI. It
+// gives up on Redis after closeTimeout, also when the example was interrupted.
+func (r *Redis) Close(w io.Writer) error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	defer r.Client.Close()
+	if r.mr != nil {
+		defer r.mr.Close()
+		fmt.Fprintf(w, "\nThe embedded miniredis ends with the example, so no redisdelay command can see its queues.\n"+
+			"To look at them, run the example against a Redis and keep its keys:\n\n"+
+			"  REDIS_ADDR=127.0.0.1:6379 go run ./_examples/%s -keep\n", r.name)
+		return nil
+	}
+	command := fmt.Sprintf("redisdelay stats --addr %s --prefix %s", shellQuote(r.addr), shellQuote(r.Prefix))
+	if r.keep {
+		fmt.Fprintf(w, "\nThe example's keys are kept under %s. Its queues:\n\n  %s\n", r.Prefix, command)
+		return nil
+	}
+	n, err := r.deleteKeys(ctx)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nDeleted the example's %d keys under %s. To keep them and see its queues, run it with -keep, then:\n\n  %s\n", n, r.Prefix, command)
+	return nil
+}
+
+// deleteKeys deletes every key under the prefix, scanning 1,000 keys per round trip, and
+// returns how many it deleted.
+func (r *Redis) deleteKeys(ctx context.Context) (int, error) {
+	pattern := globEscape(r.Prefix) + "*"
+	deleted := 0
+	var cursor uint64
+	for {
+		keys, next, err := r.Client.Scan(ctx, cursor, pattern, 1000).Result()
+		if err != nil {
+			return deleted, fmt.Errorf("scan the keys under %s: %w", r.Prefix, err)
+		}
+		if len(keys) > 0 {
+			n, err := r.Client.Unlink(ctx, keys...).Result()
+			if err != nil {
+				return deleted, fmt.Errorf("delete the keys under %s: %w", r.Prefix, err)
+			}
+			deleted += int(n)
+		}
+		if cursor = next; cursor == 0 {
+			return deleted, nil
+		}
+	}
+}
+
+// globEscape escapes the characters SCAN's MATCH pattern treats specially.
+func globEscape(s string) string {
+	return regexp.MustCompile(`[*?\[\]\\]`).ReplaceAllString(s, `\$0`)
+}
+
+// shellQuote returns s as a shell word: as it is when it holds only characters no shell
+// treats specially, else in single quotes.
+func shellQuote(s string) string {
+	if regexp.MustCompile(`^[A-Za-z0-9@%+=:,./_-]+$`).MatchString(s) {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}

@@ -1,0 +1,257 @@
+package store
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// publish.go owns storing messages: publish.lua for a batch, with WAIT when the owner asks for
+// replicas, how a message's schedule and key travel to the script, and what the script says it
+// did with each message.
+
+// Outgoing is a message ready to be stored: its marshaled form and when it is due, either Delay
+// after the Redis clock at publish time, but no later than Latest when Latest is set, or, when
+// At is set, at that instant.
+type Outgoing struct {
+	Data   []byte
+	Delay  time.Duration
+	At     time.Time
+	Latest time.Time
+	// KeySpec is "" for a message without a key, else what KeySpec or BatchSpec returns.
+	KeySpec string
+}
+
+// scheduleArg encodes when m is due for publish_to: a delay in µs; "@" and a Unix time in µs;
+// or a delay in µs, "<" and the latest due time as a Unix time in µs.
+func (m Outgoing) scheduleArg() any {
+	switch {
+	case !m.At.IsZero():
+		return "@" + strconv.FormatInt(m.At.UnixMicro(), 10)
+	case !m.Latest.IsZero():
+		return strconv.FormatInt(m.Delay.Microseconds(), 10) + "<" + strconv.FormatInt(m.Latest.UnixMicro(), 10)
+	}
+	return m.Delay.Microseconds()
+}
+
+// The duplicate policies of a keyed message, as publish_to reads them (see KeySpec).
+const (
+	KeepExisting    = "k"
+	ReplaceExisting = "r"
+	KeepEarlier     = "<"
+	KeepLater       = ">"
+)
+
+// KeySpec returns the key spec of a keyed message for publish_to: its duplicate policy (one of
+// KeepExisting, ReplaceExisting, KeepEarlier, KeepLater), the history retention in ms, "=" and
+// the key.
+func KeySpec(policy string, retention time.Duration, key string) string {
+	return policy + strconv.FormatInt(retention.Milliseconds(), 10) + "=" + key
+}
+
+// BatchSpec returns the key spec of an item of the batch with key batchKey for publish_to: "B",
+// then the batch's most items, its longest wait in µs and its most bytes, "=" and the key.
+func BatchSpec(maxItems int, maxWait time.Duration, maxBytes int, batchKey string) string {
+	return "B" + strconv.Itoa(maxItems) + " " + strconv.FormatInt(maxWait.Microseconds(), 10) + " " + strconv.Itoa(maxBytes) + "=" + batchKey
+}
+
+// Outcome is what a script did with one message in one place: Publish with each message
+// (Scheduled, Duplicate, Replaced), the operations by key or ref in each consumer group and in
+// the parked set (NotFound, Applied, InFlight, Finished).
+type Outcome int
+
+const (
+	// Scheduled: stored and scheduled.
+	Scheduled Outcome = iota + 1
+	// Duplicate: the message's key was taken; nothing was stored.
+	Duplicate
+	// Replaced: it replaced the message that had its key.
+	Replaced
+	// NotFound: no message has the key or ref there.
+	NotFound
+	// Applied: the operation took effect there.
+	Applied
+	// InFlight: a consumer of the group holds the message.
+	InFlight
+	// Finished: the group no longer holds the message.
+	Finished
+)
+
+// PublishOutcome decodes the outcome of message i of a Publish call from the letters it
+// returned.
+func PublishOutcome(letters string, i int) Outcome {
+	switch letters[i] {
+	case 'd':
+		return Duplicate
+	case 'r':
+		return Replaced
+	}
+	return Scheduled
+}
+
+// Call names one run of a script that must not act twice: its token, and how long Redis keeps
+// the token after the first run (ms precision), within which a second run acts no more.
+type Call struct {
+	Token string
+	TTL   time.Duration
+}
+
+// NewToken returns a random token of 16 characters that names one publish or claim call, so
+// that a second run of the call is recognised.
+func NewToken() string {
+	var b [12]byte
+	binary.LittleEndian.PutUint64(b[:8], rand.Uint64())
+	binary.LittleEndian.PutUint32(b[8:], rand.Uint32())
+	return base64.RawURLEncoding.EncodeToString(b[:])
+}
+
+// publishTarget appends the keys and arguments that publish_to expects for partition p: its
+// keys, then the call key lifetime, the groups, their wake channels and the messages.
+func (s Store) publishTarget(keys []string, args []any, p Partition, call Call, groups []string, msgs []Outgoing) ([]string, []any) {
+	tk := s.keys.topic(p)
+	keys = append(keys, s.keys.call(p, call.Token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches, tk.window)
+	keys, args = s.groupTargets(keys, append(args, call.TTL.Milliseconds()), p, groups, false, true)
+	for _, m := range msgs {
+		args = append(args, m.Data, m.scheduleArg(), m.KeySpec)
+	}
+	return keys, args
+}
+
+// groupTargets appends the per-group keys and arguments that publish_to and the scripts by key
+// share: to keys, the groups' due sets, their lease sets (with leases), then their keyed
+// hashes; to args, the number of groups, their names and (with wake) their wake channels.
+func (s Store) groupTargets(keys []string, args []any, p Partition, groups []string, leases, wake bool) ([]string, []any) {
+	gks := make([]groupKeys, len(groups))
+	args = append(args, len(groups))
+	for i, g := range groups {
+		gks[i] = s.keys.group(p.Of(g))
+		keys = append(keys, gks[i].due)
+		args = append(args, g)
+	}
+	for _, gk := range gks {
+		if leases {
+			keys = append(keys, gk.lease)
+		}
+	}
+	for _, gk := range gks {
+		keys = append(keys, gk.keyed)
+	}
+	for _, gk := range gks {
+		if wake {
+			args = append(args, gk.wakeChannel)
+		}
+	}
+	return keys, args
+}
+
+// publishReply reads the reply of publish_to: its outcome letters (one per message, see
+// publish_to), or *StaleGroupsError or ErrLeaseLost. Any other reply is an error naming the
+// script.
+func publishReply(sc *script, reply any) (string, error) {
+	res, _ := reply.([]any)
+	if len(res) == 0 {
+		return "", unexpected(sc, reply)
+	}
+	switch code, _ := res[0].(int64); code {
+	case 1:
+		if len(res) == 3 {
+			outcomes, ok := res[2].(string)
+			if ok {
+				return outcomes, nil
+			}
+		}
+	case -1:
+		return "", ErrLeaseLost
+	case 0:
+		stale := &StaleGroupsError{}
+		for _, g := range res[1:] {
+			name, _ := g.(string)
+			stale.Groups = append(stale.Groups, name)
+		}
+		return "", stale
+	}
+	return "", unexpected(sc, reply)
+}
+
+// Publish runs publish.lua for one batch on partition p, scheduled for the given groups (none:
+// parked for the first group that registers), and returns the outcome letter of each message
+// (see PublishOutcome). It returns *StaleGroupsError with the current groups when the caller's
+// view is wrong; nothing is stored then. A second run of the same call stores nothing and
+// returns the first run's outcomes. With DurableReplicas, see publishDurably.
+func (s Store) Publish(ctx context.Context, p Partition, call Call, groups []string, msgs []Outgoing) (string, error) {
+	keys, args := s.publishTarget(make([]string, 0, 9+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), p, call, groups, msgs)
+	if s.opts.DurableReplicas > 0 {
+		return s.publishDurably(ctx, keys, args)
+	}
+	res, err := s.run(ctx, s.client, publishScript, keys, args...)
+	if err != nil {
+		return "", err
+	}
+	return publishReply(publishScript, res)
+}
+
+// publishDurably runs publish.lua and then WAIT on one connection to the master that owns the
+// keys, since WAIT counts the replicas that have that connection's writes. Once the script ran,
+// the messages are stored, so every failure of WAIT (too few replicas, a lost connection, the
+// end of ctx) wraps ErrNotDurable.
+func (s Store) publishDurably(ctx context.Context, keys []string, args []any) (string, error) {
+	connect, ok := masterConn(s.client)
+	if !ok {
+		return "", fmt.Errorf("DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
+	}
+	conn, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (*redis.Conn, error) { return connect(ctx, keys[0]) })
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	res, err := s.run(ctx, conn, publishScript, keys, args...)
+	var outcomes string
+	if err == nil {
+		outcomes, err = publishReply(publishScript, res)
+	}
+	if err != nil {
+		return "", err
+	}
+	replicas, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (int64, error) {
+		return conn.Do(ctx, "WAIT", s.opts.DurableReplicas, s.opts.DurableTimeout.Milliseconds()).Int64()
+	})
+	switch {
+	case err != nil:
+		return outcomes, fmt.Errorf("%w: stored, but WAIT failed: %w", ErrNotDurable, err)
+	case replicas < int64(s.opts.DurableReplicas):
+		return outcomes, fmt.Errorf("%w: %d of %d replicas within %s", ErrNotDurable, replicas, s.opts.DurableReplicas, s.opts.DurableTimeout)
+	}
+	return outcomes, nil
+}
+
+// masterConn returns a function that opens a connection of its own to the master that owns a
+// key, for the clients that can do that: *redis.Client and *redis.ClusterClient.
+func masterConn(client redis.UniversalClient) (func(ctx context.Context, key string) (*redis.Conn, error), bool) {
+	switch c := client.(type) {
+	case *redis.ClusterClient:
+		return func(ctx context.Context, key string) (*redis.Conn, error) {
+			master, err := c.MasterForKey(ctx, key)
+			if err != nil {
+				return nil, err
+			}
+			return master.Conn(), nil
+		}, true
+	case *redis.Client:
+		return func(context.Context, string) (*redis.Conn, error) { return c.Conn(), nil }, true
+	}
+	return nil, false
+}
+
+// CanWaitForReplicas reports whether Publish can WAIT for replicas (Options.DurableReplicas)
+// over client: it needs a connection of its own to a master, which *redis.Client and
+// *redis.ClusterClient give.
+func CanWaitForReplicas(client redis.UniversalClient) bool {
+	_, ok := masterConn(client)
+	return ok
+}

@@ -1,0 +1,144 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// run.go owns the one path of every call: the time bound, the script form the server takes,
+// the classification of errors, and the reading of reply elements.
+
+// run runs a script: bounded by ctx (see bounded), on the script form the server supports, with
+// the error classified (see classify) and named after the script.
+func (s Store) run(ctx context.Context, c redis.Scripter, sc *script, keys []string, args ...any) (any, error) {
+	if err := sc.checkKeys(keys); err != nil {
+		return nil, err
+	}
+	if s.opts.Observe != nil {
+		start := time.Now()
+		defer func() { s.opts.Observe(sc.name, time.Since(start)) }()
+	}
+	res, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (any, error) {
+		if s.shebang.unsupported.Load() {
+			return sc.plain.Run(ctx, c, keys, args...).Result()
+		}
+		res, err := sc.flagged.Run(ctx, c, keys, args...).Result()
+		if err != nil && isShebangRefused(err) {
+			s.shebang.unsupported.Store(true)
+			return sc.plain.Run(ctx, c, keys, args...).Result()
+		}
+		return res, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("script %s: %w", sc.name, classify(err))
+	}
+	return res, nil
+}
+
+// command runs f, one plain command, bounded by ctx, with its error classified.
+func command[T any](ctx context.Context, s Store, f func(context.Context) (T, error)) (T, error) {
+	v, err := bounded(ctx, s.contextTimeouts, f)
+	if err != nil {
+		return v, classify(err)
+	}
+	return v, nil
+}
+
+// isShebangRefused reports a compile error at the shebang line, from a server that predates
+// script flags.
+func isShebangRefused(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "compiling script") && strings.Contains(msg, "'#'")
+}
+
+// classify wraps ErrRedisFull around an OOM reply, and ErrOutcomeUnknown around an error after
+// which the command may have run: a timeout or a connection lost after sending. Errors that
+// prove the command did not run (a reply error, a refused dial, a closed client or pool) are
+// returned as they are.
+func classify(err error) error {
+	var reply redis.Error
+	var op *net.OpError
+	switch {
+	case errors.As(err, &reply):
+		if strings.HasPrefix(reply.Error(), "OOM") {
+			return fmt.Errorf("%w: %w", ErrRedisFull, err)
+		}
+		return err
+	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout),
+		errors.As(err, &op) && op.Op == "dial":
+		return err
+	}
+	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+}
+
+// bounded runs f and returns when it does or when ctx is done, whichever comes first.
+//
+// Why: go-redis honours a context deadline on the socket only when the client has
+// ContextTimeoutEnabled; otherwise a call against a server that accepts and never answers
+// waits for ReadTimeout (3 s by default) on each of MaxRetries+1 tries. The client is the
+// application's, so the adapter cannot turn that option on. When the client has it (direct),
+// f runs on the caller's goroutine, and go-redis sets the socket deadlines, the pool wait and
+// the retry backoff from ctx, which bounds the call by itself. Otherwise f runs on a goroutine
+// of its own and is abandoned at the deadline: it finishes in the background and may still
+// take effect, which is safe because every script is atomic (whole or not at all) and the
+// publish and claim scripts recognise a second run.
+func bounded[T any](ctx context.Context, direct bool, f func(context.Context) (T, error)) (T, error) {
+	if direct {
+		return f(ctx)
+	}
+	type result struct {
+		v   T
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		v, err := f(ctx)
+		done <- result{v, err}
+	}()
+	select {
+	case r := <-done:
+		return r.v, r.err
+	case <-ctx.Done():
+		var zero T
+		return zero, ctx.Err()
+	}
+}
+
+// unexpected is the error for a reply that a script's wrapper does not know: never a guess.
+func unexpected(sc *script, reply any) error {
+	return fmt.Errorf("script %s: unexpected reply %v", sc.name, reply)
+}
+
+// asInt reads an integer reply element; Redis returns integers as int64 and scores as strings.
+func asInt(v any) int64 {
+	switch v := v.(type) {
+	case int64:
+		return v
+	case string:
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			return n
+		}
+		f, _ := strconv.ParseFloat(v, 64)
+		return int64(f)
+	}
+	return 0
+}
+
+// asStrings reads an array reply element of strings.
+func asStrings(v any) []string {
+	list, _ := v.([]any)
+	out := make([]string, 0, len(list))
+	for _, e := range list {
+		if s, ok := e.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
