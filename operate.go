@@ -128,6 +128,29 @@ func (i *Inspector) group(ctx context.Context, topic, group string) (TopicInfo, 
 	return info, fmt.Errorf("redisdelay: consumer group %s on topic %s: %w", quote(group), quote(topic), ErrNotFound)
 }
 
+// groupOrParked is group, and for ParkedGroup checks that no group is registered on topic:
+// then its messages wait in the parked sets. For ParkedGroup on a topic with a group, the
+// error wraps ErrNotFound.
+func (i *Inspector) groupOrParked(ctx context.Context, topic, group string) (TopicInfo, error) {
+	if group != ParkedGroup {
+		return i.group(ctx, topic, group)
+	}
+	info, err := i.topic(ctx, topic)
+	if err == nil && len(info.Groups) > 0 {
+		err = fmt.Errorf("redisdelay: topic %s has consumer groups, so no message waits parked for a first one: %w", quote(topic), ErrNotFound)
+	}
+	return info, err
+}
+
+// dueSet is the set that holds the messages of group g that are not in flight: its due set, or
+// for ParkedGroup the partition's parked set.
+func dueSet(g store.Group) store.Set {
+	if g.Name == ParkedGroup {
+		return store.Parked(g.Partition)
+	}
+	return store.Due(g)
+}
+
 // groupsOf returns the union of the groups registered on the partitions of topic, sorted.
 func (i *Inspector) groupsOf(ctx context.Context, topic string, partitions int) ([]string, error) {
 	set := map[string]bool{}
@@ -169,10 +192,17 @@ type GroupStats struct {
 	Paused bool
 }
 
+// A topic with no consumer group has one GroupStats from Stats, under ParkedGroup: Scheduled
+// and Due count the messages that wait, parked, for its first group, OldestDueAge and NextDue
+// are theirs, and the other counts are zero. The default dead-letter topic of a group that
+// Stats reports has none: its parked messages are that group's DeadLetters.
+
 // Stats returns the statistics of every consumer group of the given topics, or of every topic
-// in the registry when none is given, sorted by topic and group. Each topic partition costs one
-// script of O(log N) commands per group (ZCOUNT, ZCARD, ZRANGE of one element), run 16 at a
-// time.
+// in the registry when none is given, sorted by topic and group; a topic with no group has one
+// under ParkedGroup (see GroupStats). Each topic partition costs one script of O(log N)
+// commands per group (ZCOUNT, ZCARD, ZRANGE of one element), run 16 at a time; the partitions
+// of a topic with no group cost one pipelined round trip of four such commands each, after one
+// TIME for the whole call.
 // Errors: an error wrapping ErrNotFound for a topic not in the registry, or the Redis error,
 // within OperationTimeout.
 func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, error) {
@@ -201,18 +231,36 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 	}
 	var stats []*GroupStats
 	var jobs []*job
+	var parked []parkedJob
+	counted := map[string]bool{} // dead-letter topics whose messages are DeadLetters of a group
 	for _, info := range infos {
+		for _, g := range info.Groups {
+			counted[DefaultDeadLetterTopic(info.Topic, g)] = true
+		}
+	}
+	for _, info := range infos {
+		if len(info.Groups) == 0 && counted[info.Topic] {
+			continue
+		}
+		if len(info.Groups) == 0 {
+			st := &GroupStats{Topic: info.Topic, Group: ParkedGroup}
+			stats = append(stats, st)
+			for n := 0; n < info.Partitions; n++ {
+				parked = append(parked, parkedJob{stats: st, partition: store.Partition{Topic: info.Topic, N: n}})
+			}
+			continue
+		}
 		var group []*GroupStats
 		for _, g := range info.Groups {
 			group = append(group, &GroupStats{Topic: info.Topic, Group: g})
 		}
 		stats = append(stats, group...)
-		if len(group) == 0 {
-			continue
-		}
 		for n := 0; n < info.Partitions; n++ {
 			jobs = append(jobs, &job{stats: group, partition: n})
 		}
+	}
+	if err := i.parkedStats(ctx, parked); err != nil {
+		return nil, err
 	}
 	err := forEachConcurrently(ctx, len(jobs), func(ctx context.Context, n int) error {
 		j := jobs[n]
@@ -255,6 +303,50 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 		out[n] = *st
 	}
 	return out, nil
+}
+
+// parkedJob is the Stats of a topic with no consumer group that one partition adds to.
+type parkedJob struct {
+	stats     *GroupStats
+	partition store.Partition
+}
+
+// parkedStats adds the counts of the parked set of each job's partition to its stats, at one
+// time of the Redis clock.
+func (i *Inspector) parkedStats(ctx context.Context, jobs []parkedJob) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	nowUs, err := i.store.Clock(ctx)
+	if err != nil {
+		return fmt.Errorf("redisdelay: stats of parked messages: %w", err)
+	}
+	counts := make([]store.DueCounts, len(jobs))
+	err = forEachConcurrently(ctx, len(jobs), func(ctx context.Context, n int) error {
+		var err error
+		counts[n], err = i.store.CountByDue(ctx, store.Parked(jobs[n].partition), nowUs, 1, 0)
+		if err != nil {
+			return fmt.Errorf("redisdelay: stats of topic %s: %w", quote(jobs[n].partition.Topic), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for n, c := range counts {
+		st := jobs[n].stats
+		st.Due += c.Before
+		st.Scheduled += c.After
+		if c.Before > 0 && c.FirstUs >= 0 {
+			st.OldestDueAge = max(st.OldestDueAge, time.Duration(nowUs-c.FirstUs)*time.Microsecond)
+		}
+		if c.FirstFromUs >= 0 {
+			if next := time.UnixMicro(c.FirstFromUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
+				st.NextDue = next
+			}
+		}
+	}
+	return nil
 }
 
 // Pause pauses consumer group on topic: its claims hand out nothing (acks of messages in
@@ -423,13 +515,15 @@ type ListPage struct {
 // offset, so a page costs the same with 1M messages of one due time, whatever the cursor says.
 // Messages added or removed between pages do not shift the others; a message whose due time
 // changes between pages may be missed or seen twice. A page may hold fewer than Limit messages
-// and still have a NextCursor, when its messages are large (see ListReadBytes). Errors: an
-// error wrapping ErrNotFound for an unknown topic or group, a bad cursor or state, or the
-// Redis error, within OperationTimeout.
+// and still have a NextCursor, when its messages are large (see ListReadBytes). For
+// ParkedGroup, it lists the parked messages of a topic that has no consumer group, in
+// StateScheduled or StateDue. Errors: an error wrapping ErrNotFound for an unknown topic or
+// group (or ParkedGroup on a topic with a group), a bad cursor or state, or the Redis error,
+// within OperationTimeout.
 func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOptions) (ListPage, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	info, err := i.group(ctx, topic, group)
+	info, err := i.groupOrParked(ctx, topic, group)
 	if err != nil {
 		return ListPage{}, err
 	}
@@ -482,16 +576,19 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 // calls, so that each stays within about a millisecond of Redis time.
 const listCallLimit = 250
 
-// listTarget returns the set, and the span of it, that hold the messages of group g in state.
+// listTarget returns the set, and the span of it, that hold the messages of group g in state;
+// for ParkedGroup, the scheduled and due ones of the partition's parked set.
 func listTarget(g store.Group, state State) (store.Set, store.Span, error) {
-	switch state {
-	case StateScheduled:
-		return store.Due(g), store.Later, nil
-	case StateDue:
-		return store.Due(g), store.DueNow, nil
-	case StateInFlight:
+	switch {
+	case state == StateScheduled:
+		return dueSet(g), store.Later, nil
+	case state == StateDue:
+		return dueSet(g), store.DueNow, nil
+	case g.Name == ParkedGroup:
+		return store.Set{}, "", fmt.Errorf("redisdelay: list state %q of the parked messages of topic %s, want %s or %s", state, quote(g.Topic), StateScheduled, StateDue)
+	case state == StateInFlight:
 		return store.Leases(g), store.All, nil
-	case StateDeadLettered:
+	case state == StateDeadLettered:
 		return store.Parked(deadLetterPartition(g)), store.All, nil
 	}
 	return store.Set{}, "", fmt.Errorf("redisdelay: unknown list state %q, want one of %v", state, listStates)
@@ -577,8 +674,9 @@ func isDefaultUnmarshaler(u Unmarshaler) bool {
 }
 
 // Message returns the message that ref (MessageInfo.Ref) names in its consumer group, with its
-// whole payload. Errors: an error wrapping ErrNotFound when the group no longer holds it (or
-// the topic or group is unknown), or the Redis error, within OperationTimeout.
+// whole payload; for ParkedGroup, a parked message of a topic that has no consumer group.
+// Errors: an error wrapping ErrNotFound when the group no longer holds it (or the topic or
+// group is unknown), or the Redis error, within OperationTimeout.
 func (i *Inspector) Message(ctx context.Context, topic, group, ref string) (MessageInfo, error) {
 	return i.oneByRef(ctx, topic, group, ref, false)
 }
@@ -598,7 +696,11 @@ func (i *Inspector) DeadLetter(ctx context.Context, topic, group, ref string) (M
 func (i *Inspector) oneByRef(ctx context.Context, topic, group, ref string, dead bool) (MessageInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	info, err := i.group(ctx, topic, group)
+	find := i.groupOrParked
+	if dead {
+		find = i.group
+	}
+	info, err := find(ctx, topic, group)
 	if err != nil {
 		return MessageInfo{}, err
 	}
@@ -645,7 +747,7 @@ func (i *Inspector) MessageByKey(ctx context.Context, topic, group, key string) 
 // errors call it.
 func (i *Inspector) show(ctx context.Context, topic, group string, r store.Ref, name string, dead bool) (MessageInfo, error) {
 	g := store.Partition{Topic: topic, N: r.Partition}.Of(group)
-	what, set := "message", store.Due(g)
+	what, set := "message", dueSet(g)
 	if dead {
 		what, set = "dead letter", store.Parked(deadLetterPartition(g))
 	}
