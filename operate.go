@@ -223,14 +223,33 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 		}
 		infos = append(infos, info)
 	}
-	// One script call per topic partition, for all its groups.
-	type job struct {
-		stats     []*GroupStats
-		partition int
-		counts    []store.GroupCounts
+	stats, jobs, parked := planStats(infos)
+	if err := i.parkedStats(ctx, parked); err != nil {
+		return nil, err
 	}
+	if err := i.groupStats(ctx, jobs); err != nil {
+		return nil, err
+	}
+	out := make([]GroupStats, len(stats))
+	for n, st := range stats {
+		out[n] = *st
+	}
+	return out, nil
+}
+
+// statsJob is the Stats of the groups of a topic that one partition adds to, with one script
+// call for all of them.
+type statsJob struct {
+	stats     []*GroupStats
+	partition int
+}
+
+// planStats returns the Stats to fill for the topics of infos, in order, and the reads that
+// fill them: a statsJob per partition of a topic with groups, a parkedJob per partition of a
+// topic without, unless it is the dead-letter topic of one of the groups.
+func planStats(infos []TopicInfo) ([]*GroupStats, []statsJob, []parkedJob) {
 	var stats []*GroupStats
-	var jobs []*job
+	var jobs []statsJob
 	var parked []parkedJob
 	counted := map[string]bool{} // dead-letter topics whose messages are DeadLetters of a group
 	for _, info := range infos {
@@ -239,29 +258,31 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 		}
 	}
 	for _, info := range infos {
-		if len(info.Groups) == 0 && counted[info.Topic] {
-			continue
-		}
-		if len(info.Groups) == 0 {
+		switch {
+		case len(info.Groups) == 0 && counted[info.Topic]:
+		case len(info.Groups) == 0:
 			st := &GroupStats{Topic: info.Topic, Group: ParkedGroup}
 			stats = append(stats, st)
 			for n := 0; n < info.Partitions; n++ {
 				parked = append(parked, parkedJob{stats: st, partition: store.Partition{Topic: info.Topic, N: n}})
 			}
-			continue
-		}
-		var group []*GroupStats
-		for _, g := range info.Groups {
-			group = append(group, &GroupStats{Topic: info.Topic, Group: g})
-		}
-		stats = append(stats, group...)
-		for n := 0; n < info.Partitions; n++ {
-			jobs = append(jobs, &job{stats: group, partition: n})
+		default:
+			group := make([]*GroupStats, len(info.Groups))
+			for k, g := range info.Groups {
+				group[k] = &GroupStats{Topic: info.Topic, Group: g}
+			}
+			stats = append(stats, group...)
+			for n := 0; n < info.Partitions; n++ {
+				jobs = append(jobs, statsJob{stats: group, partition: n})
+			}
 		}
 	}
-	if err := i.parkedStats(ctx, parked); err != nil {
-		return nil, err
-	}
+	return stats, jobs, parked
+}
+
+// groupStats adds the counts of each job's partition to its stats.
+func (i *Inspector) groupStats(ctx context.Context, jobs []statsJob) error {
+	counts := make([][]store.GroupCounts, len(jobs))
 	err := forEachConcurrently(ctx, len(jobs), func(ctx context.Context, n int) error {
 		j := jobs[n]
 		topic := j.stats[0].Topic
@@ -271,17 +292,17 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 			dead[k] = store.Partition{Topic: DefaultDeadLetterTopic(topic, st.Group), N: j.partition}
 		}
 		var err error
-		j.counts, err = i.store.Stats(ctx, store.Partition{Topic: topic, N: j.partition}, groups, dead)
+		counts[n], err = i.store.Stats(ctx, store.Partition{Topic: topic, N: j.partition}, groups, dead)
 		if err != nil {
 			return fmt.Errorf("redisdelay: stats of topic %s: %w", quote(topic), err)
 		}
 		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	for _, j := range jobs {
-		for k, c := range j.counts {
+	for n, j := range jobs {
+		for k, c := range counts[n] {
 			st := j.stats[k]
 			st.Scheduled += c.Scheduled
 			st.Due += c.Due
@@ -289,20 +310,27 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 			st.DeadLetters += c.Dead
 			st.Paused = st.Paused || c.Paused
 			if c.Due > 0 && c.HeadUs >= 0 {
-				st.OldestDueAge = max(st.OldestDueAge, time.Duration(c.NowUs-c.HeadUs)*time.Microsecond)
+				st.addOldest(c.NowUs, c.HeadUs)
 			}
-			if c.NextDueUs >= 0 {
-				if next := time.UnixMicro(c.NextDueUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
-					st.NextDue = next
-				}
-			}
+			st.addNextDue(c.NextDueUs)
 		}
 	}
-	out := make([]GroupStats, len(stats))
-	for n, st := range stats {
-		out[n] = *st
+	return nil
+}
+
+// addOldest counts a message due since headUs, at nowUs, in OldestDueAge.
+func (st *GroupStats) addOldest(nowUs, headUs int64) {
+	st.OldestDueAge = max(st.OldestDueAge, time.Duration(nowUs-headUs)*time.Microsecond)
+}
+
+// addNextDue counts a due time after now in NextDue; -1 for none.
+func (st *GroupStats) addNextDue(us int64) {
+	if us < 0 {
+		return
 	}
-	return out, nil
+	if next := time.UnixMicro(us); st.NextDue.IsZero() || next.Before(st.NextDue) {
+		st.NextDue = next
+	}
 }
 
 // parkedJob is the Stats of a topic with no consumer group that one partition adds to.
@@ -338,13 +366,9 @@ func (i *Inspector) parkedStats(ctx context.Context, jobs []parkedJob) error {
 		st.Due += c.Before
 		st.Scheduled += c.After
 		if c.Before > 0 && c.FirstUs >= 0 {
-			st.OldestDueAge = max(st.OldestDueAge, time.Duration(nowUs-c.FirstUs)*time.Microsecond)
+			st.addOldest(nowUs, c.FirstUs)
 		}
-		if c.FirstFromUs >= 0 {
-			if next := time.UnixMicro(c.FirstFromUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
-				st.NextDue = next
-			}
-		}
+		st.addNextDue(c.FirstFromUs)
 	}
 	return nil
 }
