@@ -164,6 +164,9 @@ func New(in *redisdelay.Inspector, opts Options) (http.Handler, error) {
 	mux.Handle("GET "+p+"/static/", http.StripPrefix(p+"/static/", filesOnly(static)))
 	mux.HandleFunc("GET "+group, s.group)
 	mux.HandleFunc("GET "+group+"/message", s.message)
+	parked := p + "/topic/{topic}/parked" // the messages of a topic with no group
+	mux.HandleFunc("GET "+parked, s.group)
+	mux.HandleFunc("GET "+parked+"/message", s.message)
 	mux.HandleFunc("POST "+group+"/pause", s.act(s.pause))
 	mux.HandleFunc("POST "+group+"/resume", s.act(s.resume))
 	mux.HandleFunc("POST "+group+"/message/cancel", s.act(s.cancel))
@@ -384,11 +387,18 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 	}
 }
 
-// target returns the topic and group a request names, or reports the error and false: 400 for
-// a name that cannot exist, 404 for a topic outside Options.Topics.
+// target returns the topic and group a request names (ParkedGroup on the pages of a topic's
+// parked messages), or reports the error and false: 400 for a name that cannot exist, 404 for
+// a topic outside Options.Topics.
 func (s *server) target(w http.ResponseWriter, r *http.Request) (topic, group string, ok bool) {
 	topic, group = r.PathValue("topic"), r.PathValue("group")
-	if err := errors.Join(redisdelay.ValidateName("topic", topic), redisdelay.ValidateName("consumer group", group)); err != nil {
+	err := redisdelay.ValidateName("topic", topic)
+	if strings.Contains(r.Pattern, "{group}") {
+		err = errors.Join(err, redisdelay.ValidateName("consumer group", group))
+	} else {
+		group = redisdelay.ParkedGroup
+	}
+	if err != nil {
 		s.fail(w, err)
 		return "", "", false
 	}
@@ -399,11 +409,20 @@ func (s *server) target(w http.ResponseWriter, r *http.Request) (topic, group st
 	return topic, group, true
 }
 
+// groupPath is the path of a group's page; for ParkedGroup, of the page of the topic's parked
+// messages.
+func (s *server) groupPath(topic, group string) string {
+	if group == redisdelay.ParkedGroup {
+		return s.opts.Prefix + "/topic/" + url.PathEscape(topic) + "/parked"
+	}
+	return s.opts.Prefix + "/topic/" + url.PathEscape(topic) + "/group/" + url.PathEscape(group)
+}
+
 // groupURL is the URL of a group's page with query q (nil for none). Names are path-escaped,
 // so any name, '/' included, is one path segment; "." and ".." are the exception, since
 // browsers resolve them (escaped too) before they send the request.
 func (s *server) groupURL(topic, group string, q url.Values) string {
-	u := s.opts.Prefix + "/topic/" + url.PathEscape(topic) + "/group/" + url.PathEscape(group)
+	u := s.groupPath(topic, group)
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -412,7 +431,7 @@ func (s *server) groupURL(topic, group string, q url.Values) string {
 
 // messageURL is the URL of a message's page, or of one of its actions, with query q.
 func (s *server) messageURL(topic, group, action string, q url.Values) string {
-	u := s.opts.Prefix + "/topic/" + url.PathEscape(topic) + "/group/" + url.PathEscape(group) + "/message" + action
+	u := s.groupPath(topic, group) + "/message" + action
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}

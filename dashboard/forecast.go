@@ -45,7 +45,7 @@ func forecastChart(counts []int64, start time.Time, bucket time.Duration) templa
 	b.Grow(200 * (len(counts) + 4))
 	f := func(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
 	b.WriteString(`<svg class="forecast" id="forecast-chart" viewBox="0 0 ` + strconv.Itoa(chartWidth) + " " + strconv.Itoa(chartHeight) +
-		`" role="img" aria-label="` + html.EscapeString(forecastSummary(counts, bucket)) + `" preserveAspectRatio="none">` + "\n")
+		`" role="img" aria-label="` + html.EscapeString(forecastSummary(counts, bucket)) + `">` + "\n")
 	plot := float64(chartHeight - chartTop - chartBottom)
 	slot := float64(chartWidth) / float64(max(len(counts), 1))
 	gap := min(slot/5, 4)

@@ -7,7 +7,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"html"
 	"html/template"
 	"net/http"
@@ -23,22 +22,6 @@ import (
 
 // pageSize is how many messages a group page lists.
 const pageSize = 50
-
-// stateTab describes one state tab of a group page.
-type stateTab struct {
-	State redisdelay.State
-	Label string
-	At    string // what the time column of the state shows
-	Means string // what a message in this state is waiting for
-}
-
-// states are the tabs of a group page, in order.
-var states = []stateTab{
-	{redisdelay.StateScheduled, "Scheduled", "Due at", "Due later: they wait for their due time."},
-	{redisdelay.StateDue, "Due now", "Due at", "Their due time has passed: they wait for a consumer of the group to claim them."},
-	{redisdelay.StateInFlight, "In flight", "Lease deadline", "Claimed by a consumer and hidden from the others until the lease deadline; a message not acked by then is delivered again."},
-	{redisdelay.StateDeadLettered, "Dead letters", "Died at", "They ran out of attempts and wait on the group's dead-letter topic; requeue one to deliver it to the group again."},
-}
 
 // overview renders every topic and group with its Stats and lateness.
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
@@ -93,9 +76,13 @@ func (s *server) overviewRow(b *strings.Builder, st redisdelay.GroupStats) {
 	text(st.Topic)
 	b.WriteString("</td>\n<td><a href=\"")
 	text(s.groupURL(st.Topic, st.Group, nil))
-	b.WriteString(`">`)
-	text(st.Group)
-	b.WriteString("</a></td>\n")
+	if st.Group == redisdelay.ParkedGroup {
+		b.WriteString(`" class="parked">no group yet: parked</a></td>` + "\n")
+	} else {
+		b.WriteString(`">`)
+		text(st.Group)
+		b.WriteString("</a></td>\n")
+	}
 	num("scheduled", levelNone, strconv.FormatInt(st.Scheduled, 10))
 	num("due", levelNone, strconv.FormatInt(st.Due, 10))
 	num("in-flight", levelNone, strconv.FormatInt(st.InFlight, 10))
@@ -106,9 +93,12 @@ func (s *server) overviewRow(b *strings.Builder, st redisdelay.GroupStats) {
 	}
 	num("oldest-due", lv.Overdue, age)
 	cell("time", "next-due", levelNone, string(when(st.NextDue)))
-	if st.Paused {
+	switch {
+	case st.Group == redisdelay.ParkedGroup:
+		cell("", "paused", levelNone, "waits for a first group")
+	case st.Paused:
 		cell("", "paused", lv.Paused, `<span class="badge `+string(lv.Paused)+`">paused</span>`)
-	} else {
+	default:
 		cell("", "paused", levelNone, "not paused")
 	}
 	if s.opts.Lateness != nil {
@@ -191,133 +181,6 @@ func (s *server) stats(ctx context.Context) ([]redisdelay.GroupStats, []string, 
 	return st, missing, err
 }
 
-// tab is one state tab of a group page.
-type tab struct {
-	Label  string
-	Count  int64
-	URL    string
-	Active bool
-	Level  level
-}
-
-// listedMessage is one row of a group page.
-type listedMessage struct {
-	redisdelay.MessageInfo
-	URL string
-	At  time.Time // due time, lease deadline or dead-lettering time
-}
-
-// group renders a group's stats, one page of its messages in one state, and its actions.
-func (s *server) group(w http.ResponseWriter, r *http.Request) {
-	topic, group, ok := s.target(w, r)
-	if !ok {
-		return
-	}
-	q := r.URL.Query()
-	state := redisdelay.State(q.Get("state"))
-	if state == "" {
-		state = redisdelay.StateScheduled
-	}
-	current := slices.IndexFunc(states, func(t stateTab) bool { return t.State == state })
-	if current < 0 {
-		s.problem(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q: want scheduled, due, in-flight or dead-lettered", state))
-		return
-	}
-	cursor := q.Get("cursor")
-	st, err := s.groupStats(r.Context(), topic, group)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	list, err := s.in.List(r.Context(), topic, group, redisdelay.ListOptions{State: state, Cursor: cursor, Limit: pageSize})
-	if err != nil {
-		// List's error for a malformed cursor wraps no sentinel: tell it from a Redis failure
-		// by listing again without the cursor.
-		if cursor != "" && !errors.Is(err, redisdelay.ErrNotFound) {
-			if _, again := s.in.List(r.Context(), topic, group, redisdelay.ListOptions{State: state, Limit: 1}); again == nil {
-				s.problem(w, http.StatusBadRequest, err.Error())
-				return
-			}
-		}
-		s.fail(w, err)
-		return
-	}
-
-	lv := s.opts.Thresholds.levels(st)
-	counts := map[redisdelay.State]int64{
-		redisdelay.StateScheduled: st.Scheduled, redisdelay.StateDue: st.Due,
-		redisdelay.StateInFlight: st.InFlight, redisdelay.StateDeadLettered: st.DeadLetters,
-	}
-	levels := map[redisdelay.State]level{redisdelay.StateDue: lv.Overdue, redisdelay.StateDeadLettered: lv.Dead}
-	var tabs []tab
-	for _, t := range states {
-		tabs = append(tabs, tab{Label: t.Label, Count: counts[t.State], Active: t.State == state, Level: levels[t.State],
-			URL: s.groupURL(topic, group, url.Values{"state": {string(t.State)}})})
-	}
-	msgs := make([]listedMessage, len(list.Messages))
-	for n, m := range list.Messages {
-		link := url.Values{"ref": {m.Ref}}
-		if state == redisdelay.StateDeadLettered {
-			link.Set("state", string(state))
-		}
-		at := m.DueAt
-		if m.State == redisdelay.StateInFlight {
-			at = m.LeaseDeadline
-		}
-		msgs[n] = listedMessage{MessageInfo: m, URL: s.messageURL(topic, group, "", link), At: at}
-	}
-	var next, first string
-	if list.NextCursor != "" {
-		next = s.groupURL(topic, group, url.Values{"state": {string(state)}, "cursor": {list.NextCursor}})
-	}
-	if cursor != "" {
-		first = s.groupURL(topic, group, url.Values{"state": {string(state)}})
-	}
-	self := s.groupURL(topic, group, nil)
-	s.render(w, http.StatusOK, "group", page{
-		Title:  group + " · " + topic,
-		Crumbs: []crumb{{Label: topic}, {Label: group, URL: self}},
-		Notice: notice(q.Get("done")),
-		Body: struct {
-			Topic, Group, State, DeadLetterTopic string
-			Tab                                  stateTab
-			Stats                                redisdelay.GroupStats
-			Levels                               groupLevels
-			Thresholds                           Thresholds
-			Tabs                                 []tab
-			Messages                             []listedMessage
-			Dead                                 bool
-			Next, First                          string
-			Search                               string
-			Actions                              bool
-			PauseURL, ResumeURL                  string
-			Live                                 live
-		}{
-			Topic: topic, Group: group, State: string(state), DeadLetterTopic: redisdelay.DefaultDeadLetterTopic(topic, group),
-			Tab: states[current], Stats: st, Levels: lv, Thresholds: s.opts.Thresholds,
-			Tabs: tabs, Messages: msgs, Dead: state == redisdelay.StateDeadLettered, Next: next, First: first,
-			Search:   s.messageURL(topic, group, "", nil),
-			Actions:  s.mayAct(r),
-			PauseURL: self + "/pause", ResumeURL: self + "/resume",
-			Live: s.live(r),
-		},
-	})
-}
-
-// groupStats returns the Stats of one group, or an error wrapping ErrNotFound.
-func (s *server) groupStats(ctx context.Context, topic, group string) (redisdelay.GroupStats, error) {
-	all, err := s.in.Stats(ctx, topic)
-	if err != nil {
-		return redisdelay.GroupStats{}, err
-	}
-	for _, st := range all {
-		if st.Group == group {
-			return st, nil
-		}
-	}
-	return redisdelay.GroupStats{}, fmt.Errorf("consumer group %q on topic %q: %w", group, topic, redisdelay.ErrNotFound)
-}
-
 // messageView is what the message page shows.
 type messageView struct {
 	Info                                            redisdelay.MessageInfo
@@ -365,7 +228,7 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	v := messageView{Info: m, Topic: topic, Group: group, Dead: dead, Actions: s.mayAct(r)}
+	v := messageView{Info: m, Topic: topic, Group: group, Dead: dead, Actions: s.mayAct(r) && group != redisdelay.ParkedGroup}
 	v.Payload, v.PayloadKind = formatPayload(m.Payload)
 	tab := states[0]
 	switch {
@@ -380,6 +243,10 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 		v.StateLabel = "scheduled"
 	}
 	v.ReturnState, v.Means = string(tab.State), tab.Means
+	groupLabel := group
+	if group == redisdelay.ParkedGroup {
+		v.Means, groupLabel = parkedMeans, "parked (no consumer group)"
+	}
 	keys := make([]string, 0, len(m.Metadata))
 	for k := range m.Metadata {
 		keys = append(keys, k)
@@ -399,7 +266,7 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	name := cmp.Or(m.Key, m.UUID, m.ID)
 	s.render(w, http.StatusOK, "message", page{
 		Title: "Message " + name,
-		Crumbs: []crumb{{Label: topic}, {Label: group, URL: s.groupURL(topic, group, nil)},
+		Crumbs: []crumb{{Label: topic}, {Label: groupLabel, URL: s.groupURL(topic, group, nil)},
 			{Label: tab.Label, URL: s.groupURL(topic, group, url.Values{"state": {v.ReturnState}})}, {Label: name}},
 		Notice: notice(q.Get("done")),
 		Body:   v,
