@@ -479,3 +479,45 @@ func TestOperatorReadsADeadLetterInFullFromItsRow(t *testing.T) {
 	screenshot(t, ctx, "dead-letter-detail")
 	noViolations(t, ctx, c)
 }
+
+func TestOperatorSeesWhatComesDueInTheForecast(t *testing.T) {
+	q := seed(t)
+	// A herd: 40 messages due in 20 to 25 minutes, on top of the seed's 5 in an hour and 3 in
+	// two hours.
+	var herd []*message.Message
+	for i := range 40 {
+		msg := message.NewMessage("herd-"+strconv.Itoa(i), []byte(`{"reminder":"herd"}`))
+		delay.Message(msg, delay.For(21*time.Minute+time.Duration(i)*time.Second))
+		herd = append(herd, msg)
+	}
+	require.NoError(t, q.pub.Publish("orders", herd...))
+	srv := serve(t, q.in, dashboard.Options{})
+	ctx, c := browser(t)
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/topic/orders/group/billing")))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#forecast-chart"))))
+	counts, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#forecast-chart rect")].map(r => r.dataset.count)`))
+	require.NoError(t, err)
+	require.Len(t, counts, 24)
+	assert.Equal(t, "40", counts[4], "the herd, 20 to 25 minutes out")
+	assert.Equal(t, "5", counts[11], "the seed's reminders, an hour out")
+	assert.Equal(t, "3", counts[23], "the seed's orders, two hours out")
+	// The tallest bar is drawn full height, in the accent colour from the style sheet.
+	box, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]float64](`(() => {
+		const peak = document.querySelector("#forecast-chart rect.peak").getBoundingClientRect();
+		const small = document.querySelectorAll("#forecast-chart rect")[23].getBoundingClientRect();
+		return {peak: peak.height, small: small.height};
+	})()`))
+	require.NoError(t, err)
+	assert.InDelta(t, box["peak"]*3/40, box["small"], 1.5, "bars are in proportion")
+	assert.Equal(t, "rgb(36, 86, 199)", style(t, ctx, "#forecast-chart rect.peak", "fill"))
+	assert.Contains(t, text(t, ctx, "#forecast-note"), "2 due already")
+	screenshot(t, ctx, "forecast")
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#forecast .spans a[href*="forecast=day"]`))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#forecast .spans a.active[href*="forecast=day"]`))))
+	first, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#forecast-chart rect").dataset.count`))
+	require.NoError(t, err)
+	assert.Equal(t, "45", first, "a day of hour bars: the herd and the reminders are in the first")
+	noViolations(t, ctx, c)
+}
