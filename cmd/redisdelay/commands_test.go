@@ -491,6 +491,35 @@ func TestShowAsksForTheStateWhenARefNamesAMessageAndADeadLetter(t *testing.T) {
 	assert.Equal(t, "later "+large, one.Payload)
 }
 
+func TestStatsListAndShowTheParkedMessagesOfATopicWithNoGroup(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	require.NoError(t, q.pub.Publish("signups", newMessage("", "now 1"), newMessage("", "now 2")))
+	q.schedule("signups", newMessage("", "later"))
+
+	out := q.ok("stats", "--topic", "signups")
+	assert.Regexp(t, `(?m)^signups\s+\(parked\)\s+1\s+2\s+0\s+0\s+\S+\s+\S+\s+false$`, out)
+	assert.Contains(t, out, "(parked): the topic has no consumer group")
+	var stats []statsView
+	q.json(&stats, "stats", "--topic", "signups")
+	require.Len(t, stats, 1)
+	assert.True(t, stats[0].Parked)
+	assert.Equal(t, [3]any{"", int64(2), int64(1)}, [3]any{stats[0].Group, stats[0].Due, stats[0].Scheduled})
+
+	var due pageView
+	q.json(&due, "list", "--topic", "signups", "--parked", "--state", "due")
+	require.Len(t, due.Messages, 2)
+	shown := q.ok("show", "--topic", "signups", "--parked", "--ref", due.Messages[1].Ref)
+	assert.Contains(t, shown, "payload:\nnow 2\n")
+
+	r := q.run("", "list", "--topic", "signups", "--parked", "--group", "x", "--state", "due")
+	assert.Equal(t, 1, r.code, "--parked names no group")
+	q.register("signups", group)
+	r = q.run("", "list", "--topic", "signups", "--parked", "--state", "due")
+	assert.Equal(t, 1, r.code, "the first group took them")
+	assert.Equal(t, int64(2), q.stats("signups", group).Due)
+}
+
 func TestPurgeDropsTheMessagesOfOneState(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t)

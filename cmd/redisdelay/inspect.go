@@ -64,6 +64,9 @@ type statsView struct {
 	OldestDueAgeSeconds float64    `json:"oldest_due_age_seconds"`
 	NextDue             *time.Time `json:"next_due,omitempty"`
 	Paused              bool       `json:"paused"`
+	// Parked is set on the row of a topic with no consumer group (Group ""): its counts are the
+	// messages that wait for the first group.
+	Parked bool `json:"parked,omitempty"`
 }
 
 func (a *app) statsCommand() *cobra.Command {
@@ -123,6 +126,7 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 		views[n] = statsView{
 			Topic: s.Topic, Group: s.Group, Scheduled: s.Scheduled, Due: s.Due, InFlight: s.InFlight,
 			DeadLetters: s.DeadLetters, OldestDueAgeSeconds: s.OldestDueAge.Seconds(), NextDue: optionalTime(s.NextDue), Paused: s.Paused,
+			Parked: s.Group == redisdelay.ParkedGroup,
 		}
 	}
 	return a.print(views, func(w *tabwriter.Writer) {
@@ -135,11 +139,21 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 			if v.Due > 0 {
 				age = stats[n].OldestDueAge.Round(time.Millisecond).String()
 			}
-			row(w, v.Topic, v.Group, itoa(v.Scheduled), itoa(v.Due), itoa(v.InFlight), itoa(v.DeadLetters),
+			group := v.Group
+			if v.Parked {
+				group = parkedLabel
+			}
+			row(w, v.Topic, group, itoa(v.Scheduled), itoa(v.Due), itoa(v.InFlight), itoa(v.DeadLetters),
 				age, formatTime(stats[n].NextDue), strconv.FormatBool(v.Paused))
+		}
+		if slices.ContainsFunc(views, func(v statsView) bool { return v.Parked }) {
+			fmt.Fprintln(w, parkedLabel+": the topic has no consumer group; its messages wait for the first (list them with list --parked)")
 		}
 	})
 }
+
+// parkedLabel stands in a table for the group of a topic with no consumer group.
+const parkedLabel = "(parked)"
 
 // hintNoTopics tells, on stderr, where topics and stats looked when they found no topic: the
 // likeliest cause is a key prefix other than --prefix.
@@ -206,11 +220,17 @@ func (a *app) listCommand() *cobra.Command {
 		topic, group, state, cursor string
 		limit                       int
 	)
+	var parked bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List one page of a consumer group's messages in one state",
-		Args:  cobra.NoArgs,
+		Long: "List one page of a consumer group's messages in one state, or with --parked those of a topic\n" +
+			"with no consumer group, which wait for the first group (state scheduled or due).",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if parked {
+				group = redisdelay.ParkedGroup
+			}
 			page, err := a.in.List(cmd.Context(), topic, group, redisdelay.ListOptions{
 				State: redisdelay.State(state), Cursor: cursor, Limit: limit,
 			})
@@ -252,12 +272,21 @@ func (a *app) listCommand() *cobra.Command {
 	cmd.Flags().StringVar(&state, "state", "", "scheduled, due, in-flight or dead-lettered (required)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "most messages on the page; 0 means the Inspector's default")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "the next cursor the previous page printed")
+	addParkedFlag(cmd, &parked)
 	_ = cmd.MarkFlagRequired("state")
 	return cmd
 }
 
+// addParkedFlag adds --parked, which names the messages of a topic with no consumer group
+// instead of a group's.
+func addParkedFlag(cmd *cobra.Command, parked *bool) {
+	cmd.Flags().BoolVar(parked, "parked", false, "the messages of a topic with no consumer group, which wait for the first group")
+	cmd.MarkFlagsMutuallyExclusive("parked", "group")
+}
+
 func (a *app) showCommand() *cobra.Command {
 	var topic, group, key, ref, state string
+	var parked bool
 	cmd := &cobra.Command{
 		Use:   "show",
 		Short: "Show one message or dead letter of a consumer group with its metadata and whole payload",
@@ -268,6 +297,9 @@ func (a *app) showCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var m redisdelay.MessageInfo
 			var err error
+			if parked {
+				group = redisdelay.ParkedGroup
+			}
 			if key != "" {
 				m, err = a.in.MessageByKey(cmd.Context(), topic, group, key)
 			} else {
@@ -325,6 +357,8 @@ func (a *app) showCommand() *cobra.Command {
 	cmd.MarkFlagsOneRequired("key", "ref")
 	cmd.MarkFlagsMutuallyExclusive("key", "ref")
 	cmd.MarkFlagsMutuallyExclusive("key", "state")
+	addParkedFlag(cmd, &parked)
+	cmd.MarkFlagsMutuallyExclusive("parked", "key")
 	return cmd
 }
 
@@ -333,13 +367,13 @@ func (a *app) showCommand() *cobra.Command {
 // one of a dead letter can look alike (each topic numbers its messages), so a ref that names
 // both is an error that asks for --state.
 func (a *app) byRef(ctx context.Context, topic, group, ref string, state redisdelay.State) (redisdelay.MessageInfo, error) {
-	switch state {
-	case redisdelay.StateDeadLettered:
+	switch {
+	case state == redisdelay.StateDeadLettered:
 		return a.in.DeadLetter(ctx, topic, group, ref)
-	case redisdelay.StateScheduled, redisdelay.StateDue, redisdelay.StateInFlight:
+	case state == redisdelay.StateScheduled, state == redisdelay.StateDue, state == redisdelay.StateInFlight,
+		group == redisdelay.ParkedGroup && state == "": // parked messages have no dead letters
 		return a.in.Message(ctx, topic, group, ref)
-	case "":
-	default:
+	case state != "":
 		return redisdelay.MessageInfo{}, fmt.Errorf("--state is %q, want scheduled, due, in-flight or dead-lettered", state)
 	}
 	m, err := a.in.Message(ctx, topic, group, ref)
