@@ -311,7 +311,7 @@ func (c SubscriberConfig) Validate() error {
 	if err := validatePrefix(c.KeyPrefix); err != nil {
 		return fmt.Errorf("redisdelay: SubscriberConfig.KeyPrefix: %w", err)
 	}
-	if err := ValidateName("consumer group", c.ConsumerGroup); err != nil {
+	if err := checkName("consumer group", c.ConsumerGroup); err != nil {
 		return fmt.Errorf("redisdelay: SubscriberConfig.ConsumerGroup: %w", err)
 	}
 	if c.LeaseTimeout < 10*time.Millisecond {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"log"
 	"sort"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
@@ -160,4 +162,37 @@ func scanKeys(ctx context.Context, b backend, pattern string) ([]string, error) 
 	}
 	sort.Strings(keys)
 	return keys, err
+}
+
+func newInspector(t *testing.T, b backend, partitions int) *redisdelay.Inspector {
+	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client, Partitions: partitions}, errorLogger{})
+	require.NoError(t, err)
+	return in
+}
+
+func statsOf(t *testing.T, in *redisdelay.Inspector, topic, group string) redisdelay.GroupStats {
+	t.Helper()
+	all, err := in.Stats(context.Background(), topic)
+	require.NoError(t, err)
+	for _, s := range all {
+		if s.Group == group {
+			return s
+		}
+	}
+	t.Fatalf("no stats for group %s on topic %s in %+v", group, topic, all)
+	return redisdelay.GroupStats{}
+}
+
+// publishDelayed publishes n messages due after d, with UUIDs prefix0..prefix(n-1).
+func publishDelayed(t *testing.T, pub *redisdelay.Publisher, topic, prefix string, n int, d time.Duration) {
+	t.Helper()
+	var msgs []*message.Message
+	for i := range n {
+		msg := message.NewMessage(prefix+strconv.Itoa(i), []byte("payload of "+prefix+strconv.Itoa(i)))
+		if d > 0 {
+			delay.Message(msg, delay.For(d))
+		}
+		msgs = append(msgs, msg)
+	}
+	require.NoError(t, pub.Publish(topic, msgs...))
 }

@@ -1,11 +1,21 @@
 package redisdelay
 
+// The Inspector: its config, its constructor, and the helpers its operations share (running
+// calls concurrently, resolving refs to members, where a group's dead letters wait). Its
+// operations live in files by job: topics.go, inspector_group.go, inspector_key.go,
+// inspector_list.go, paging.go, inspector_ref.go, inspector_bulk.go, inspector_forecast.go.
+//
+// Everything the Inspector does uses O(1) or O(log N) commands per topic and group (plus O(M) for
+// M listed or moved messages, a list cursor O(log² N)); nothing uses KEYS or SCAN, skips an
+// offset, or sends more of a message than a preview unless that one message was asked for.
+
 import (
 	"context"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -139,221 +149,82 @@ func (i *Inspector) Addr() string {
 	return ""
 }
 
-// ParkedGroup is the name under which results report messages published while no consumer group
-// was registered on the topic: they wait, parked, for the first group that registers. Once a
-// group is registered, the copy a topic keeps for groups that register within its new-group
-// window (SubscriberConfig.NewGroupWindow) is not reported under it: it is no group's. Stats
-// reports a topic with no group under it, and List, Message and Forecast take it as a group
-// name for such a topic.
-const ParkedGroup = ""
-
-// KeyResult is the result of an operation by key.
-type KeyResult struct {
-	Topic, Key string
-	// Groups holds the outcome in each consumer group registered on the topic, by name; it
-	// holds ParkedGroup too when the message was parked.
-	Groups map[string]Outcome
-	// DueAt is the new due time, on the Redis clock, for Reschedule and RunNow.
-	DueAt time.Time
-}
-
-// Found reports whether a message had the key.
-func (r KeyResult) Found() bool {
-	for _, o := range r.Groups {
-		if o != OutcomeNotFound {
-			return true
-		}
+// forEachConcurrently calls f for 0..n-1, 16 at a time, and returns the first error.
+func forEachConcurrently(ctx context.Context, n int, f func(ctx context.Context, i int) error) error {
+	sem := make(chan struct{}, 16)
+	errs := make(chan error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs <- f(ctx, k)
+		}()
 	}
-	return false
-}
-
-// Applied reports whether the operation took effect in at least one group (for Cancel, OutcomeInFlight
-// counts: the message was cancelled there too).
-func (r KeyResult) Applied() bool {
-	for _, o := range r.Groups {
-		if o == OutcomeApplied {
-			return true
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			return err
 		}
-	}
-	return false
-}
-
-// Cancel cancels the message with key on topic: no consumer group receives it afterwards. In
-// a group that holds it due (first attempt, or waiting for a retry) it is removed (OutcomeApplied).
-// In a group that holds it in flight the delivery under way finishes (one claimed but not yet
-// handed to the handler may not be handed out), but its Ack or Nack is refused and it never
-// comes back (OutcomeInFlight). The message is deleted once no group holds it,
-// and the key is free again, or keeps its history for PublisherConfig.KeyRetention, recorded
-// as cancelled in each group that held it.
-//
-// Errors name the topic and key: an error wrapping ErrInvalidName or ErrInvalidKey for bad
-// input, ErrOutcomeUnknown when the call timed out after it was sent (it ran whole or not at
-// all; calling it again is safe), or the Redis error. It returns within OperationTimeout.
-func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, error) {
-	r := KeyResult{Topic: topic, Key: key}
-	err := i.byKey(ctx, "cancel", topic, key, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
-		res, err := i.store.Cancel(ctx, part, key, call, groups)
-		if err == nil {
-			r.Groups = keyOutcomes(res, groups)
-		}
-		return err
-	})
-	i.config.Metrics.acted(true, topic, r.Groups)
-	return r, err
-}
-
-// Reschedule makes the message with key due at dueAt (Unix time; a past time means at once,
-// measured on the Redis clock) in every consumer group that holds it due, a message waiting for
-// a retry included, keeping its attempt count; earlier or later both work, and subscribers that
-// sleep past the new time are woken. A group that holds it in flight keeps it (OutcomeInFlight).
-// Microsecond precision. Errors as for Cancel.
-func (i *Inspector) Reschedule(ctx context.Context, topic, key string, dueAt time.Time) (KeyResult, error) {
-	return i.reschedule(ctx, topic, key, store.Outgoing{At: dueAt})
-}
-
-// RescheduleAfter is Reschedule with a due time of delay after the Redis clock now; a delay of
-// 0 or less means at once.
-func (i *Inspector) RescheduleAfter(ctx context.Context, topic, key string, delay time.Duration) (KeyResult, error) {
-	return i.reschedule(ctx, topic, key, store.Outgoing{Delay: delay})
-}
-
-// RunNow makes the message with key due at once: RescheduleAfter with no delay.
-func (i *Inspector) RunNow(ctx context.Context, topic, key string) (KeyResult, error) {
-	return i.reschedule(ctx, topic, key, store.Outgoing{})
-}
-
-func (i *Inspector) reschedule(ctx context.Context, topic, key string, when store.Outgoing) (KeyResult, error) {
-	r := KeyResult{Topic: topic, Key: key}
-	err := i.byKey(ctx, "reschedule", topic, key, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
-		res, err := i.store.Reschedule(ctx, part, key, call, when, groups)
-		if err == nil {
-			r.Groups = keyOutcomes(res, groups)
-			r.DueAt = time.UnixMicro(res.DueUs)
-		}
-		return err
-	})
-	i.config.Metrics.acted(false, topic, r.Groups)
-	return r, err
-}
-
-// byKey checks topic and key, bounds the call by OperationTimeout, and runs op on the key's
-// partition with one call token, refreshing the view of the groups when it is stale.
-func (i *Inspector) byKey(ctx context.Context, name, topic, key string, op func(ctx context.Context, part store.Partition, call store.Call, groups []string) error) error {
-	if err := checkTopicKey(topic, key); err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
-	defer cancel()
-	part := store.Partition{Topic: topic, N: keyPartition(key, i.config.Partitions)}
-	call := store.Call{Token: store.NewToken(), TTL: i.callTTL}
-	err := i.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) error {
-		return op(ctx, part, call, groups)
-	})
-	if err != nil {
-		return fmt.Errorf("redisdelay: %s key %s on topic %s: %w", name, quote(key), quote(topic), err)
 	}
 	return nil
 }
 
-func checkTopicKey(topic, key string) error {
-	if err := ValidateName("topic", topic); err != nil {
+// deadLetterPartition is the partition of group g's default dead-letter topic where its dead
+// letters wait.
+func deadLetterPartition(g store.Group) store.Partition {
+	return store.Partition{Topic: DefaultDeadLetterTopic(g.Topic, g.Name), N: g.N}
+}
+
+// wholeMembers returns the members that refs name in set (a due or parked set) of their
+// partition: each ref's own member, or the one its short form finds (resolve.lua, resolveChunk
+// short forms per call), leaving out short forms that find none.
+func (i *Inspector) wholeMembers(ctx context.Context, set store.Set, refs []store.Ref) ([]string, error) {
+	var out, shorts []string
+	var scores []int64
+	resolve := func() error {
+		found, err := i.store.Resolve(ctx, set, shorts, scores)
+		for _, m := range found {
+			if m != "" {
+				out = append(out, m)
+			}
+		}
+		shorts, scores = shorts[:0], scores[:0]
 		return err
 	}
-	if err := ValidateKey(key); err != nil {
-		return fmt.Errorf("redisdelay: topic %s: key %s: %w", quote(topic), quote(key), err)
+	for _, r := range refs {
+		if !r.Short {
+			out = append(out, r.Member)
+			continue
+		}
+		shorts, scores = append(shorts, r.Member), append(scores, r.ScoreUs)
+		if len(shorts) == resolveChunk {
+			if err := resolve(); err != nil {
+				return nil, err
+			}
+		}
 	}
-	return nil
+	if len(shorts) > 0 {
+		if err := resolve(); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
 }
 
-// keyOutcomes names the outcomes of Cancel or Reschedule by group. The parked set's counts only
-// while no group is registered: after that, it is the new-group window's copy (see
-// ParkedGroup).
-func keyOutcomes(res store.KeyResult, groups []string) map[string]Outcome {
-	out := make(map[string]Outcome, len(groups)+1)
-	if res.Parked == store.Applied && len(groups) == 0 {
-		out[ParkedGroup] = OutcomeApplied
+// wholeMember is wholeMembers for one ref: "" when its short form finds none, which no
+// script finds either.
+func (i *Inspector) wholeMember(ctx context.Context, set store.Set, r store.Ref) (string, error) {
+	found, err := i.wholeMembers(ctx, set, []store.Ref{r})
+	if err != nil || len(found) == 0 {
+		return "", err
 	}
-	for n, g := range groups {
-		out[g] = outcomeOf(res.Groups[n])
-	}
-	return out
+	return found[0], nil
 }
 
-// KeyGroupStatus is one consumer group's state with a keyed message. Times are on the Redis clock,
-// microsecond precision; the ones that do not apply to the state are zero.
-type KeyGroupStatus struct {
-	State         State
-	DueAt         time.Time // StateScheduled
-	LeaseDeadline time.Time // StateInFlight
-	// Attempt is the attempts so far (StateScheduled), the attempt under way (StateInFlight),
-	// or the last attempt (acked, dead-lettered, cancelled; 0 if cancelled before any).
-	Attempt    int
-	FinishedAt time.Time // acked, dead-lettered, cancelled
-	Reason     string    // StateDeadLettered
-}
-
-// KeyStatus is the status of the message with a key on a topic.
-type KeyStatus struct {
-	Topic, Key string
-	// Live is true while a message with the key is held by some group, parked, or kept by the
-	// new-group window (SubscriberConfig.NewGroupWindow): its key is taken until then.
-	Live bool
-	// Groups holds the status in each consumer group registered on the topic, by name, and
-	// under ParkedGroup the parked message's, when it waits for a first group.
-	Groups map[string]KeyGroupStatus
-}
-
-// Status returns where each consumer group stands with the message that has key on topic: its
-// live state (scheduled, in flight), or, once a group is done with it and the publisher set
-// PublisherConfig.KeyRetention, the history record (acked, dead-lettered, cancelled) until the
-// retention ends. It reads the groups (SMEMBERS) and then the state in one read-only script.
-// Errors as for Cancel.
-func (i *Inspector) Status(ctx context.Context, topic, key string) (KeyStatus, error) {
-	if err := checkTopicKey(topic, key); err != nil {
-		return KeyStatus{}, err
-	}
-	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
-	defer cancel()
-	part := store.Partition{Topic: topic, N: keyPartition(key, i.config.Partitions)}
-	st := KeyStatus{Topic: topic, Key: key, Groups: map[string]KeyGroupStatus{}}
-	wrap := func(err error) error {
-		return fmt.Errorf("redisdelay: status of key %s on topic %s: %w", quote(key), quote(topic), err)
-	}
-	groups, err := i.store.Groups(ctx, part)
-	if err != nil {
-		return st, wrap(err)
-	}
-	sort.Strings(groups)
-	res, err := i.store.Status(ctx, part, key, groups)
-	if err != nil {
-		return st, wrap(err)
-	}
-	st.Live = res.Live
-	if res.ParkedUs >= 0 && len(groups) == 0 {
-		st.Groups[ParkedGroup] = KeyGroupStatus{State: StateScheduled, DueAt: time.UnixMicro(res.ParkedUs)}
-	}
-	for n, g := range groups {
-		st.Groups[g] = groupStatus(res.Groups[n])
-	}
-	return st, nil
-}
-
-// groupStatus names one group's state with a keyed message.
-func groupStatus(s store.KeyStanding) KeyGroupStatus {
-	at, attempt := time.UnixMicro(s.TimeUs), int(s.Attempt)
-	switch s.State {
-	case store.KeyDue:
-		return KeyGroupStatus{State: StateScheduled, DueAt: at, Attempt: attempt}
-	case store.KeyLeased:
-		return KeyGroupStatus{State: StateInFlight, LeaseDeadline: at, Attempt: attempt}
-	case store.KeyFinished:
-		return KeyGroupStatus{State: StateFinished}
-	case store.KeyAcked:
-		return KeyGroupStatus{State: StateAcked, FinishedAt: at, Attempt: attempt}
-	case store.KeyDeadLettered:
-		return KeyGroupStatus{State: StateDeadLettered, FinishedAt: at, Attempt: attempt, Reason: s.Reason}
-	case store.KeyCancelled:
-		return KeyGroupStatus{State: StateCancelled, FinishedAt: at, Attempt: attempt}
-	}
-	return KeyGroupStatus{State: StateNotFound}
-}
+// resolveChunk is how many short forms one resolve.lua call finds: each costs O(log² N) and
+// copies its member, message included, inside Redis.
+const resolveChunk = 64

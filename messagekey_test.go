@@ -29,12 +29,6 @@ func keyed(key string, d time.Duration, payload string) *message.Message {
 	return msg
 }
 
-func newInspector(t *testing.T, b backend, partitions int) *redisdelay.Inspector {
-	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client, Partitions: partitions}, errorLogger{})
-	require.NoError(t, err)
-	return in
-}
-
 func publisherWith(t *testing.T, b backend, edit func(*redisdelay.PublisherConfig)) *redisdelay.Publisher {
 	cfg := redisdelay.PublisherConfig{Client: b.client}
 	edit(&cfg)

@@ -24,24 +24,33 @@ const MaxNameLength = 512
 // other character, ':' and '/' included, is allowed. The error wraps ErrInvalidName and names
 // what is wrong, quoting at most 64 bytes of the name.
 func ValidateName(kind, name string) error {
+	if err := checkName(kind, name); err != nil {
+		return fmt.Errorf("redisdelay: %w", err)
+	}
+	return nil
+}
+
+// checkName is ValidateName without the "redisdelay: " prefix, for errors that name the field
+// the name came from first.
+func checkName(kind, name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("redisdelay: %w: %s name is empty", ErrInvalidName, kind)
+		return fmt.Errorf("%w: %s name is empty", ErrInvalidName, kind)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("redisdelay: %w: %s name %s is not valid UTF-8", ErrInvalidName, kind, quote(name))
+		return fmt.Errorf("%w: %s name %s is not valid UTF-8", ErrInvalidName, kind, quote(name))
 	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return fmt.Errorf("redisdelay: %w: %s name %s holds a control character", ErrInvalidName, kind, quote(name))
+		return fmt.Errorf("%w: %s name %s holds a control character", ErrInvalidName, kind, quote(name))
 	case name == "." || name == "..":
-		return fmt.Errorf("redisdelay: %w: %s name %s is a path step that no URL can name", ErrInvalidName, kind, quote(name))
+		return fmt.Errorf("%w: %s name %s is a path step that no URL can name", ErrInvalidName, kind, quote(name))
 	case strings.ContainsAny(name, "{}"):
-		return fmt.Errorf("redisdelay: %w: %s name %s contains '{' or '}', which would break the Redis Cluster hash tag", ErrInvalidName, kind, quote(name))
+		return fmt.Errorf("%w: %s name %s contains '{' or '}', which would break the Redis Cluster hash tag", ErrInvalidName, kind, quote(name))
 	case store.HasPartitionSuffix(name) || store.HasPartitionSuffix(firstPart(name)):
-		return fmt.Errorf("redisdelay: %w: %s name %s ends in '#' and digits, which name topic partitions", ErrInvalidName, kind, quote(name))
+		return fmt.Errorf("%w: %s name %s ends in '#' and digits, which name topic partitions", ErrInvalidName, kind, quote(name))
 	}
 	for rest := name; ; {
 		part, after, found := strings.Cut(rest, DeadLetterInfix)
 		if len(part) > MaxNameLength {
-			return fmt.Errorf("redisdelay: %w: %s name %s has a part of %d bytes, more than %d", ErrInvalidName, kind, quote(name), len(part), MaxNameLength)
+			return fmt.Errorf("%w: %s name %s has a part of %d bytes, more than %d", ErrInvalidName, kind, quote(name), len(part), MaxNameLength)
 		}
 		if !found {
 			return nil

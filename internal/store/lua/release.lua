@@ -5,7 +5,7 @@
 -- due at once.
 --
 -- fragments: now_us, split, member, each_chunk, schedule, held
--- KEYS[1] due     zset    member (see lib.lua) -> due time (µs)
+-- KEYS[1] due     zset    member (see ids.go) -> due time (µs)
 -- KEYS[2] lease   zset    ID:attempt -> lease deadline (µs)
 -- KEYS[3] record  string  the subscription's last claim (see claim.lua)
 -- KEYS[4] keyed   hash    the group's claimed keyed messages: key -> member

@@ -353,63 +353,129 @@ func TestListPreviewOfLongMetadataIsMarkedPartial(t *testing.T) {
 	})
 }
 
-// A message stored in its member (the only group, no new-group window) has a short ref, its
-// ID and due time, which every operation by ref resolves; once its due time changes, the old
-// ref names nothing and a new list gives the new one.
-func TestShortRefsNameMessagesStoredInTheirMembers(t *testing.T) {
+func TestListPagesAndShowsMessages(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		in := newInspector(t, b, 1)
-		sub := newSubscriber(t, b, inGroupWithoutWindow(redisdelay.DefaultConsumerGroup))
-		require.NoError(t, sub.SubscribeInitialize(topic))
-		publishDelayed(t, pub, topic, "m", 3, time.Hour)
-		refs := func() map[string]string {
-			page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled})
+		require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
+		publishDelayed(t, pub, topic, "m", 250, time.Hour)
+		require.NoError(t, pub.Publish(topic, keyed("order-7", 2*time.Hour, "keyed payload")))
+
+		seen := map[string]bool{}
+		var last time.Time
+		opts := redisdelay.ListOptions{State: redisdelay.StateScheduled, Limit: 100}
+		pages := 0
+		for {
+			page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, opts)
 			require.NoError(t, err)
-			out := map[string]string{}
+			pages++
 			for _, m := range page.Messages {
-				assert.Contains(t, m.Ref, ".", "a short ref")
-				out[m.UUID] = m.Ref
+				assert.False(t, seen[m.UUID], "%s listed twice", m.UUID)
+				seen[m.UUID] = true
+				assert.False(t, m.DueAt.Before(last), "due-time order")
+				last = m.DueAt
+				if m.Key == "" {
+					assert.Equal(t, len("payload of ")+len(m.UUID), m.PayloadSize)
+				}
 			}
-			return out
+			if page.NextCursor == "" {
+				break
+			}
+			opts.Cursor = page.NextCursor
 		}
-		first := refs()
-		require.Len(t, first, 3)
-		m, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m1"])
-		require.NoError(t, err)
-		assert.Equal(t, "payload of m1", string(m.Payload))
-		assert.Equal(t, first["m1"], m.Ref)
+		assert.Len(t, seen, 251)
+		assert.Equal(t, 3, pages)
 
-		o, err := in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m0"])
+		due, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateDue})
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.OutcomeApplied, o)
-		o, err = in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m0"])
-		require.NoError(t, err)
-		assert.Equal(t, redisdelay.OutcomeNotFound, o, "cancelled already")
+		assert.Empty(t, due.Messages)
 
-		o, due, err := in.RescheduleRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m2"], time.Now().Add(300*time.Millisecond))
+		first, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled, Limit: 1})
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.OutcomeApplied, o)
-		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m2"])
-		assert.ErrorIs(t, err, redisdelay.ErrNotFound, "the old ref names the old due time")
-		second := refs()
-		assert.NotEqual(t, first["m2"], second["m2"])
-		m, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, second["m2"])
+		require.Len(t, first.Messages, 1)
+		m, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, first.Messages[0].Ref)
 		require.NoError(t, err)
-		assert.Equal(t, "payload of m2", string(m.Payload))
+		assert.Equal(t, first.Messages[0].UUID, m.UUID)
+		assert.Equal(t, "payload of "+m.UUID, string(m.Payload))
 
-		o, _, err = in.RunNowRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, second["m1"])
+		k, err := in.MessageByKey(context.Background(), topic, redisdelay.DefaultConsumerGroup, "order-7")
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.OutcomeApplied, o)
-		ch := subscribe(t, sub, topic)
-		msg := receive(t, ch, 5*time.Second)
-		assert.Equal(t, "m1", msg.UUID)
+		assert.Equal(t, "keyed payload", string(k.Payload))
+		assert.Equal(t, "order-7", k.Key)
+		assert.Equal(t, "keyed payload", k.Preview)
+
+		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, "0/"+base64.RawURLEncoding.EncodeToString([]byte("000000ffffff")))
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+		_, err = in.List(context.Background(), topic, "nobody", opts)
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+	})
+}
+
+// TestTheLeaseSetMarkerHasNoRef: the lease set's marker member (see internal/store/scripts.go)
+// is not a message: a ref crafted from it names nothing.
+func TestTheLeaseSetMarkerHasNoRef(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, nil), topic)
+		publishDelayed(t, pub, topic, "held", 1, 0)
+		msg := receive(t, ch, 5*time.Second) // in flight: the lease set and its marker exist
+		_, lease := redisdelay.GroupKeysForTest("", topic, redisdelay.DefaultConsumerGroup)
+		marker, err := b.client.ZRangeByScore(context.Background(), lease, &redis.ZRangeBy{Min: "(1e300", Max: "+inf"}).Result()
+		require.NoError(t, err)
+		require.Len(t, marker, 1)
+		ref := "0/" + base64.RawURLEncoding.EncodeToString([]byte(marker[0]))
+		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, ref)
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 		msg.Ack()
-		msg = receive(t, ch, 5*time.Second)
-		assert.Equal(t, "m2", msg.UUID)
-		assert.False(t, time.Now().Before(due), "never early against the new due time")
-		msg.Ack()
-		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup) // not the cancelled m0
+	})
+}
+
+// A dead letter, listed or read by its ref, says how many attempts it had, why the last one
+// failed, when it died (the Redis time it was moved) and the key it had, and carries its whole
+// payload.
+func TestDeadLettersSayTheirAttemptsReasonAndTimeOfDeath(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 2 }), topic)
+		before := time.Now()
+		require.NoError(t, pub.Publish(topic, redisdelay.WithKey(message.NewMessage("m0", []byte("payload of m0")), "order-7")))
+		receive(t, ch, 5*time.Second).Nack()
+		receive(t, ch, 5*time.Second).Nack()
+		var dead redisdelay.ListPage
+		require.Eventually(t, func() bool {
+			var err error
+			dead, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateDeadLettered})
+			require.NoError(t, err)
+			return len(dead.Messages) == 1
+		}, 5*time.Second, 10*time.Millisecond)
+		after := time.Now()
+
+		listed := dead.Messages[0]
+		one, err := in.DeadLetter(context.Background(), topic, redisdelay.DefaultConsumerGroup, listed.Ref)
+		require.NoError(t, err)
+		for _, m := range []redisdelay.MessageInfo{listed, one} {
+			assert.Equal(t, redisdelay.StateDeadLettered, m.State)
+			assert.Equal(t, 2, m.Attempt, "the attempts it had, not its attempts on the dead-letter topic")
+			assert.Equal(t, redisdelay.DeadLetterReasonNacked, m.Reason)
+			assert.Equal(t, "order-7", m.Key, "the key it had")
+			assert.WithinRange(t, m.DueAt, before.Add(-time.Second), after.Add(time.Second), "died between publish and list (clocks within 1 s)")
+		}
+		assert.Equal(t, "payload of m0", string(one.Payload))
+		assert.Less(t, len(listed.Ref), 40, "a short ref")
+
+		// Stats count them once: as the group's DeadLetters, not as parked on the dead-letter
+		// topic, which has no group of its own.
+		all, err := in.Stats(context.Background())
+		require.NoError(t, err)
+		dlt := redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)
+		for _, st := range all {
+			assert.NotEqual(t, dlt, st.Topic)
+		}
+		assert.Equal(t, int64(1), statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).DeadLetters)
 	})
 }

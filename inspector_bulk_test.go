@@ -250,3 +250,69 @@ func TestPurgedBatchIsClosedSoTheNextItemOpensANewOne(t *testing.T) {
 		assert.Equal(t, int64(2), statsOf(t, in, topic, "b").Scheduled, "group b keeps the purged batch and holds the new one")
 	})
 }
+
+func TestRequeueBringsDeadLettersBack(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 1 })
+		ch := subscribe(t, sub, topic)
+		publishDelayed(t, pub, topic, "m", 10, 0)
+		for range 10 {
+			receive(t, ch, 5*time.Second).Nack()
+		}
+		var dead redisdelay.ListPage
+		require.Eventually(t, func() bool {
+			var err error
+			dead, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateDeadLettered})
+			require.NoError(t, err)
+			return len(dead.Messages) == 10
+		}, 5*time.Second, 10*time.Millisecond)
+		assert.Equal(t, redisdelay.DeadLetterReasonNacked, dead.Messages[0].Metadata[redisdelay.DeadLetterReasonMetadataKey])
+
+		n, err := in.Requeue(context.Background(), topic, redisdelay.DefaultConsumerGroup, dead.Messages[0].Ref)
+		require.NoError(t, err)
+		assert.Equal(t, int64(1), n)
+		msg := receive(t, ch, 5*time.Second)
+		assert.Equal(t, dead.Messages[0].UUID, msg.UUID)
+		assert.Equal(t, "1", msg.Metadata.Get(redisdelay.AttemptMetadataKey))
+		msg.Ack()
+
+		n, err = in.Requeue(context.Background(), topic, redisdelay.DefaultConsumerGroup)
+		require.NoError(t, err)
+		assert.Equal(t, int64(9), n)
+		seen := map[string]bool{}
+		for range 9 {
+			msg := receive(t, ch, 5*time.Second)
+			seen[msg.UUID] = true
+			msg.Ack()
+		}
+		assert.Len(t, seen, 9)
+		assert.NotContains(t, seen, dead.Messages[0].UUID)
+		assert.Zero(t, statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).DeadLetters)
+	})
+}
+
+func TestPurgeDropsOneStateOfOneGroup(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		for _, g := range []string{"a", "b"} {
+			require.NoError(t, newSubscriber(t, b, inGroup(g)).SubscribeInitialize(topic))
+		}
+		publishDelayed(t, pub, topic, "due", 3, 0)
+		publishDelayed(t, pub, topic, "later", 5, time.Hour)
+		n, err := in.Purge(context.Background(), topic, "a", redisdelay.StateDue)
+		require.NoError(t, err)
+		assert.Equal(t, int64(3), n)
+		a, bb := statsOf(t, in, topic, "a"), statsOf(t, in, topic, "b")
+		assert.Equal(t, [2]int64{0, 5}, [2]int64{a.Due, a.Scheduled})
+		assert.Equal(t, [2]int64{3, 5}, [2]int64{bb.Due, bb.Scheduled}, "the other group keeps its messages")
+		ch := subscribe(t, newSubscriber(t, b, inGroup("b")), topic)
+		for range 3 {
+			receive(t, ch, 5*time.Second).Ack()
+		}
+	})
+}
