@@ -47,6 +47,9 @@ import (
 // page may be framed.
 const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
 
+// DefaultRefreshInterval is Options.RefreshInterval when it is zero.
+const DefaultRefreshInterval = 10 * time.Second
+
 // Options configure the dashboard. The zero value serves a read-only dashboard of every topic
 // at the root path.
 type Options struct {
@@ -85,8 +88,17 @@ type Options struct {
 	ErrorLog *log.Logger
 	// Lateness, when not nil, gives the overview each group's delivery lateness (how long after
 	// their due time messages were claimed), median and 99th percentile; ok false shows "–".
-	// Metrics.Lateness fits it.
+	// Metrics.Lateness fits it: serve the dashboard from the process whose subscribers record
+	// those Metrics. When nil, the overview has no lateness columns, and says how to add them.
 	Lateness func(topic, group string) (p50, p99 time.Duration, ok bool)
+	// Thresholds set when a figure shows as a warning or an alarm; the zero value means the
+	// defaults (see Thresholds).
+	Thresholds Thresholds
+	// RefreshInterval is how often the overview and the group pages reload their figures in
+	// place (htmx polling; each page has a link that pauses it). DefaultRefreshInterval when
+	// zero; a negative value turns auto-refresh off. A refresh costs what loading the page
+	// costs.
+	RefreshInterval time.Duration
 	// Topics limits the dashboard to these topics: the overview shows only those that exist,
 	// and the pages of any other topic answer 404 Not Found. Empty means every topic of the
 	// Inspector's registry.
@@ -122,6 +134,10 @@ func New(in *redisdelay.Inspector, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	if opts.RefreshInterval == 0 {
+		opts.RefreshInterval = DefaultRefreshInterval
+	}
+	opts.Thresholds = opts.Thresholds.withDefaults()
 	s := &server{in: in, opts: opts, pages: pages, hosts: map[string]bool{}}
 	for _, h := range opts.AllowedHosts {
 		if h == "*" {
@@ -148,6 +164,9 @@ func New(in *redisdelay.Inspector, opts Options) (http.Handler, error) {
 	mux.Handle("GET "+p+"/static/", http.StripPrefix(p+"/static/", filesOnly(static)))
 	mux.HandleFunc("GET "+group, s.group)
 	mux.HandleFunc("GET "+group+"/message", s.message)
+	parked := p + "/topic/{topic}/parked" // the messages of a topic with no group
+	mux.HandleFunc("GET "+parked, s.group)
+	mux.HandleFunc("GET "+parked+"/message", s.message)
 	mux.HandleFunc("POST "+group+"/pause", s.act(s.pause))
 	mux.HandleFunc("POST "+group+"/resume", s.act(s.resume))
 	mux.HandleFunc("POST "+group+"/message/cancel", s.act(s.cancel))
@@ -296,12 +315,14 @@ func crossOrigin(r *http.Request) bool {
 
 // page is what the layout template renders around a page's own content.
 type page struct {
-	Title  string
-	Static string // URL of the static files
-	Home   string // URL of the overview
-	Crumbs []crumb
-	Notice string
-	Body   any
+	Title     string
+	Static    string // URL of the static files
+	Home      string // URL of the overview
+	Redis     string // the Redis address, "" when unknown
+	KeyPrefix string
+	Crumbs    []crumb
+	Notice    string
+	Body      any
 }
 
 // crumb is one link of the navigation trail.
@@ -316,6 +337,7 @@ var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func (s *server) render(w http.ResponseWriter, status int, name string, p page) {
 	p.Static = s.opts.Prefix + "/static"
 	p.Home = s.opts.Prefix + "/"
+	p.Redis, p.KeyPrefix = s.in.Addr(), s.in.KeyPrefix()
 	buf := buffers.Get().(*bytes.Buffer)
 	defer buffers.Put(buf)
 	buf.Reset()
@@ -365,11 +387,18 @@ func (s *server) fail(w http.ResponseWriter, err error) {
 	}
 }
 
-// target returns the topic and group a request names, or reports the error and false: 400 for
-// a name that cannot exist, 404 for a topic outside Options.Topics.
+// target returns the topic and group a request names (ParkedGroup on the pages of a topic's
+// parked messages), or reports the error and false: 400 for a name that cannot exist, 404 for
+// a topic outside Options.Topics.
 func (s *server) target(w http.ResponseWriter, r *http.Request) (topic, group string, ok bool) {
 	topic, group = r.PathValue("topic"), r.PathValue("group")
-	if err := errors.Join(redisdelay.ValidateName("topic", topic), redisdelay.ValidateName("consumer group", group)); err != nil {
+	err := redisdelay.ValidateName("topic", topic)
+	if strings.Contains(r.Pattern, "{group}") {
+		err = errors.Join(err, redisdelay.ValidateName("consumer group", group))
+	} else {
+		group = redisdelay.ParkedGroup
+	}
+	if err != nil {
 		s.fail(w, err)
 		return "", "", false
 	}
@@ -380,11 +409,20 @@ func (s *server) target(w http.ResponseWriter, r *http.Request) (topic, group st
 	return topic, group, true
 }
 
+// groupPath is the path of a group's page; for ParkedGroup, of the page of the topic's parked
+// messages.
+func (s *server) groupPath(topic, group string) string {
+	if group == redisdelay.ParkedGroup {
+		return s.opts.Prefix + "/topic/" + url.PathEscape(topic) + "/parked"
+	}
+	return s.opts.Prefix + "/topic/" + url.PathEscape(topic) + "/group/" + url.PathEscape(group)
+}
+
 // groupURL is the URL of a group's page with query q (nil for none). Names are path-escaped,
 // so any name, '/' included, is one path segment; "." and ".." are the exception, since
 // browsers resolve them (escaped too) before they send the request.
 func (s *server) groupURL(topic, group string, q url.Values) string {
-	u := s.opts.Prefix + "/topic/" + url.PathEscape(topic) + "/group/" + url.PathEscape(group)
+	u := s.groupPath(topic, group)
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}
@@ -393,7 +431,7 @@ func (s *server) groupURL(topic, group string, q url.Values) string {
 
 // messageURL is the URL of a message's page, or of one of its actions, with query q.
 func (s *server) messageURL(topic, group, action string, q url.Values) string {
-	u := s.opts.Prefix + "/topic/" + url.PathEscape(topic) + "/group/" + url.PathEscape(group) + "/message" + action
+	u := s.groupPath(topic, group) + "/message" + action
 	if len(q) > 0 {
 		u += "?" + q.Encode()
 	}

@@ -161,7 +161,7 @@ func get(t testing.TB, u string) response { return do(t, http.MethodGet, u, nil)
 func cell(t *testing.T, body, topic, group, stat string) string {
 	t.Helper()
 	row := regexp.MustCompile(`(?s)<tr data-topic="` + regexp.QuoteMeta(html.EscapeString(topic)) + `" data-group="` +
-		regexp.QuoteMeta(html.EscapeString(group)) + `">(.*?)</tr>`).FindStringSubmatch(body)
+		regexp.QuoteMeta(html.EscapeString(group)) + `"[^>]*>(.*?)</tr>`).FindStringSubmatch(body)
 	require.NotNil(t, row, "no row for group %s on topic %s", group, topic)
 	m := regexp.MustCompile(`data-stat="` + stat + `">(.*?)</td>`).FindStringSubmatch(row[1])
 	require.NotNil(t, m, "no %s cell", stat)
@@ -219,7 +219,7 @@ func TestOverviewShowsTheStatsAndLatenessOfEveryGroup(t *testing.T) {
 		assert.Equal(t, "0", cell(t, res.body, "orders", g, "dead"), g)
 		assert.NotEqual(t, "–", cell(t, res.body, "orders", g, "oldest-due"), g)
 		assert.Contains(t, cell(t, res.body, "orders", g, "next-due"), "<time datetime=", g)
-		assert.Equal(t, "running", cell(t, res.body, "orders", g, "paused"), g)
+		assert.Equal(t, "not paused", cell(t, res.body, "orders", g, "paused"), g)
 	}
 	assert.Equal(t, "12ms", cell(t, res.body, "orders", "billing", "lateness-p50"))
 	assert.Equal(t, "340ms", cell(t, res.body, "orders", "billing", "lateness-p99"))
@@ -539,7 +539,11 @@ func TestNamesWithSpacesSlashesAndUnicodeRoundTripThroughLinks(t *testing.T) {
 	require.Equal(t, http.StatusOK, groupPage.status, groupPage.body)
 	assert.Contains(t, html.UnescapeString(groupPage.body), "<h1><span class=\"muted\">Topic</span> "+topic+" <span class=\"muted\">· group</span> "+group+"</h1>")
 
-	msgURL := link(t, groupPage.body, "/message?")
+	// The key and the UUID each link to the message.
+	msgURLs := links(groupPage.body, "/message?")
+	require.Len(t, msgURLs, 2)
+	assert.Equal(t, msgURLs[0], msgURLs[1])
+	msgURL := msgURLs[0]
 	msgPage := get(t, srv.URL+msgURL)
 	require.Equal(t, http.StatusOK, msgPage.status, msgPage.body)
 	assert.Equal(t, "{\n  \"ok\": true\n}", payloadOf(t, msgPage.body))
@@ -614,4 +618,107 @@ func TestNewRefusesAPrefixItCannotRoute(t *testing.T) {
 	}
 	_, err = dashboard.New(nil, dashboard.Options{})
 	assert.Error(t, err)
+}
+
+func TestOverviewWithoutLatenessSaysHowToShowIt(t *testing.T) {
+	q := newQueue(t)
+	q.register("orders", "billing")
+
+	res := get(t, q.serve(dashboard.Options{}).URL+"/")
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	assert.NotContains(t, res.body, "Lateness p50")
+	assert.NotContains(t, res.body, `data-stat="lateness-p50"`)
+	assert.Contains(t, res.body, `id="lateness-note"`)
+	assert.Contains(t, res.body, "dashboard.Options{Lateness: metrics.Lateness}")
+
+	with := get(t, q.serve(dashboard.Options{Lateness: func(string, string) (time.Duration, time.Duration, bool) {
+		return 0, 0, false
+	}}).URL+"/")
+	assert.Contains(t, with.body, "Lateness p50")
+	assert.NotContains(t, with.body, `id="lateness-note"`)
+}
+
+func TestEveryPageNamesTheRedisAndKeyPrefixItReads(t *testing.T) {
+	q := newQueue(t)
+	q.register("orders", "billing")
+	srv := q.serve(dashboard.Options{})
+	for _, u := range []string{"/", "/topic/orders/group/billing", "/topic/nope/group/billing"} {
+		res := get(t, srv.URL+u)
+		assert.Contains(t, res.body, `<code id="redis-addr">`+q.srv.Addr+`</code>`, u)
+		assert.Contains(t, res.body, `<code id="key-prefix">`+redisdelay.DefaultKeyPrefix+`</code>`, u)
+	}
+}
+
+func TestOverviewAndGroupPagesRefreshThemselvesUntilPaused(t *testing.T) {
+	q := newQueue(t)
+	q.register("orders", "billing")
+	srv := q.serve(dashboard.Options{Prefix: "/queues", RefreshInterval: 3 * time.Second})
+	polling := regexp.MustCompile(`<div id="live" hx-get="([^"]*)" hx-trigger="every 3000ms" hx-select="#live, #problem" hx-target="this" hx-swap="outerHTML" hx-disinherit="\*">`)
+
+	for _, u := range []string{"/queues/", "/queues/topic/orders/group/billing?state=due&done=pause"} {
+		res := get(t, srv.URL+u)
+		require.Equal(t, http.StatusOK, res.status, res.body)
+		m := polling.FindStringSubmatch(res.body)
+		require.NotNil(t, m, "%s polls", u)
+		assert.NotContains(t, html.UnescapeString(m[1]), "done=", "a poll does not repeat the action's notice")
+		assert.Regexp(t, `Updated <time datetime="[0-9T:-]+Z">\d\d:\d\d:\d\d UTC</time> · refreshes every 3s`, res.body)
+
+		pause := link(t, res.body, "refresh=off")
+		paused := get(t, srv.URL+pause)
+		require.Equal(t, http.StatusOK, paused.status, paused.body)
+		assert.NotContains(t, paused.body, "hx-trigger", "%s paused", u)
+		assert.Contains(t, paused.body, "auto-refresh paused")
+		resume := regexp.MustCompile(`<a href="([^"]*)" data-refresh="resume">`).FindStringSubmatch(paused.body)
+		require.NotNil(t, resume, "%s paused has a resume link", u)
+		assert.Equal(t, m[1], resume[1], "resuming goes back to the page it polls")
+		assert.Regexp(t, polling, get(t, srv.URL+html.UnescapeString(resume[1])).body, "the resumed page polls again")
+	}
+
+	off := get(t, q.serve(dashboard.Options{RefreshInterval: -1}).URL+"/")
+	assert.NotContains(t, off.body, "hx-trigger")
+	assert.NotContains(t, off.body, "refresh=off")
+	assert.Contains(t, off.body, "Updated <time")
+}
+
+func TestDeadLetterPageShowsTheWholeMessageWithItsReasonAttemptsAndTimeOfDeath(t *testing.T) {
+	q := newQueue(t)
+	ch, err := q.subscriber("sender", 2).Subscribe(context.Background(), "emails")
+	require.NoError(t, err)
+	payload := `{"to":"someone@example.com","body":"` + strings.Repeat("long text ", 40) + `"}`
+	msg := message.NewMessage("bounced-1", []byte(payload))
+	msg.Metadata.Set("trace_id", "t-42")
+	before := time.Now()
+	require.NoError(t, q.pub.Publish("emails", msg))
+	for range 2 {
+		select {
+		case m := <-ch:
+			m.Nack()
+		case <-time.After(10 * time.Second):
+			t.Fatal("no delivery to nack")
+		}
+	}
+	require.Eventually(t, func() bool { return q.stats("emails", "sender").DeadLetters == 1 }, 10*time.Second, 10*time.Millisecond)
+	srv := q.serve(dashboard.Options{})
+
+	tab := get(t, srv.URL+"/topic/emails/group/sender?state=dead-lettered")
+	require.Equal(t, http.StatusOK, tab.status, tab.body)
+	assert.Contains(t, tab.body, "<th>Died at</th><th class=\"num\">Attempts</th><th>Reason</th>")
+	assert.Regexp(t, `<td class="num">2</td>\s*<td data-field="reason">nacked</td>`, tab.body)
+
+	res := get(t, srv.URL+link(t, tab.body, "/message?"))
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	assert.Equal(t, `{
+  "to": "someone@example.com",
+  "body": "`+strings.Repeat("long text ", 40)+`"
+}`, payloadOf(t, res.body), "the whole payload, not a preview")
+	assert.Contains(t, res.body, `<dd id="attempt">2</dd>`)
+	assert.Contains(t, res.body, `<dd id="reason">nacked</dd>`)
+	died := regexp.MustCompile(`<dd id="died-at"><time datetime="([^"]+)">`).FindStringSubmatch(res.body)
+	require.NotNil(t, died)
+	at, err := time.Parse(time.RFC3339Nano, died[1])
+	require.NoError(t, err)
+	assert.WithinRange(t, at, before.Add(-time.Second), time.Now().Add(time.Second))
+	assert.Contains(t, res.body, "<code>trace_id</code></td><td><code>t-42</code>")
+	assert.Contains(t, res.body, "<code>"+redisdelay.DeadLetterReasonMetadataKey+"</code>")
+	assert.NotContains(t, res.body, "first bytes of the payload")
 }

@@ -2,11 +2,11 @@ package dashboard
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"html"
 	"html/template"
 	"net/http"
@@ -23,21 +23,6 @@ import (
 // pageSize is how many messages a group page lists.
 const pageSize = 50
 
-// stateTab describes one state tab of a group page.
-type stateTab struct {
-	State redisdelay.State
-	Label string
-	At    string // what the time column of the state shows
-}
-
-// states are the tabs of a group page, in order.
-var states = []stateTab{
-	{redisdelay.StateScheduled, "Scheduled", "Due at"},
-	{redisdelay.StateDue, "Due", "Due at"},
-	{redisdelay.StateInFlight, "In flight", "Lease deadline"},
-	{redisdelay.StateDeadLettered, "Dead letters", "Dead-lettered at"},
-}
-
 // overview renders every topic and group with its Stats and lateness.
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 	stats, missing, err := s.stats(r.Context())
@@ -46,65 +31,124 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var rows strings.Builder
-	rows.Grow(len(stats) * 800)
+	rows.Grow(len(stats) * 900)
 	for _, st := range stats {
 		s.overviewRow(&rows, st)
 	}
 	s.render(w, http.StatusOK, "overview", page{Title: "Queues", Body: struct {
-		Rows    template.HTML
-		Missing []string
-	}{template.HTML(rows.String()), missing}})
+		Rows       template.HTML
+		Missing    []string
+		Lateness   bool
+		Thresholds Thresholds
+		Live       live
+	}{template.HTML(rows.String()), missing, s.opts.Lateness != nil, s.opts.Thresholds, s.live(r)}})
 }
 
 // overviewRow writes one group's row of the overview to b. It is written here rather than in the
 // template because html/template, through reflection, takes some 30 µs a row, and the overview
 // of 1,000 topics must render well within 200 ms; so every value passes html.EscapeString here.
+// A cell that needs attention has the class and data-level of its level (see Thresholds), and
+// the row the worst of them.
 func (s *server) overviewRow(b *strings.Builder, st redisdelay.GroupStats) {
+	lv := s.opts.Thresholds.levels(st)
 	text := func(v string) { b.WriteString(html.EscapeString(v)) }
-	num := func(stat, v string) {
-		b.WriteString(`<td class="num" data-stat="`)
+	cell := func(class, stat string, l level, v string) {
+		b.WriteString(`<td class="`)
+		b.WriteString(class)
+		if l != levelNone {
+			b.WriteString(" " + string(l) + `" data-level="` + string(l))
+		}
+		b.WriteString(`" data-stat="`)
 		b.WriteString(stat)
 		b.WriteString(`">`)
-		text(v)
+		b.WriteString(v)
 		b.WriteString("</td>\n")
 	}
+	num := func(stat string, l level, v string) { cell("num", stat, l, html.EscapeString(v)) }
 	b.WriteString(`<tr data-topic="`)
 	text(st.Topic)
 	b.WriteString(`" data-group="`)
 	text(st.Group)
+	if lv.Row != levelNone {
+		b.WriteString(`" class="row-` + string(lv.Row) + `" data-level="` + string(lv.Row))
+	}
 	b.WriteString("\">\n<td>")
 	text(st.Topic)
 	b.WriteString("</td>\n<td><a href=\"")
 	text(s.groupURL(st.Topic, st.Group, nil))
-	b.WriteString(`">`)
-	text(st.Group)
-	b.WriteString("</a></td>\n")
-	num("scheduled", strconv.FormatInt(st.Scheduled, 10))
-	num("due", strconv.FormatInt(st.Due, 10))
-	num("in-flight", strconv.FormatInt(st.InFlight, 10))
-	num("dead", strconv.FormatInt(st.DeadLetters, 10))
+	if st.Group == redisdelay.ParkedGroup {
+		b.WriteString(`" class="parked">no group yet: parked</a></td>` + "\n")
+	} else {
+		b.WriteString(`">`)
+		text(st.Group)
+		b.WriteString("</a></td>\n")
+	}
+	num("scheduled", levelNone, strconv.FormatInt(st.Scheduled, 10))
+	num("due", levelNone, strconv.FormatInt(st.Due, 10))
+	num("in-flight", levelNone, strconv.FormatInt(st.InFlight, 10))
+	num("dead", lv.Dead, strconv.FormatInt(st.DeadLetters, 10))
 	age := "–"
 	if st.OldestDueAge > 0 {
 		age = shortDuration(st.OldestDueAge)
 	}
-	num("oldest-due", age)
-	b.WriteString(`<td data-stat="next-due">`)
-	b.WriteString(string(when(st.NextDue)))
-	b.WriteString("</td>\n")
-	if st.Paused {
-		b.WriteString(`<td data-stat="paused"><span class="badge warn">paused</span></td>` + "\n")
-	} else {
-		b.WriteString(`<td data-stat="paused">running</td>` + "\n")
+	num("oldest-due", lv.Overdue, age)
+	cell("time", "next-due", levelNone, string(when(st.NextDue)))
+	switch {
+	case st.Group == redisdelay.ParkedGroup:
+		cell("", "paused", levelNone, "waits for a first group")
+	case st.Paused:
+		cell("", "paused", lv.Paused, `<span class="badge `+string(lv.Paused)+`">paused</span>`)
+	default:
+		cell("", "paused", levelNone, "not paused")
 	}
-	p50, p99 := "–", "–"
 	if s.opts.Lateness != nil {
+		p50, p99 := "–", "–"
 		if d50, d99, ok := s.opts.Lateness(st.Topic, st.Group); ok {
 			p50, p99 = shortDuration(d50), shortDuration(d99)
 		}
+		num("lateness-p50", levelNone, p50)
+		num("lateness-p99", levelNone, p99)
 	}
-	num("lateness-p50", p50)
-	num("lateness-p99", p99)
 	b.WriteString("</tr>\n")
+}
+
+// live is the auto-refresh of a page (Options.RefreshInterval): while Polling, htmx fetches URL
+// every Every and swaps the page's #live region for the new one; PauseURL is the same page
+// without polling (?refresh=off), ResumeURL the page with it again ("" when auto-refresh is
+// off altogether).
+type live struct {
+	Updated                  time.Time
+	Polling                  bool
+	Every                    time.Duration
+	URL, PauseURL, ResumeURL string
+}
+
+// Trigger is the hx-trigger value of the polling: htmx reads an interval in ms or s only.
+func (l live) Trigger() string {
+	return "every " + strconv.FormatInt(l.Every.Milliseconds(), 10) + "ms"
+}
+
+// live returns the auto-refresh of the page r asked for.
+func (s *server) live(r *http.Request) live {
+	l := live{Updated: time.Now(), Every: s.opts.RefreshInterval}
+	if l.Every < 0 {
+		return l
+	}
+	q := r.URL.Query()
+	paused := q.Get("refresh") == "off"
+	q.Del("done") // a poll or a resumed page does not repeat an action's notice
+	q.Del("refresh")
+	pageURL := func(q url.Values) string {
+		if len(q) == 0 {
+			return r.URL.EscapedPath()
+		}
+		return r.URL.EscapedPath() + "?" + q.Encode()
+	}
+	l.URL, l.ResumeURL = pageURL(q), pageURL(q)
+	q.Set("refresh", "off")
+	l.PauseURL = pageURL(q)
+	l.Polling = !paused
+	return l
 }
 
 // stats returns the Stats of every topic on the dashboard, and the topics of Options.Topics
@@ -137,137 +181,18 @@ func (s *server) stats(ctx context.Context) ([]redisdelay.GroupStats, []string, 
 	return st, missing, err
 }
 
-// tab is one state tab of a group page.
-type tab struct {
-	Label  string
-	Count  int64
-	URL    string
-	Active bool
-}
-
-// listedMessage is one row of a group page.
-type listedMessage struct {
-	redisdelay.MessageInfo
-	URL string
-	At  time.Time // due time, lease deadline or dead-lettering time
-}
-
-// group renders a group's stats, one page of its messages in one state, and its actions.
-func (s *server) group(w http.ResponseWriter, r *http.Request) {
-	topic, group, ok := s.target(w, r)
-	if !ok {
-		return
-	}
-	q := r.URL.Query()
-	state := redisdelay.State(q.Get("state"))
-	if state == "" {
-		state = redisdelay.StateScheduled
-	}
-	current := slices.IndexFunc(states, func(t stateTab) bool { return t.State == state })
-	if current < 0 {
-		s.problem(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q: want scheduled, due, in-flight or dead", state))
-		return
-	}
-	cursor := q.Get("cursor")
-	st, err := s.groupStats(r.Context(), topic, group)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	list, err := s.in.List(r.Context(), topic, group, redisdelay.ListOptions{State: state, Cursor: cursor, Limit: pageSize})
-	if err != nil {
-		// List's error for a malformed cursor wraps no sentinel: tell it from a Redis failure
-		// by listing again without the cursor.
-		if cursor != "" && !errors.Is(err, redisdelay.ErrNotFound) {
-			if _, again := s.in.List(r.Context(), topic, group, redisdelay.ListOptions{State: state, Limit: 1}); again == nil {
-				s.problem(w, http.StatusBadRequest, err.Error())
-				return
-			}
-		}
-		s.fail(w, err)
-		return
-	}
-
-	counts := map[redisdelay.State]int64{
-		redisdelay.StateScheduled: st.Scheduled, redisdelay.StateDue: st.Due,
-		redisdelay.StateInFlight: st.InFlight, redisdelay.StateDeadLettered: st.DeadLetters,
-	}
-	var tabs []tab
-	for _, t := range states {
-		tabs = append(tabs, tab{Label: t.Label, Count: counts[t.State], Active: t.State == state,
-			URL: s.groupURL(topic, group, url.Values{"state": {string(t.State)}})})
-	}
-	msgs := make([]listedMessage, len(list.Messages))
-	for n, m := range list.Messages {
-		link := url.Values{"ref": {m.Ref}}
-		if state == redisdelay.StateDeadLettered {
-			// The message page finds a dead letter by listing from this page's cursor.
-			link.Set("state", string(state))
-			if cursor != "" {
-				link.Set("cursor", cursor)
-			}
-		}
-		at := m.DueAt
-		if m.State == redisdelay.StateInFlight {
-			at = m.LeaseDeadline
-		}
-		msgs[n] = listedMessage{MessageInfo: m, URL: s.messageURL(topic, group, "", link), At: at}
-	}
-	var next, first string
-	if list.NextCursor != "" {
-		next = s.groupURL(topic, group, url.Values{"state": {string(state)}, "cursor": {list.NextCursor}})
-	}
-	if cursor != "" {
-		first = s.groupURL(topic, group, url.Values{"state": {string(state)}})
-	}
-	self := s.groupURL(topic, group, nil)
-	s.render(w, http.StatusOK, "group", page{
-		Title:  group + " · " + topic,
-		Crumbs: []crumb{{Label: topic}, {Label: group, URL: self}},
-		Notice: notice(q.Get("done")),
-		Body: struct {
-			Topic, Group, State, StateLabel, AtLabel string
-			Stats                                    redisdelay.GroupStats
-			Tabs                                     []tab
-			Messages                                 []listedMessage
-			Next, First                              string
-			Search                                   string
-			Actions                                  bool
-			PauseURL, ResumeURL                      string
-		}{
-			Topic: topic, Group: group, State: string(state), StateLabel: states[current].Label, AtLabel: states[current].At,
-			Stats: st, Tabs: tabs, Messages: msgs, Next: next, First: first,
-			Search:   s.messageURL(topic, group, "", nil),
-			Actions:  s.mayAct(r),
-			PauseURL: self + "/pause", ResumeURL: self + "/resume",
-		},
-	})
-}
-
-// groupStats returns the Stats of one group, or an error wrapping ErrNotFound.
-func (s *server) groupStats(ctx context.Context, topic, group string) (redisdelay.GroupStats, error) {
-	all, err := s.in.Stats(ctx, topic)
-	if err != nil {
-		return redisdelay.GroupStats{}, err
-	}
-	for _, st := range all {
-		if st.Group == group {
-			return st, nil
-		}
-	}
-	return redisdelay.GroupStats{}, fmt.Errorf("consumer group %q on topic %q: %w", group, topic, redisdelay.ErrNotFound)
-}
-
 // messageView is what the message page shows.
 type messageView struct {
 	Info                                            redisdelay.MessageInfo
 	Topic                                           string
 	Group                                           string
 	StateLabel                                      string
+	Means                                           string // what the state means
 	Dead                                            bool
+	DeadLetterTopic                                 string
 	InFlight                                        bool
 	Payload                                         string
-	PayloadKind                                     string // "JSON", "text", "binary (hex dump)" or "preview"
+	PayloadKind                                     string // "JSON", "text" or "binary (hex dump)"
 	Metadata                                        [][2]string
 	Actions                                         bool
 	ReturnState                                     string // the tab the forms return to
@@ -289,7 +214,7 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	)
 	switch {
 	case q.Get("ref") != "":
-		m, dead, err = s.byRef(r.Context(), topic, group, q.Get("ref"), q.Get("state") == string(redisdelay.StateDeadLettered), q.Get("cursor"))
+		m, dead, err = s.byRef(r.Context(), topic, group, q.Get("ref"), q.Get("state") == string(redisdelay.StateDeadLettered))
 	case q.Get("key") != "":
 		m, err = s.in.MessageByKey(r.Context(), topic, group, q.Get("key"))
 	case strings.TrimSpace(q.Get("q")) != "":
@@ -303,18 +228,24 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	v := messageView{Info: m, Topic: topic, Group: group, Dead: dead, Actions: s.mayAct(r)}
+	v := messageView{Info: m, Topic: topic, Group: group, Dead: dead, Actions: s.mayAct(r) && group != redisdelay.ParkedGroup}
 	v.Payload, v.PayloadKind = formatPayload(m.Payload)
+	tab := states[0]
 	switch {
 	case dead:
-		v.StateLabel, v.ReturnState = "dead letter", string(redisdelay.StateDeadLettered)
-		v.Payload, v.PayloadKind = m.Preview, "preview"
+		v.StateLabel, tab = "dead letter", states[3]
+		v.DeadLetterTopic = redisdelay.DefaultDeadLetterTopic(topic, group)
 	case m.State == redisdelay.StateInFlight:
-		v.StateLabel, v.ReturnState, v.InFlight = "in flight", string(redisdelay.StateInFlight), true
+		v.StateLabel, tab, v.InFlight = "in flight", states[2], true
 	case !m.DueAt.After(time.Now()):
-		v.StateLabel, v.ReturnState = "due", string(redisdelay.StateDue)
+		v.StateLabel, tab = "due", states[1]
 	default:
-		v.StateLabel, v.ReturnState = "scheduled", string(redisdelay.StateScheduled)
+		v.StateLabel = "scheduled"
+	}
+	v.ReturnState, v.Means = string(tab.State), tab.Means
+	groupLabel := group
+	if group == redisdelay.ParkedGroup {
+		v.Means, groupLabel = parkedMeans, "parked (no consumer group)"
 	}
 	keys := make([]string, 0, len(m.Metadata))
 	for k := range m.Metadata {
@@ -332,10 +263,11 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	v.RescheduleURL = s.messageURL(topic, group, "/reschedule", ref)
 	v.RunNowURL = s.messageURL(topic, group, "/run-now", ref)
 	v.RequeueURL = s.messageURL(topic, group, "/requeue", ref)
+	name := cmp.Or(m.Key, m.UUID, m.ID)
 	s.render(w, http.StatusOK, "message", page{
-		Title: "Message " + m.ID,
-		Crumbs: []crumb{{Label: topic}, {Label: group, URL: s.groupURL(topic, group, nil)},
-			{Label: v.StateLabel, URL: s.groupURL(topic, group, url.Values{"state": {v.ReturnState}})}, {Label: m.ID}},
+		Title: "Message " + name,
+		Crumbs: []crumb{{Label: topic}, {Label: groupLabel, URL: s.groupURL(topic, group, nil)},
+			{Label: tab.Label, URL: s.groupURL(topic, group, url.Values{"state": {v.ReturnState}})}, {Label: name}},
 		Notice: notice(q.Get("done")),
 		Body:   v,
 	})
@@ -343,9 +275,8 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 
 // byRef finds the message ref names: a dead letter through Inspector.DeadLetter, anything else
 // through Message, each reading that one message. It reports whether the message is a dead
-// letter. (cursor, the page the link came from, is no longer needed to find it.)
-func (s *server) byRef(ctx context.Context, topic, group, ref string, dead bool, cursor string) (redisdelay.MessageInfo, bool, error) {
-	_ = cursor
+// letter.
+func (s *server) byRef(ctx context.Context, topic, group, ref string, dead bool) (redisdelay.MessageInfo, bool, error) {
 	if !dead {
 		m, err := s.in.Message(ctx, topic, group, ref)
 		return m, false, err
@@ -362,7 +293,7 @@ func (s *server) search(ctx context.Context, topic, group, q string) (redisdelay
 		if !errors.Is(err, redisdelay.ErrNotFound) {
 			return m, false, err
 		}
-		m, dead, err := s.byRef(ctx, topic, group, q, true, "")
+		m, dead, err := s.byRef(ctx, topic, group, q, true)
 		if !errors.Is(err, redisdelay.ErrNotFound) || redisdelay.ValidateKey(q) != nil {
 			return m, dead, err
 		}
@@ -397,6 +328,7 @@ func formatPayload(p []byte) (string, string) {
 var templateFuncs = map[string]any{
 	"duration": shortDuration,
 	"when":     when,
+	"clock":    clock,
 	"bytes": func(n int) string {
 		if n < 1024 {
 			return strconv.Itoa(n) + " B"
@@ -418,6 +350,12 @@ func when(t time.Time) template.HTML {
 	u := t.UTC()
 	return template.HTML(`<time datetime="` + u.Format(time.RFC3339Nano) + `">` + u.Format("2006-01-02 15:04:05.000 UTC") +
 		`</time> <span class="muted">` + rel + "</span>")
+}
+
+// clock shows the time of day of t in UTC, to the second, in a <time> element.
+func clock(t time.Time) template.HTML {
+	u := t.UTC()
+	return template.HTML(`<time datetime="` + u.Format(time.RFC3339) + `">` + u.Format("15:04:05") + ` UTC</time>`)
 }
 
 // shortDuration rounds d to about three significant figures: 1.23s, 4m5s, 820µs.
