@@ -436,12 +436,15 @@ func TestOperatorSeesWarningsAndAlarmsAndTheRefreshedCounts(t *testing.T) {
 	assert.Contains(t, text(t, ctx, "#updated"), "refreshes every 200ms")
 
 	// Pausing stops the polling; resuming starts it again.
+	// The links navigate: wait for the new page's link before reading its line.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[data-refresh="pause"]`))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`a[data-refresh="resume"]`)))
 	assert.Contains(t, text(t, ctx, "#updated"), "auto-refresh paused")
 	polls, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("[hx-trigger]").length`))
 	require.NoError(t, err)
 	assert.Zero(t, polls, "nothing polls while paused")
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[data-refresh="resume"]`))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`a[data-refresh="pause"]`)))
 	assert.Contains(t, text(t, ctx, "#updated"), "refreshes every")
 
 	// The group page repeats the colours on its tabs and says what needs attention.
