@@ -1,5 +1,8 @@
 package dashboard
 
+// This file owns the due-time forecast chart of a group page: the spans it offers and the
+// inline SVG bar chart with its summary.
+
 import (
 	"html"
 	"html/template"

@@ -1,5 +1,8 @@
 package dashboard
 
+// This file owns the group page: a consumer group's (or a topic's parked messages') stats,
+// state tabs, one page of its messages in one state, its forecast, and its action forms.
+
 import (
 	"context"
 	"errors"
@@ -12,6 +15,9 @@ import (
 
 	"github.com/watermill-redisdelay/redisdelay"
 )
+
+// pageSize is how many messages a group page lists.
+const pageSize = 50
 
 // stateTab describes one state tab of a group page.
 type stateTab struct {

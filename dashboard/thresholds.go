@@ -1,5 +1,7 @@
 package dashboard
 
+// This file owns Thresholds: when a figure of a group shows as a warning or an alarm.
+
 import (
 	"time"
 
