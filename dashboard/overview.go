@@ -43,65 +43,90 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 // the row the worst of them.
 func (s *server) overviewRow(b *strings.Builder, st redisdelay.GroupStats) {
 	lv := s.opts.Thresholds.levels(st)
-	text := func(v string) { b.WriteString(html.EscapeString(v)) }
-	cell := func(class, stat string, l level, v string) {
-		b.WriteString(`<td class="`)
-		b.WriteString(class)
-		if l != levelNone {
-			b.WriteString(" " + string(l) + `" data-level="` + string(l))
-		}
-		b.WriteString(`" data-stat="`)
-		b.WriteString(stat)
-		b.WriteString(`">`)
-		b.WriteString(v)
-		b.WriteString("</td>\n")
-	}
-	num := func(stat string, l level, v string) { cell("num", stat, l, html.EscapeString(v)) }
 	b.WriteString(`<tr data-topic="`)
-	text(st.Topic)
+	b.WriteString(html.EscapeString(st.Topic))
 	b.WriteString(`" data-group="`)
-	text(st.Group)
+	b.WriteString(html.EscapeString(st.Group))
 	if lv.Row != levelNone {
 		b.WriteString(`" class="row-` + string(lv.Row) + `" data-level="` + string(lv.Row))
 	}
 	b.WriteString("\">\n<td>")
-	text(st.Topic)
+	b.WriteString(html.EscapeString(st.Topic))
 	b.WriteString("</td>\n<td><a href=\"")
-	text(s.groupURL(st.Topic, st.Group, nil))
+	b.WriteString(html.EscapeString(s.groupURL(st.Topic, st.Group, nil)))
 	if st.Group == redisdelay.ParkedGroup {
 		b.WriteString(`" class="parked">no group yet: parked</a></td>` + "\n")
 	} else {
 		b.WriteString(`">`)
-		text(st.Group)
+		b.WriteString(html.EscapeString(st.Group))
 		b.WriteString("</a></td>\n")
 	}
-	num("scheduled", levelNone, strconv.FormatInt(st.Scheduled, 10))
-	num("due", levelNone, strconv.FormatInt(st.Due, 10))
-	num("in-flight", levelNone, strconv.FormatInt(st.InFlight, 10))
-	num("dead", lv.Dead, strconv.FormatInt(st.DeadLetters, 10))
+	writeCountCells(b, st, lv)
+	writePausedCell(b, st, lv)
+	s.writeLatenessCells(b, st)
+	b.WriteString("</tr>\n")
+}
+
+// writeCountCells writes the cells of a row of the overview that count messages, the age of
+// the oldest due one and the next due time.
+func writeCountCells(b *strings.Builder, st redisdelay.GroupStats, lv groupLevels) {
+	writeNumCell(b, "scheduled", levelNone, strconv.FormatInt(st.Scheduled, 10))
+	writeNumCell(b, "due", levelNone, strconv.FormatInt(st.Due, 10))
+	writeNumCell(b, "in-flight", levelNone, strconv.FormatInt(st.InFlight, 10))
+	writeNumCell(b, "dead", lv.Dead, strconv.FormatInt(st.DeadLetters, 10))
 	age := "–"
 	if st.OldestDueAge > 0 {
 		age = shortDuration(st.OldestDueAge)
 	}
-	num("oldest-due", lv.Overdue, age)
-	cell("time", "next-due", levelNone, string(when(st.NextDue)))
+	writeNumCell(b, "oldest-due", lv.Overdue, age)
+	writeCell(b, "time", "next-due", levelNone, string(when(st.NextDue)))
+}
+
+// writePausedCell writes the cell of a row of the overview that says whether the group is
+// paused.
+func writePausedCell(b *strings.Builder, st redisdelay.GroupStats, lv groupLevels) {
 	switch {
 	case st.Group == redisdelay.ParkedGroup:
-		cell("", "paused", levelNone, "waits for a first group")
+		writeCell(b, "", "paused", levelNone, "waits for a first group")
 	case st.Paused:
-		cell("", "paused", lv.Paused, `<span class="badge `+string(lv.Paused)+`">paused</span>`)
+		writeCell(b, "", "paused", lv.Paused, `<span class="badge `+string(lv.Paused)+`">paused</span>`)
 	default:
-		cell("", "paused", levelNone, "not paused")
+		writeCell(b, "", "paused", levelNone, "not paused")
 	}
-	if s.opts.Lateness != nil {
-		p50, p99 := "–", "–"
-		if d50, d99, ok := s.opts.Lateness(st.Topic, st.Group); ok {
-			p50, p99 = shortDuration(d50), shortDuration(d99)
-		}
-		num("lateness-p50", levelNone, p50)
-		num("lateness-p99", levelNone, p99)
+}
+
+// writeLatenessCells writes the lateness cells of a row of the overview, when Options.Lateness
+// gives them.
+func (s *server) writeLatenessCells(b *strings.Builder, st redisdelay.GroupStats) {
+	if s.opts.Lateness == nil {
+		return
 	}
-	b.WriteString("</tr>\n")
+	p50, p99 := "–", "–"
+	if d50, d99, ok := s.opts.Lateness(st.Topic, st.Group); ok {
+		p50, p99 = shortDuration(d50), shortDuration(d99)
+	}
+	writeNumCell(b, "lateness-p50", levelNone, p50)
+	writeNumCell(b, "lateness-p99", levelNone, p99)
+}
+
+// writeNumCell writes a cell of the overview that holds a figure, v, which it escapes.
+func writeNumCell(b *strings.Builder, stat string, l level, v string) {
+	writeCell(b, "num", stat, l, html.EscapeString(v))
+}
+
+// writeCell writes a cell of the overview: its class, its level l (see Thresholds), stat, the
+// figure it shows, and v, its HTML content, which the caller has escaped.
+func writeCell(b *strings.Builder, class, stat string, l level, v string) {
+	b.WriteString(`<td class="`)
+	b.WriteString(class)
+	if l != levelNone {
+		b.WriteString(" " + string(l) + `" data-level="` + string(l))
+	}
+	b.WriteString(`" data-stat="`)
+	b.WriteString(stat)
+	b.WriteString(`">`)
+	b.WriteString(v)
+	b.WriteString("</td>\n")
 }
 
 // stats returns the Stats of every topic on the dashboard, and the topics of Options.Topics
