@@ -42,6 +42,28 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	m, dead, ok := s.find(w, r, topic, group)
+	if !ok {
+		return
+	}
+	v, tab := s.messageView(r, topic, group, m, dead)
+	groupLabel := group
+	if group == redisdelay.ParkedGroup {
+		v.Means, groupLabel = parkedMeans, "parked (no consumer group)"
+	}
+	name := cmp.Or(m.Key, m.UUID, m.ID)
+	s.render(w, http.StatusOK, "message", page{
+		Title: "Message " + name,
+		Crumbs: []crumb{{Label: topic}, {Label: groupLabel, URL: s.groupURL(topic, group, nil)},
+			{Label: tab.Label, URL: s.groupURL(topic, group, url.Values{"state": {v.ReturnState}})}, {Label: name}},
+		Notice: notice(r.URL.Query().Get("done")),
+		Body:   v,
+	})
+}
+
+// find returns the message that r names, and whether it is a dead letter; or reports the error
+// and false: 400 when r names none, as fail does for the rest.
+func (s *server) find(w http.ResponseWriter, r *http.Request, topic, group string) (redisdelay.MessageInfo, bool, bool) {
 	q := r.URL.Query()
 	var (
 		m    redisdelay.MessageInfo
@@ -57,13 +79,18 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 		m, dead, err = s.search(r.Context(), topic, group, strings.TrimSpace(q.Get("q")))
 	default:
 		s.problem(w, http.StatusBadRequest, "name the message with ref, key or q")
-		return
+		return m, false, false
 	}
 	if err != nil {
 		s.fail(w, err)
-		return
+		return m, false, false
 	}
+	return m, dead, true
+}
 
+// messageView returns what the message page shows of m, and the state tab of the group page
+// that lists it.
+func (s *server) messageView(r *http.Request, topic, group string, m redisdelay.MessageInfo, dead bool) (messageView, stateTab) {
 	v := messageView{Info: m, Topic: topic, Group: group, Dead: dead, Actions: s.mayAct(r) && group != redisdelay.ParkedGroup}
 	v.Payload, v.PayloadKind = formatPayload(m.Payload)
 	tab := states[0]
@@ -79,18 +106,7 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 		v.StateLabel = "scheduled"
 	}
 	v.ReturnState, v.Means = string(tab.State), tab.Means
-	groupLabel := group
-	if group == redisdelay.ParkedGroup {
-		v.Means, groupLabel = parkedMeans, "parked (no consumer group)"
-	}
-	keys := make([]string, 0, len(m.Metadata))
-	for k := range m.Metadata {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		v.Metadata = append(v.Metadata, [2]string{k, m.Metadata[k]})
-	}
+	v.Metadata = sortedMetadata(m.Metadata)
 	// The forms carry the ref in their URL, percent-encoded: a ref can hold any byte (the
 	// member of a message stored inline holds the marshaled message), which a form field in a
 	// UTF-8 page would not carry intact.
@@ -99,14 +115,21 @@ func (s *server) message(w http.ResponseWriter, r *http.Request) {
 	v.RescheduleURL = s.messageURL(topic, group, "/reschedule", ref)
 	v.RunNowURL = s.messageURL(topic, group, "/run-now", ref)
 	v.RequeueURL = s.messageURL(topic, group, "/requeue", ref)
-	name := cmp.Or(m.Key, m.UUID, m.ID)
-	s.render(w, http.StatusOK, "message", page{
-		Title: "Message " + name,
-		Crumbs: []crumb{{Label: topic}, {Label: groupLabel, URL: s.groupURL(topic, group, nil)},
-			{Label: tab.Label, URL: s.groupURL(topic, group, url.Values{"state": {v.ReturnState}})}, {Label: name}},
-		Notice: notice(q.Get("done")),
-		Body:   v,
-	})
+	return v, tab
+}
+
+// sortedMetadata returns the entries of md sorted by key; nil when there are none.
+func sortedMetadata(md map[string]string) [][2]string {
+	keys := make([]string, 0, len(md))
+	for k := range md {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	var sorted [][2]string
+	for _, k := range keys {
+		sorted = append(sorted, [2]string{k, md[k]})
+	}
+	return sorted
 }
 
 // byRef finds the message ref names: a dead letter through Inspector.DeadLetter, anything else
