@@ -90,58 +90,97 @@ func (s *server) group(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	q := r.URL.Query()
-	tabs := tabsOf(group)
-	state := redisdelay.State(q.Get("state"))
-	if state == "" {
-		state = redisdelay.StateScheduled
-	}
-	current := slices.IndexFunc(tabs, func(t stateTab) bool { return t.State == state })
-	if current < 0 {
-		s.problem(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q: want one of %s", state, stateNames(tabs)))
-		return
-	}
-	span := spanOf(q.Get("forecast"))
-	st, err := s.groupStats(r.Context(), topic, group)
-	if err != nil {
-		s.fail(w, err)
-		return
-	}
-	list, ok := s.list(w, r, topic, group, state, q.Get("cursor"))
+	current, ok := s.stateTab(w, group, redisdelay.State(q.Get("state")))
 	if !ok {
 		return
 	}
-	fc, err := s.in.Forecast(r.Context(), topic, group, span.Bucket, span.Buckets)
-	if err != nil {
-		s.fail(w, err)
+	span := spanOf(q.Get("forecast"))
+	d, ok := s.readGroup(w, r, topic, group, current.State, span)
+	if !ok {
 		return
 	}
-	self := s.groupURL(topic, group, nil)
-	v := groupView{
-		Topic: topic, Group: group, State: string(state), DeadLetterTopic: redisdelay.DefaultDeadLetterTopic(topic, group),
-		Parked: group == redisdelay.ParkedGroup, Tab: tabs[current], Stats: st, Levels: s.opts.Thresholds.levels(st),
-		Dead: state == redisdelay.StateDeadLettered, Search: s.messageURL(topic, group, "", nil),
-		PauseURL: self + "/pause", ResumeURL: self + "/resume", Live: s.live(r),
-	}
-	v.Actions = s.mayAct(r) && !v.Parked
-	v.Tabs = s.groupTabs(topic, group, st, v.Levels, state, span)
-	v.Messages = s.listedMessages(topic, group, state, list.Messages)
-	if list.NextCursor != "" {
-		v.Next = s.groupURL(topic, group, url.Values{"state": {string(state)}, "cursor": {list.NextCursor}})
-	}
-	if q.Get("cursor") != "" {
-		v.First = s.groupURL(topic, group, url.Values{"state": {string(state)}})
-	}
-	v.Forecast = s.forecastView(topic, group, state, span, fc)
+	v := s.groupView(r, topic, group, current, span, d)
 	label := group
 	if v.Parked {
 		label, v.Tab.Means = "parked (no consumer group)", parkedMeans
 	}
 	s.render(w, http.StatusOK, "group", page{
 		Title:  label + " · " + topic,
-		Crumbs: []crumb{{Label: topic}, {Label: label, URL: self}},
+		Crumbs: []crumb{{Label: topic}, {Label: label, URL: s.groupURL(topic, group, nil)}},
 		Notice: notice(q.Get("done")),
 		Body:   v,
 	})
+}
+
+// stateTab returns the tab of group's page that ?state= names, the first when it names none;
+// or answers 400 and false for a state the page has no tab for.
+func (s *server) stateTab(w http.ResponseWriter, group string, state redisdelay.State) (stateTab, bool) {
+	tabs := tabsOf(group)
+	if state == "" {
+		state = redisdelay.StateScheduled
+	}
+	current := slices.IndexFunc(tabs, func(t stateTab) bool { return t.State == state })
+	if current < 0 {
+		s.problem(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q: want one of %s", state, stateNames(tabs)))
+		return stateTab{}, false
+	}
+	return tabs[current], true
+}
+
+// groupData is what a group page reads from Redis.
+type groupData struct {
+	Stats    redisdelay.GroupStats
+	List     redisdelay.ListPage
+	Forecast redisdelay.Forecast
+}
+
+// readGroup reads group's stats, the page of its messages in state that ?cursor= names, and its
+// forecast over span; or reports the error and false.
+func (s *server) readGroup(w http.ResponseWriter, r *http.Request, topic, group string, state redisdelay.State, span forecastSpan) (groupData, bool) {
+	var (
+		d   groupData
+		err error
+		ok  bool
+	)
+	d.Stats, err = s.groupStats(r.Context(), topic, group)
+	if err != nil {
+		s.fail(w, err)
+		return d, false
+	}
+	d.List, ok = s.list(w, r, topic, group, state, r.URL.Query().Get("cursor"))
+	if !ok {
+		return d, false
+	}
+	d.Forecast, err = s.in.Forecast(r.Context(), topic, group, span.Bucket, span.Buckets)
+	if err != nil {
+		s.fail(w, err)
+		return d, false
+	}
+	return d, true
+}
+
+// groupView returns what the page of group shows of d, on the tab current with the forecast
+// over span.
+func (s *server) groupView(r *http.Request, topic, group string, current stateTab, span forecastSpan, d groupData) groupView {
+	state := current.State
+	self := s.groupURL(topic, group, nil)
+	v := groupView{
+		Topic: topic, Group: group, State: string(state), DeadLetterTopic: redisdelay.DefaultDeadLetterTopic(topic, group),
+		Parked: group == redisdelay.ParkedGroup, Tab: current, Stats: d.Stats, Levels: s.opts.Thresholds.levels(d.Stats),
+		Dead: state == redisdelay.StateDeadLettered, Search: s.messageURL(topic, group, "", nil),
+		PauseURL: self + "/pause", ResumeURL: self + "/resume", Live: s.live(r),
+	}
+	v.Actions = s.mayAct(r) && !v.Parked
+	v.Tabs = s.groupTabs(topic, group, d.Stats, v.Levels, state, span)
+	v.Messages = s.listedMessages(topic, group, state, d.List.Messages)
+	if d.List.NextCursor != "" {
+		v.Next = s.groupURL(topic, group, url.Values{"state": {string(state)}, "cursor": {d.List.NextCursor}})
+	}
+	if r.URL.Query().Get("cursor") != "" {
+		v.First = s.groupURL(topic, group, url.Values{"state": {string(state)}})
+	}
+	v.Forecast = s.forecastView(topic, group, state, span, d.Forecast)
+	return v
 }
 
 // stateNames lists the states of tabs for an error message.
