@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -109,4 +110,43 @@ func TestParkedMessagesOfATopicWithNoGroupAreCountedAndListed(t *testing.T) {
 	assert.NotContains(t, overview.body, `data-topic="signups" data-group=""`)
 	_, err := q.in.Forecast(context.Background(), "signups", redisdelay.ParkedGroup, time.Minute, 1)
 	assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+}
+
+func TestGroupPagePagesThroughEveryMessageWithItsCursor(t *testing.T) {
+	q := newQueue(t)
+	q.register("orders", "billing")
+	q.publish("orders", "m", 120, time.Hour)
+	srv := q.serve(dashboard.Options{})
+
+	res := get(t, srv.URL+"/topic/orders/group/billing")
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	assert.Regexp(t, `class="active" aria-current="page">Scheduled <span class="count">120</span>`, res.body)
+	idRE := regexp.MustCompile(`<tr data-id="([0-9a-f]{12})">`)
+	seen := map[string]bool{}
+	var order []string
+	pages := 0
+	for {
+		pages++
+		require.Equal(t, http.StatusOK, res.status, res.body)
+		rows := idRE.FindAllStringSubmatch(res.body, -1)
+		assert.LessOrEqual(t, len(rows), 50, "page %d", pages)
+		for _, r := range rows {
+			assert.False(t, seen[r[1]], "%s listed twice", r[1])
+			seen[r[1]] = true
+			order = append(order, r[1])
+		}
+		next := links(res.body, "cursor=")
+		if !strings.Contains(res.body, `rel="next"`) {
+			break
+		}
+		require.NotEmpty(t, next)
+		u := next[len(next)-1]
+		assert.Contains(t, u, "state=scheduled")
+		res = get(t, srv.URL+u)
+		require.Less(t, pages, 10, "pagination does not end")
+	}
+	assert.Equal(t, 3, pages)
+	assert.Len(t, seen, 120)
+	assert.IsIncreasing(t, order, "IDs sort in publish order, which is due-time order here")
+	assert.Contains(t, res.body, ">First page</a>")
 }
