@@ -205,14 +205,13 @@ func (q *Queue) Publish(t TB, topic string, msgs ...*message.Message) {
 func (q *Queue) wakeAll() {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
-	pipe := q.client.Pipeline()
+	var parts []store.Group
 	for _, g := range q.runningGroups() {
 		for n := 0; n < q.opts.Subscriber.Partitions; n++ {
-			part := store.Partition{Topic: g.topic, N: n}.Of(g.group)
-			pipe.Publish(ctx, q.store.WakeChannel(part), "0")
+			parts = append(parts, store.Partition{Topic: g.topic, N: n}.Of(g.group))
 		}
 	}
-	_, _ = pipe.Exec(ctx) // a lost wake-up is sent again by the next poll of settle
+	_ = q.store.CheckNow(ctx, parts) // a lost wake-up is sent again by a later poll of settle
 }
 
 // notify tells settle that something happened.
