@@ -36,8 +36,9 @@
 // # When Advance returns
 //
 // AdvanceTo stops at every due time on the way (the earliest due time of a group with a running
-// subscription, read from Redis; with Options.Resolution, the next multiple of it), so a handler runs with the clock at its message's due time
-// and a message it publishes with a delay falls due at the right stop. At each stop it waits
+// subscription, read from Redis; with Options.Resolution, the next multiple of it), so a
+// handler runs with the clock at its message's due time and a message it publishes with a
+// delay falls due at the right stop. At each stop it waits
 // until the queue is settled: for each consumer group with a running subscription of the kit,
 // nothing is due and nothing is in flight. So when Advance returns, every message due by the
 // new time has been claimed, in due order, handed to the application, and acked or nacked (a
@@ -45,10 +46,11 @@
 //
 // A test that wants to hold a message across an advance takes it with Receive. Until it acks or
 // nacks it, the message's consumer group is busy, as it would be in production: what falls due
-// for it waits for the ack, and the advance does not wait for it. Its leases
-// are kept: the stops are then at most a third of its LeaseTimeout apart, and at each the kit
-// waits until the subscription has extended every lease it holds to a whole lease from the
-// new time. So a handler still running when the test advances past its lease keeps its message.
+// for it waits for the ack, and the advance does not wait for it. Its leases are kept: the
+// stops are then at most a third of its LeaseTimeout apart, and at each the kit waits until the
+// subscription has extended every lease it holds to a whole lease from the new time. So a
+// handler still running when the test advances past its lease keeps its message. Any other
+// message handed out is waited for, like a handler's, until it is acked or nacked.
 //
 // Advance waits for the application to take and finish what falls due, so read the channels in
 // another goroutine than the one that calls Advance: a message.Router, a CQRS processor, or

@@ -1,6 +1,9 @@
 // Package clock is the client clock that Go code reads where it turns an instant into a delay
-// on the Redis clock: the delay metadata of a published or nacked message (delay.Until). The
-// zero Clock is the real clock, time.Now, at the cost of one nil check.
+// on the Redis clock: the delay metadata of a published or nacked message. The zero Clock is
+// the real clock, time.Now, at the cost of one nil check. Any other is virtual: there, a
+// message with both of Watermill's delay keys is due its _watermill_delayed_for after now,
+// since Watermill computes _watermill_delayed_until on the real clock (see scheduleOf in the
+// root package).
 //
 // Waits stay on the real clock: a subscription's sleep, its heartbeat and its ack timer only
 // decide when to ask Redis again, and Redis (its TIME, read by every script) decides what is
