@@ -132,21 +132,29 @@ func TestAddingABatchItemCostsTheSameWhateverTheBatchHolds(t *testing.T) {
 			f()
 			return float64(scriptCPU(t, c).usec - before.usec)
 		}
-		perAdd := redisTime(func() {
-			for i := range adds {
-				name := "i" + strconv.Itoa(held+i)
-				names = append(names, name)
-				publishScheduled(t, pub, topic, redisdelay.WithBatchKey(message.NewMessage(name, payload), "big"))
-			}
-		}) / adds
-		perPublish := redisTime(func() {
-			for range adds {
-				publishScheduled(t, pub, topic, delayed(message.NewMessage(watermill.NewUUID(), payload)))
-			}
-		}) / adds
+		// Adds and plain publishes alternate in blocks, so that a load spike on the machine
+		// (which inflates Redis's own timing too) falls on both alike.
+		var addTime, publishTime float64
+		for block := range 10 {
+			addTime += redisTime(func() {
+				for i := range adds / 10 {
+					name := "i" + strconv.Itoa(held+block*(adds/10)+i)
+					names = append(names, name)
+					publishScheduled(t, pub, topic, redisdelay.WithBatchKey(message.NewMessage(name, payload), "big"))
+				}
+			})
+			publishTime += redisTime(func() {
+				for range adds / 10 {
+					publishScheduled(t, pub, topic, delayed(message.NewMessage(watermill.NewUUID(), payload)))
+				}
+			})
+		}
+		perAdd, perPublish := addTime/adds, publishTime/adds
 		if b.name == "redis" {
 			t.Logf("Redis time per item added to a batch of %d: %.1f µs; per publish without a batch: %.1f µs", held, perAdd, perPublish)
-			assert.Less(t, perAdd, 2*perPublish, "adding an item costs O(item)")
+			// A rewrite of the stored batch (500 KB) would cost about 100 times a publish; 3 times
+			// leaves room for the machine's noise.
+			assert.Less(t, perAdd, 3*perPublish, "adding an item costs O(item)")
 		}
 
 		n, err := in.FlushBatch(ctx, topic, "big")

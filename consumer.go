@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/cenkalti/backoff/v5"
 
+	"github.com/watermill-redisdelay/redisdelay/internal/clock"
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 	"github.com/watermill-redisdelay/redisdelay/internal/wake"
 )
@@ -39,6 +40,7 @@ type partitionConsumer struct {
 	store            store.Store
 	wakeHub          *wake.Hub
 	deadLetterGroups *groupCache
+	clock            clock.Clock // reads the delay metadata of a nacked message against
 	// register registers the group on every partition of the topic (see Subscriber.register).
 	register func(ctx context.Context) ([]registration, error)
 	// ctx ends when the Subscribe context is cancelled or the Subscriber closes; it is the
@@ -88,6 +90,7 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 		store:            s.store,
 		wakeHub:          s.wakeHub,
 		deadLetterGroups: &s.deadLetterGroups,
+		clock:            s.clock,
 		register:         func(ctx context.Context) ([]registration, error) { return s.register(ctx, topic) },
 		ctx:              ctx,
 		topic:            topic,

@@ -75,3 +75,17 @@ func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reas
 		s.logger.Info("Message moved to the dead-letter topic", fields)
 	}
 }
+
+// deadLettered marks m, read from a dead-letter topic's parked set, as a dead letter, with the
+// attempts, reason and key that dead-lettering wrote into its metadata. Its DueAt, the score
+// there, is when it was moved: dead-lettering publishes it due at once.
+func deadLettered(m *MessageInfo) {
+	m.State = StateDeadLettered
+	m.Reason = m.Metadata[DeadLetterReasonMetadataKey]
+	if m.Key == "" {
+		m.Key = m.Metadata[KeyMetadataKey]
+	}
+	if n, err := strconv.Atoi(m.Metadata[DeadLetterAttemptsMetadataKey]); err == nil {
+		m.Attempt = n
+	}
+}

@@ -52,7 +52,12 @@ const freshSlack = 100 * time.Millisecond
 //
 // An unparseable value, or a delay above MaxDelay, is an error that names the key and the value.
 func DelayOf(msg *message.Message, now time.Time) (time.Duration, error) {
-	d, at, _, err := scheduleOf(msg, now)
+	return delayOf(msg, now, false)
+}
+
+// delayOf is DelayOf, on a virtual clock when virtual (see scheduleOf).
+func delayOf(msg *message.Message, now time.Time, virtual bool) (time.Duration, error) {
+	d, at, _, err := scheduleOf(msg, now, virtual)
 	if !at.IsZero() {
 		d = max(at.Sub(now), 0)
 	}
@@ -65,7 +70,11 @@ func DelayOf(msg *message.Message, now time.Time) (time.Duration, error) {
 // d is the delay relative to now. For a message with both keys, latest is the end of the clamp
 // range, U + 1.1s: the publish script applies it on the Redis clock too, so that the time that
 // passes between now and the script's run never carries the due time past it.
-func scheduleOf(msg *message.Message, now time.Time) (d time.Duration, at, latest time.Time, err error) {
+//
+// On a virtual clock (the test kit, see internal/clock) a message with both keys is due F after
+// now: Watermill's delay.For and delay.Until compute U on the real clock, which a virtual clock
+// does not follow.
+func scheduleOf(msg *message.Message, now time.Time, virtual bool) (d time.Duration, at, latest time.Time, err error) {
 	untilStr, forStr := msg.Metadata.Get(delay.DelayedUntilKey), msg.Metadata.Get(delay.DelayedForKey)
 	if served, ok := msg.Metadata[ServedDelayMetadataKey]; ok && served == servedDelay(untilStr, forStr) {
 		return 0, time.Time{}, time.Time{}, nil
@@ -87,6 +96,11 @@ func scheduleOf(msg *message.Message, now time.Time) (d time.Duration, at, lates
 			return 0, time.Time{}, time.Time{}, tooLong(delay.DelayedUntilKey, untilStr, remaining)
 		}
 		return 0, until, time.Time{}, nil
+	case virtual:
+		if d > MaxDelay {
+			return 0, time.Time{}, time.Time{}, tooLong(delay.DelayedForKey, forStr, d)
+		}
+		return max(d, 0), time.Time{}, time.Time{}, nil
 	}
 	remaining, latest := clampToUntil(now, d, until)
 	if remaining > MaxDelay {

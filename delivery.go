@@ -209,7 +209,7 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 	if !exhausted(c.Attempt, s.cfg.MaxAttempts) {
 		original, _ = s.cfg.Marshaler.Unmarshal(s.topic, c.Data)
 	}
-	d := decideNack(c.Attempt, s.cfg.MaxAttempts, s.cfg.NackBackoff, original, delivered, time.Now())
+	d := decideNack(c.Attempt, s.cfg.MaxAttempts, s.cfg.NackBackoff, original, delivered, s.clock.Now(), s.clock.Virtual())
 	fields := watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.Attempt}
 	if d.deadLetter {
 		s.deadLetter(c, delivered, DeadLetterReasonNacked)

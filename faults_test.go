@@ -435,10 +435,15 @@ func blackhole(t *testing.T) string {
 	return l.Addr().String()
 }
 
+// timerSlack is how late a bounded call may return in these tests: the bound is OperationTimeout,
+// and the slack covers timers and goroutines that run late on a loaded 2-core machine under
+// -race (64 callers at once); 100 ms was exceeded by 19 ms once in CI.
+const timerSlack = 200 * time.Millisecond
+
 // TestPublishReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer: whether Redis is frozen
 // (SIGSTOP, after a publish opened the connections), never answers (a listener that accepts and
 // stays silent) or refuses connections, 64 concurrent Publish calls each fail within
-// OperationTimeout + 100 ms, with an error naming the topic and the message, whatever the
+// OperationTimeout (+ timerSlack), with an error naming the topic and the message, whatever the
 // client's ContextTimeoutEnabled.
 func TestPublishReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer(t *testing.T) {
 	const timeout = 500 * time.Millisecond
@@ -491,7 +496,7 @@ func TestPublishReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer(t *testing.T
 						assert.Contains(t, errs[i].Error(), `"orders"`)
 						assert.Contains(t, errs[i].Error(), strconv.Quote("m-"+strconv.Itoa(i)))
 					}
-					assert.LessOrEqual(t, took[i], timeout+100*time.Millisecond, "publisher %d", i)
+					assert.LessOrEqual(t, took[i], timeout+timerSlack, "publisher %d", i)
 				}
 			})
 		}
@@ -500,7 +505,7 @@ func TestPublishReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer(t *testing.T
 
 // TestCloseReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer: a Subscriber that holds claimed
 // messages on two topics (one handed out, one waiting behind it) closes within
-// OperationTimeout + 100 ms when Redis is frozen (SIGSTOP) or stopped, and its output channels
+// OperationTimeout (+ timerSlack) when Redis is frozen (SIGSTOP) or stopped, and its output channels
 // are closed when Close returns.
 func TestCloseReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer(t *testing.T) {
 	const timeout = 500 * time.Millisecond
@@ -529,7 +534,7 @@ func TestCloseReturnsWithinOperationTimeoutWhenRedisDoesNotAnswer(t *testing.T) 
 			fault.stop(t, srv)
 			start := time.Now()
 			require.NoError(t, sub.Close())
-			assert.LessOrEqual(t, time.Since(start), timeout+100*time.Millisecond)
+			assert.LessOrEqual(t, time.Since(start), timeout+timerSlack)
 			for _, ch := range chs {
 				select {
 				case _, open := <-ch:

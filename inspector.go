@@ -3,7 +3,7 @@ package redisdelay
 // The Inspector: its config, its constructor, and the helpers its operations share (running
 // calls concurrently, resolving refs to members, where a group's dead letters wait). Its
 // operations live in files by job: topics.go, inspector_group.go, inspector_key.go,
-// inspector_list.go, paging.go, inspector_ref.go, inspector_bulk.go.
+// inspector_list.go, paging.go, inspector_ref.go, inspector_bulk.go, inspector_forecast.go.
 //
 // Everything the Inspector does uses O(1) or O(log N) commands per topic and group (plus O(M) for
 // M listed or moved messages, a list cursor O(log² N)); nothing uses KEYS or SCAN, skips an
@@ -13,6 +13,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sort"
+	"strings"
 	"sync"
 	"time"
 
@@ -120,6 +122,31 @@ func NewInspector(config InspectorConfig, logger watermill.LoggerAdapter) (*Insp
 		store:   st,
 		callTTL: max(publishCallTTLFactor*config.OperationTimeout, minPublishCallTTL),
 	}, nil
+}
+
+// KeyPrefix returns the key prefix the Inspector reads under (InspectorConfig.KeyPrefix, or
+// DefaultKeyPrefix).
+func (i *Inspector) KeyPrefix() string { return i.config.KeyPrefix }
+
+// Addr returns the address of the Redis the Inspector reads, for display: the Addr of a
+// *redis.Client (go-redis's placeholder "FailoverClient" for one that Sentinel manages), or the
+// comma-separated Addrs of a *redis.ClusterClient (the seed addresses) or a *redis.Ring; ""
+// for any other client. It holds no user name or password, and makes no Redis call.
+func (i *Inspector) Addr() string {
+	switch c := i.config.Client.(type) {
+	case *redis.Client:
+		return c.Options().Addr
+	case *redis.ClusterClient:
+		return strings.Join(c.Options().Addrs, ",")
+	case *redis.Ring:
+		addrs := make([]string, 0, len(c.Options().Addrs))
+		for _, a := range c.Options().Addrs {
+			addrs = append(addrs, a)
+		}
+		sort.Strings(addrs)
+		return strings.Join(addrs, ",")
+	}
+	return ""
 }
 
 // forEachConcurrently calls f for 0..n-1, 16 at a time, and returns the first error.

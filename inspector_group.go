@@ -33,10 +33,17 @@ type GroupStats struct {
 	Paused bool
 }
 
+// A topic with no consumer group has one GroupStats from Stats, under ParkedGroup: Scheduled
+// and Due count the messages that wait, parked, for its first group, OldestDueAge and NextDue
+// are theirs, and the other counts are zero. The default dead-letter topic of a group that
+// Stats reports has none: its parked messages are that group's DeadLetters.
+
 // Stats returns the statistics of every consumer group of the given topics, or of every topic
-// in the registry when none is given, sorted by topic and group. Each topic partition costs one
-// script of O(log N) commands per group (ZCOUNT, ZCARD, ZRANGE of one element), run 16 at a
-// time.
+// in the registry when none is given, sorted by topic and group; a topic with no group has one
+// under ParkedGroup (see GroupStats). Each topic partition costs one script of O(log N)
+// commands per group (ZCOUNT, ZCARD, ZRANGE of one element), run 16 at a time; the partitions
+// of a topic with no group cost one pipelined round trip of four such commands each, after one
+// TIME for the whole call.
 // Errors: an error wrapping ErrNotFound for a topic not in the registry, or the Redis error,
 // within OperationTimeout.
 func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, error) {
@@ -46,7 +53,10 @@ func (i *Inspector) Stats(ctx context.Context, topics ...string) ([]GroupStats, 
 	if err != nil {
 		return nil, err
 	}
-	stats, jobs := statsJobs(infos)
+	stats, jobs, parked := statsJobs(infos)
+	if err := i.parkedStats(ctx, parked); err != nil {
+		return nil, err
+	}
 	err = forEachConcurrently(ctx, len(jobs), func(ctx context.Context, n int) error {
 		return i.countStats(ctx, jobs[n])
 	})
@@ -92,24 +102,39 @@ type statsJob struct {
 }
 
 // statsJobs returns the statistics of every group of infos, zero, in order, and the jobs that
-// count them, one per topic partition.
-func statsJobs(infos []TopicInfo) ([]*GroupStats, []*statsJob) {
+// count them: one per topic partition, or for a topic with no group, one parkedJob per
+// partition, unless the topic is the dead-letter topic of one of the groups.
+func statsJobs(infos []TopicInfo) ([]*GroupStats, []*statsJob, []parkedJob) {
 	var stats []*GroupStats
 	var jobs []*statsJob
+	var parked []parkedJob
+	counted := map[string]bool{} // dead-letter topics whose messages are DeadLetters of a group
 	for _, info := range infos {
-		var group []*GroupStats
 		for _, g := range info.Groups {
-			group = append(group, &GroupStats{Topic: info.Topic, Group: g})
-		}
-		stats = append(stats, group...)
-		if len(group) == 0 {
-			continue
-		}
-		for n := 0; n < info.Partitions; n++ {
-			jobs = append(jobs, &statsJob{stats: group, partition: n})
+			counted[DefaultDeadLetterTopic(info.Topic, g)] = true
 		}
 	}
-	return stats, jobs
+	for _, info := range infos {
+		switch {
+		case len(info.Groups) == 0 && counted[info.Topic]:
+		case len(info.Groups) == 0:
+			st := &GroupStats{Topic: info.Topic, Group: ParkedGroup}
+			stats = append(stats, st)
+			for n := 0; n < info.Partitions; n++ {
+				parked = append(parked, parkedJob{stats: st, partition: store.Partition{Topic: info.Topic, N: n}})
+			}
+		default:
+			group := make([]*GroupStats, len(info.Groups))
+			for k, g := range info.Groups {
+				group[k] = &GroupStats{Topic: info.Topic, Group: g}
+			}
+			stats = append(stats, group...)
+			for n := 0; n < info.Partitions; n++ {
+				jobs = append(jobs, &statsJob{stats: group, partition: n})
+			}
+		}
+	}
+	return stats, jobs, parked
 }
 
 // countStats runs the stats script of j and keeps its counts in j.
@@ -138,14 +163,65 @@ func (j *statsJob) addCounts() {
 		st.DeadLetters += c.Dead
 		st.Paused = st.Paused || c.Paused
 		if c.Due > 0 && c.HeadUs >= 0 {
-			st.OldestDueAge = max(st.OldestDueAge, time.Duration(c.NowUs-c.HeadUs)*time.Microsecond)
+			st.addOldest(c.NowUs, c.HeadUs)
 		}
-		if c.NextDueUs >= 0 {
-			if next := time.UnixMicro(c.NextDueUs); st.NextDue.IsZero() || next.Before(st.NextDue) {
-				st.NextDue = next
-			}
-		}
+		st.addNextDue(c.NextDueUs)
 	}
+}
+
+// addOldest counts a message due since headUs, at nowUs, in OldestDueAge.
+func (st *GroupStats) addOldest(nowUs, headUs int64) {
+	st.OldestDueAge = max(st.OldestDueAge, time.Duration(nowUs-headUs)*time.Microsecond)
+}
+
+// addNextDue counts a due time after now in NextDue; -1 for none.
+func (st *GroupStats) addNextDue(us int64) {
+	if us < 0 {
+		return
+	}
+	if next := time.UnixMicro(us); st.NextDue.IsZero() || next.Before(st.NextDue) {
+		st.NextDue = next
+	}
+}
+
+// parkedJob is the Stats of a topic with no consumer group that one partition adds to.
+type parkedJob struct {
+	stats     *GroupStats
+	partition store.Partition
+}
+
+// parkedStats adds the counts of the parked set of each job's partition to its stats, at one
+// time of the Redis clock.
+func (i *Inspector) parkedStats(ctx context.Context, jobs []parkedJob) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	nowUs, err := i.store.Clock(ctx)
+	if err != nil {
+		return fmt.Errorf("redisdelay: stats of parked messages: %w", err)
+	}
+	counts := make([]store.DueCounts, len(jobs))
+	err = forEachConcurrently(ctx, len(jobs), func(ctx context.Context, n int) error {
+		var err error
+		counts[n], err = i.store.CountByDue(ctx, store.Parked(jobs[n].partition), nowUs, 1, 0)
+		if err != nil {
+			return fmt.Errorf("redisdelay: stats of topic %s: %w", quote(jobs[n].partition.Topic), err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for n, c := range counts {
+		st := jobs[n].stats
+		st.Due += c.Before
+		st.Scheduled += c.After
+		if c.Before > 0 && c.FirstUs >= 0 {
+			st.addOldest(nowUs, c.FirstUs)
+		}
+		st.addNextDue(c.FirstFromUs)
+	}
+	return nil
 }
 
 // Pause pauses consumer group on topic: its claims hand out nothing (acks of messages in

@@ -222,3 +222,54 @@ func TestLeaseSetKeepsTheSkiplistEncodingAndTheMarkerIsNoLease(t *testing.T) {
 		return err == nil && len(s) == 1 && s[0].InFlight == 0
 	}, 5*time.Second, 10*time.Millisecond, "the marker is not counted as in flight")
 }
+
+// Messages published to a topic with no consumer group are counted and listed under
+// ParkedGroup until the first group registers and takes them.
+func TestStatsAndListShowTheParkedMessagesOfATopicWithNoGroup(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		publishDelayed(t, pub, topic, "now", 2, 0)
+		publishDelayed(t, pub, topic, "later", 3, time.Hour)
+
+		all, err := in.Stats(context.Background(), topic)
+		require.NoError(t, err)
+		require.Len(t, all, 1)
+		st := all[0]
+		assert.Equal(t, redisdelay.ParkedGroup, st.Group)
+		assert.Equal(t, [4]int64{2, 3, 0, 0}, [4]int64{st.Due, st.Scheduled, st.InFlight, st.DeadLetters})
+		assert.Positive(t, st.OldestDueAge)
+		assert.WithinDuration(t, time.Now().Add(time.Hour), st.NextDue, time.Minute)
+		assert.False(t, st.Paused)
+		everything, err := in.Stats(context.Background())
+		require.NoError(t, err)
+		found := false
+		for _, e := range everything {
+			found = found || e.Topic == topic && e.Group == redisdelay.ParkedGroup && e.Due == 2 && e.Scheduled == 3
+		}
+		assert.True(t, found, "Stats of every topic has it too")
+
+		due, err := in.List(context.Background(), topic, redisdelay.ParkedGroup, redisdelay.ListOptions{State: redisdelay.StateDue})
+		require.NoError(t, err)
+		require.Len(t, due.Messages, 2)
+		assert.Equal(t, "now0", due.Messages[0].UUID)
+		later, err := in.List(context.Background(), topic, redisdelay.ParkedGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled})
+		require.NoError(t, err)
+		assert.Len(t, later.Messages, 3)
+		one, err := in.Message(context.Background(), topic, redisdelay.ParkedGroup, later.Messages[2].Ref)
+		require.NoError(t, err)
+		assert.Equal(t, "payload of later2", string(one.Payload))
+		_, err = in.List(context.Background(), topic, redisdelay.ParkedGroup, redisdelay.ListOptions{State: redisdelay.StateInFlight})
+		assert.ErrorContains(t, err, "parked messages")
+
+		require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
+		st = statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
+		assert.Equal(t, [2]int64{2, 3}, [2]int64{st.Due, st.Scheduled}, "the first group took them")
+		all, err = in.Stats(context.Background(), topic)
+		require.NoError(t, err)
+		assert.Len(t, all, 1, "no parked row beside the group")
+		_, err = in.List(context.Background(), topic, redisdelay.ParkedGroup, redisdelay.ListOptions{State: redisdelay.StateDue})
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
+	})
+}

@@ -25,13 +25,20 @@ type MessageInfo struct {
 	// ID is the internal ID: 12 hex digits, then "=" and the key for a keyed message.
 	ID   string
 	UUID string
-	Key  string
+	// Key is the message's key, "" for none. A dead letter is stored without one: its Key is
+	// the key it had (KeyMetadataKey), which operations by key no longer find.
+	Key string
 	// State is StateScheduled (DueAt may be past: due now), StateInFlight, or, for StateDeadLettered,
-	// StateDeadLettered (DueAt is then when it was dead-lettered).
+	// StateDeadLettered (DueAt is then when it was dead-lettered, on the Redis clock).
 	State State
-	DueAt time.Time // StateScheduled
-	// Attempt is the attempts so far (scheduled) or the attempt under way (in flight).
-	Attempt       int
+	DueAt time.Time // StateScheduled, StateDeadLettered
+	// Attempt is the attempts so far (scheduled), the attempt under way (in flight), or the
+	// attempts it had before it was dead-lettered (DeadLetterAttemptsMetadataKey; 0 for a
+	// message published to the dead-letter topic without it).
+	Attempt int
+	// Reason is why a dead letter's last attempt failed (DeadLetterReasonMetadataKey, such as
+	// DeadLetterReasonNacked); "" in the other states.
+	Reason        string
 	LeaseDeadline time.Time // StateInFlight
 	Metadata      map[string]string
 	PayloadSize   int
@@ -73,13 +80,15 @@ const listReadBudget = 8 << 20
 // offset, so a page costs the same with 1M messages of one due time, whatever the cursor says.
 // Messages added or removed between pages do not shift the others; a message whose due time
 // changes between pages may be missed or seen twice. A page may hold fewer than Limit messages
-// and still have a NextCursor, when its messages are large (see ListReadBytes). Errors: an
-// error wrapping ErrNotFound for an unknown topic or group, a bad cursor or state, or the
-// Redis error, within OperationTimeout.
+// and still have a NextCursor, when its messages are large (see ListReadBytes). For
+// ParkedGroup, it lists the parked messages of a topic that has no consumer group, in
+// StateScheduled or StateDue. Errors: an error wrapping ErrNotFound for an unknown topic or
+// group (or ParkedGroup on a topic with a group), a bad cursor or state, or the Redis error,
+// within OperationTimeout.
 func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOptions) (ListPage, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	info, err := i.group(ctx, topic, group)
+	info, err := i.groupOrParked(ctx, topic, group)
 	if err != nil {
 		return ListPage{}, err
 	}
@@ -104,7 +113,7 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 			for _, r := range rows {
 				m := i.describe(topic, group, p, r, opts.State == StateInFlight, false)
 				if opts.State == StateDeadLettered {
-					m.State = StateDeadLettered
+					deadLettered(&m)
 				}
 				page.Messages = append(page.Messages, m)
 			}
@@ -128,19 +137,31 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 // calls, so that each stays within about a millisecond of Redis time.
 const listCallLimit = 250
 
-// listTarget returns the set, and the span of it, that hold the messages of group g in state.
+// listTarget returns the set, and the span of it, that hold the messages of group g in state;
+// for ParkedGroup, the scheduled and due ones of the partition's parked set.
 func listTarget(g store.Group, state State) (store.Set, store.Span, error) {
-	switch state {
-	case StateScheduled:
-		return store.Due(g), store.Later, nil
-	case StateDue:
-		return store.Due(g), store.DueNow, nil
-	case StateInFlight:
+	switch {
+	case state == StateScheduled:
+		return dueSet(g), store.Later, nil
+	case state == StateDue:
+		return dueSet(g), store.DueNow, nil
+	case g.Name == ParkedGroup:
+		return store.Set{}, "", fmt.Errorf("redisdelay: list state %q of the parked messages of topic %s, want %s or %s", state, quote(g.Topic), StateScheduled, StateDue)
+	case state == StateInFlight:
 		return store.Leases(g), store.All, nil
-	case StateDeadLettered:
+	case state == StateDeadLettered:
 		return store.Parked(deadLetterPartition(g)), store.All, nil
 	}
 	return store.Set{}, "", fmt.Errorf("redisdelay: unknown list state %q, want one of %v", state, listStates)
+}
+
+// dueSet is the set that holds the messages of group g that are not in flight: its due set, or
+// for ParkedGroup the partition's parked set.
+func dueSet(g store.Group) store.Set {
+	if g.Name == ParkedGroup {
+		return store.Parked(g.Partition)
+	}
+	return store.Due(g)
 }
 
 // describe turns a listed member into a MessageInfo, decoding the stored message from r.data:
@@ -244,8 +265,9 @@ func preview(payload []byte) string {
 }
 
 // Message returns the message that ref (MessageInfo.Ref) names in its consumer group, with its
-// whole payload. Errors: an error wrapping ErrNotFound when the group no longer holds it (or
-// the topic or group is unknown), or the Redis error, within OperationTimeout.
+// whole payload; for ParkedGroup, a parked message of a topic that has no consumer group.
+// Errors: an error wrapping ErrNotFound when the group no longer holds it (or the topic or
+// group is unknown), or the Redis error, within OperationTimeout.
 func (i *Inspector) Message(ctx context.Context, topic, group, ref string) (MessageInfo, error) {
 	return i.oneByRef(ctx, topic, group, ref, false)
 }
@@ -265,7 +287,11 @@ func (i *Inspector) DeadLetter(ctx context.Context, topic, group, ref string) (M
 func (i *Inspector) oneByRef(ctx context.Context, topic, group, ref string, dead bool) (MessageInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	info, err := i.group(ctx, topic, group)
+	find := i.groupOrParked
+	if dead {
+		find = i.group
+	}
+	info, err := find(ctx, topic, group)
 	if err != nil {
 		return MessageInfo{}, err
 	}
@@ -284,7 +310,7 @@ func (i *Inspector) oneByRef(ctx context.Context, topic, group, ref string, dead
 // errors call it.
 func (i *Inspector) show(ctx context.Context, topic, group string, r store.Ref, name string, dead bool) (MessageInfo, error) {
 	g := store.Partition{Topic: topic, N: r.Partition}.Of(group)
-	what, set := "message", store.Due(g)
+	what, set := "message", dueSet(g)
 	if dead {
 		what, set = "dead letter", store.Parked(deadLetterPartition(g))
 	}
@@ -297,7 +323,7 @@ func (i *Inspector) show(ctx context.Context, topic, group string, r store.Ref, 
 	}
 	m := i.describe(topic, group, r.Partition, l, l.Leased && !dead, true)
 	if dead {
-		m.State = StateDeadLettered
+		deadLettered(&m)
 	}
 	return m, nil
 }

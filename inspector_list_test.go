@@ -432,3 +432,50 @@ func TestTheLeaseSetMarkerHasNoRef(t *testing.T) {
 		msg.Ack()
 	})
 }
+
+// A dead letter, listed or read by its ref, says how many attempts it had, why the last one
+// failed, when it died (the Redis time it was moved) and the key it had, and carries its whole
+// payload.
+func TestDeadLettersSayTheirAttemptsReasonAndTimeOfDeath(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.MaxAttempts = 2 }), topic)
+		before := time.Now()
+		require.NoError(t, pub.Publish(topic, redisdelay.WithKey(message.NewMessage("m0", []byte("payload of m0")), "order-7")))
+		receive(t, ch, 5*time.Second).Nack()
+		receive(t, ch, 5*time.Second).Nack()
+		var dead redisdelay.ListPage
+		require.Eventually(t, func() bool {
+			var err error
+			dead, err = in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateDeadLettered})
+			require.NoError(t, err)
+			return len(dead.Messages) == 1
+		}, 5*time.Second, 10*time.Millisecond)
+		after := time.Now()
+
+		listed := dead.Messages[0]
+		one, err := in.DeadLetter(context.Background(), topic, redisdelay.DefaultConsumerGroup, listed.Ref)
+		require.NoError(t, err)
+		for _, m := range []redisdelay.MessageInfo{listed, one} {
+			assert.Equal(t, redisdelay.StateDeadLettered, m.State)
+			assert.Equal(t, 2, m.Attempt, "the attempts it had, not its attempts on the dead-letter topic")
+			assert.Equal(t, redisdelay.DeadLetterReasonNacked, m.Reason)
+			assert.Equal(t, "order-7", m.Key, "the key it had")
+			assert.WithinRange(t, m.DueAt, before.Add(-time.Second), after.Add(time.Second), "died between publish and list (clocks within 1 s)")
+		}
+		assert.Equal(t, "payload of m0", string(one.Payload))
+		assert.Less(t, len(listed.Ref), 40, "a short ref")
+
+		// Stats count them once: as the group's DeadLetters, not as parked on the dead-letter
+		// topic, which has no group of its own.
+		all, err := in.Stats(context.Background())
+		require.NoError(t, err)
+		dlt := redisdelay.DefaultDeadLetterTopic(topic, redisdelay.DefaultConsumerGroup)
+		for _, st := range all {
+			assert.NotEqual(t, dlt, st.Topic)
+		}
+		assert.Equal(t, int64(1), statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).DeadLetters)
+	})
+}

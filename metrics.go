@@ -232,7 +232,8 @@ func (m *Metrics) acted(cancel bool, topic string, groups map[string]Outcome) {
 
 // Sample sets the gauges (scheduled, due, in flight, dead letters, oldest due age) of every
 // topic and group in the registry from one Inspector.Stats pass: one script of O(log N)
-// commands per topic partition. Series of groups that are gone are deleted. A scrape reads
+// commands per topic partition. A topic with no consumer group has its parked messages under
+// consumer_group "" (ParkedGroup), as Stats reports them. Series of groups that are gone are deleted. A scrape reads
 // the gauges as last set and never touches Redis. Errors: Inspector.Stats's; the gauges keep
 // their values then.
 func (m *Metrics) Sample(ctx context.Context, in *Inspector) error {

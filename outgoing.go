@@ -17,10 +17,11 @@ import (
 
 // outgoing prepares msg for topic: it returns what the publish script stores for it and its
 // partition, roundRobin when nothing in msg names one, or a *MessageError when msg cannot be
-// stored. now is the client time the delay metadata is read against.
-func (p *Publisher) outgoing(topic string, msg *message.Message, now time.Time, roundRobin int) (store.Outgoing, int, error) {
+// stored. now is the client time the delay metadata is read against, on a virtual clock when
+// virtual (see scheduleOf).
+func (p *Publisher) outgoing(topic string, msg *message.Message, now time.Time, virtual bool, roundRobin int) (store.Outgoing, int, error) {
 	partition := p.partitionOf(msg, roundRobin)
-	d, at, latest, err := scheduleOf(msg, now)
+	d, at, latest, err := scheduleOf(msg, now, virtual)
 	if err != nil {
 		var me *metadataError
 		if errors.As(err, &me) {

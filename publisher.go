@@ -15,6 +15,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/watermill-redisdelay/redisdelay/internal/clock"
 	"github.com/watermill-redisdelay/redisdelay/internal/groupcommit"
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
@@ -45,6 +46,9 @@ type Publisher struct {
 	next       atomic.Uint64 // round-robin partition counter
 	callTTL    time.Duration // how long Redis keeps a publish call's token
 	nopLogger  bool          // the logger is watermill.NopLogger: skip building log fields per call
+	// clock reads the delay metadata against; the real clock but in the test kit (see
+	// internal/clock).
+	clock clock.Clock
 }
 
 var _ message.Publisher = (*Publisher)(nil)
@@ -155,7 +159,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	now := time.Now()
+	now := p.clock.Now()
 	batch := make([]store.Outgoing, len(msgs))
 	partitions := make([]int, len(msgs))
 	roundRobin := 0
@@ -163,7 +167,7 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 		roundRobin = int(p.next.Add(1) % uint64(p.config.Partitions))
 	}
 	for i, msg := range msgs {
-		out, n, err := p.outgoing(topic, msg, now, roundRobin)
+		out, n, err := p.outgoing(topic, msg, now, p.clock.Virtual(), roundRobin)
 		if err != nil {
 			return nil, err
 		}

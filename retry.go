@@ -25,9 +25,10 @@ type nackDecision struct {
 // it, without the delivery metadata. In order:
 //   - on the last attempt (maxAttempts, unless UnlimitedAttempts) it becomes a dead letter;
 //   - if the handler changed the delay metadata (as middleware.DelayOnError does), the new
-//     metadata decides the delay (see DelayOf, with now the Nack time);
+//     metadata decides the delay (see DelayOf, with now the Nack time, on a virtual clock when
+//     virtual: see scheduleOf);
 //   - otherwise backoff decides.
-func decideNack(attempt int64, maxAttempts int, backoff Backoff, original, delivered *message.Message, now time.Time) nackDecision {
+func decideNack(attempt int64, maxAttempts int, backoff Backoff, original, delivered *message.Message, now time.Time, virtual bool) nackDecision {
 	if exhausted(attempt, maxAttempts) {
 		return nackDecision{deadLetter: true}
 	}
@@ -38,7 +39,7 @@ func decideNack(attempt int64, maxAttempts int, backoff Backoff, original, deliv
 	d.changed = true
 	if original.Metadata.Get(delay.DelayedUntilKey) != delivered.Metadata.Get(delay.DelayedUntilKey) ||
 		original.Metadata.Get(delay.DelayedForKey) != delivered.Metadata.Get(delay.DelayedForKey) {
-		if wait, err := DelayOf(delivered, now); err == nil {
+		if wait, err := delayOf(delivered, now, virtual); err == nil {
 			d.delay = wait
 		} else {
 			d.badDelay = err

@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/watermill-redisdelay/redisdelay/internal/clock"
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 	"github.com/watermill-redisdelay/redisdelay/internal/wake"
 )
@@ -29,6 +30,9 @@ type Subscriber struct {
 	eviction evictionGuard
 	// topics remembers the topics written to the topic registry.
 	topics registeredTopics
+	// clock reads the delay metadata of nacked messages against; the real clock but in the
+	// test kit (see internal/clock).
+	clock clock.Clock
 
 	mu     sync.Mutex // guards closed and wg.Add
 	closed bool

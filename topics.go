@@ -119,6 +119,20 @@ func (i *Inspector) group(ctx context.Context, topic, group string) (TopicInfo, 
 	return info, fmt.Errorf("redisdelay: consumer group %s on topic %s: %w", quote(group), quote(topic), ErrNotFound)
 }
 
+// groupOrParked is group, and for ParkedGroup checks that no group is registered on topic:
+// then its messages wait in the parked sets. For ParkedGroup on a topic with a group, the
+// error wraps ErrNotFound.
+func (i *Inspector) groupOrParked(ctx context.Context, topic, group string) (TopicInfo, error) {
+	if group != ParkedGroup {
+		return i.group(ctx, topic, group)
+	}
+	info, err := i.topic(ctx, topic)
+	if err == nil && len(info.Groups) > 0 {
+		err = fmt.Errorf("redisdelay: topic %s has consumer groups, so no message waits parked for a first one: %w", quote(topic), ErrNotFound)
+	}
+	return info, err
+}
+
 // groupsOf returns the union of the groups registered on the partitions of topic, sorted.
 func (i *Inspector) groupsOf(ctx context.Context, topic string, partitions int) ([]string, error) {
 	set := map[string]bool{}

@@ -1,5 +1,9 @@
 package dashboard
 
+// This file owns the actions: the POST handlers that pause and resume a group and cancel,
+// reschedule, run now and requeue a message, the redirect after each with its notice, and the
+// reading of the reschedule form.
+
 import (
 	"errors"
 	"fmt"

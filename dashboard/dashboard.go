@@ -20,32 +20,29 @@
 // POST must come from the dashboard's own origin.
 package dashboard
 
+// This file owns the dashboard's configuration (Options) and its construction: New checks the
+// Options, parses the templates and mounts every route. The checks every request passes are in
+// security.go; the pages are in overview.go, group.go and message.go, the actions in
+// actions.go.
+
 import (
-	"bytes"
-	"context"
-	"crypto/rand"
 	"embed"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"html/template"
 	"io/fs"
 	"log"
-	"net"
 	"net/http"
 	"net/url"
 	"path"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/watermill-redisdelay/redisdelay"
 )
 
-// ContentSecurityPolicy is the Content-Security-Policy header of every response: scripts,
-// styles and images come from the dashboard itself only (images also as data: URLs), and no
-// page may be framed.
-const ContentSecurityPolicy = "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'"
+// DefaultRefreshInterval is Options.RefreshInterval when it is zero.
+const DefaultRefreshInterval = 10 * time.Second
 
 // Options configure the dashboard. The zero value serves a read-only dashboard of every topic
 // at the root path.
@@ -85,8 +82,17 @@ type Options struct {
 	ErrorLog *log.Logger
 	// Lateness, when not nil, gives the overview each group's delivery lateness (how long after
 	// their due time messages were claimed), median and 99th percentile; ok false shows "–".
-	// Metrics.Lateness fits it.
+	// Metrics.Lateness fits it: serve the dashboard from the process whose subscribers record
+	// those Metrics. When nil, the overview has no lateness columns, and says how to add them.
 	Lateness func(topic, group string) (p50, p99 time.Duration, ok bool)
+	// Thresholds set when a figure shows as a warning or an alarm; the zero value means the
+	// defaults (see Thresholds).
+	Thresholds Thresholds
+	// RefreshInterval is how often the overview and the group pages reload their figures in
+	// place (htmx polling; each page has a link that pauses it). DefaultRefreshInterval when
+	// zero; a negative value turns auto-refresh off. A refresh costs what loading the page
+	// costs.
+	RefreshInterval time.Duration
 	// Topics limits the dashboard to these topics: the overview shows only those that exist,
 	// and the pages of any other topic answer 404 Not Found. Empty means every topic of the
 	// Inspector's registry.
@@ -122,14 +128,11 @@ func New(in *redisdelay.Inspector, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &server{in: in, opts: opts, pages: pages, hosts: map[string]bool{}}
-	for _, h := range opts.AllowedHosts {
-		if h == "*" {
-			s.hosts = nil
-			break
-		}
-		s.hosts[normalHost(h)] = true
+	if opts.RefreshInterval == 0 {
+		opts.RefreshInterval = DefaultRefreshInterval
 	}
+	opts.Thresholds = opts.Thresholds.withDefaults()
+	s := &server{in: in, opts: opts, pages: pages, hosts: allowedHosts(opts.AllowedHosts)}
 	if len(opts.Topics) > 0 {
 		s.topics = map[string]bool{}
 		for _, t := range opts.Topics {
@@ -140,14 +143,22 @@ func New(in *redisdelay.Inspector, opts Options) (http.Handler, error) {
 	if err != nil {
 		return nil, err
 	}
+	return s.secured(s.routes(static)), nil
+}
 
-	p := opts.Prefix
+// routes returns the mux of every page, action and static file, each under Options.Prefix;
+// any other path gets the 404 page.
+func (s *server) routes(static fs.FS) http.Handler {
+	p := s.opts.Prefix
 	mux := http.NewServeMux()
 	group := p + "/topic/{topic}/group/{group}"
 	mux.HandleFunc("GET "+p+"/{$}", s.overview)
 	mux.Handle("GET "+p+"/static/", http.StripPrefix(p+"/static/", filesOnly(static)))
 	mux.HandleFunc("GET "+group, s.group)
 	mux.HandleFunc("GET "+group+"/message", s.message)
+	parked := p + "/topic/{topic}/parked" // the messages of a topic with no group
+	mux.HandleFunc("GET "+parked, s.group)
+	mux.HandleFunc("GET "+parked+"/message", s.message)
 	mux.HandleFunc("POST "+group+"/pause", s.act(s.pause))
 	mux.HandleFunc("POST "+group+"/resume", s.act(s.resume))
 	mux.HandleFunc("POST "+group+"/message/cancel", s.act(s.cancel))
@@ -157,7 +168,7 @@ func New(in *redisdelay.Inspector, opts Options) (http.Handler, error) {
 	mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, http.StatusNotFound, fmt.Sprintf("page %s: %v", r.URL.Path, redisdelay.ErrNotFound))
 	})
-	return s.secured(mux), nil
+	return mux
 }
 
 // filesOnly serves the files of fsys, and 404 Not Found for a directory, which
@@ -204,203 +215,4 @@ func checkPrefix(prefix string) error {
 		return fmt.Errorf("dashboard: Options.Prefix %q is not a clean path such as \"/queues\" of characters that need no escaping", prefix)
 	}
 	return nil
-}
-
-// secured sets the security headers of every response, and refuses requests for another host
-// (421), those Authenticate turns away, and cross-origin POSTs (403), before h reads anything.
-func (s *server) secured(h http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hd := w.Header()
-		hd.Set("Content-Security-Policy", ContentSecurityPolicy)
-		hd.Set("X-Content-Type-Options", "nosniff")
-		hd.Set("Referrer-Policy", "same-origin")
-		if !s.hostAllowed(r.Host) {
-			http.Error(w, "dashboard: this server does not serve host "+fmt.Sprintf("%q", r.Host)+"; see dashboard.Options.AllowedHosts", http.StatusMisdirectedRequest)
-			return
-		}
-		if s.opts.Authenticate != nil {
-			tw := &trackingWriter{ResponseWriter: w}
-			if !s.opts.Authenticate(tw, r) {
-				if !tw.wrote {
-					http.Error(w, "dashboard: not authenticated", http.StatusForbidden)
-				}
-				return
-			}
-		}
-		if r.Method != http.MethodGet && r.Method != http.MethodHead && crossOrigin(r) {
-			http.Error(w, "dashboard: cross-origin request refused", http.StatusForbidden)
-			return
-		}
-		h.ServeHTTP(w, r)
-	})
-}
-
-// trackingWriter records whether a response was started.
-type trackingWriter struct {
-	http.ResponseWriter
-	wrote bool
-}
-
-func (w *trackingWriter) WriteHeader(status int) {
-	w.wrote = true
-	w.ResponseWriter.WriteHeader(status)
-}
-
-func (w *trackingWriter) Write(b []byte) (int, error) {
-	w.wrote = true
-	return w.ResponseWriter.Write(b)
-}
-
-// hostAllowed reports whether host, a request's Host with or without a port, is a loopback
-// name or address or one of Options.AllowedHosts.
-func (s *server) hostAllowed(host string) bool {
-	if s.hosts == nil {
-		return true
-	}
-	h := normalHost(host)
-	if h == "localhost" || strings.HasSuffix(h, ".localhost") || s.hosts[h] {
-		return true
-	}
-	ip := net.ParseIP(h)
-	return ip != nil && ip.IsLoopback()
-}
-
-// normalHost returns host without its port, IPv6 brackets and trailing dot, in lower case.
-func normalHost(host string) string {
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
-	return strings.ToLower(strings.TrimSuffix(host, "."))
-}
-
-// crossOrigin reports whether a browser sent r from another origin, so that another site
-// cannot make an operator's browser submit an action (CSRF): by Sec-Fetch-Site, which every
-// current browser sends, or else by Origin. A request with neither header is not from a
-// browser and is left to Authorize. (Go 1.25's http.CrossOriginProtection does the same.)
-func crossOrigin(r *http.Request) bool {
-	switch r.Header.Get("Sec-Fetch-Site") {
-	case "same-origin", "none":
-		return false
-	case "":
-	default:
-		return true
-	}
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return false
-	}
-	u, err := url.Parse(origin)
-	return err != nil || u.Host != r.Host
-}
-
-// page is what the layout template renders around a page's own content.
-type page struct {
-	Title  string
-	Static string // URL of the static files
-	Home   string // URL of the overview
-	Crumbs []crumb
-	Notice string
-	Body   any
-}
-
-// crumb is one link of the navigation trail.
-type crumb struct{ Label, URL string }
-
-// buffers hold rendered pages; reusing them spares the overview of many topics from growing a
-// buffer of a megabyte or more on every request.
-var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
-
-// render executes a page template into a buffer first, so that a template error becomes a
-// clean 500 rather than half a page.
-func (s *server) render(w http.ResponseWriter, status int, name string, p page) {
-	p.Static = s.opts.Prefix + "/static"
-	p.Home = s.opts.Prefix + "/"
-	buf := buffers.Get().(*bytes.Buffer)
-	defer buffers.Put(buf)
-	buf.Reset()
-	if err := s.pages[name].ExecuteTemplate(buf, "layout", p); err != nil {
-		http.Error(w, "dashboard: render "+name+": "+err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
-}
-
-// problem renders the error page with status and a message that says what went wrong.
-func (s *server) problem(w http.ResponseWriter, status int, msg string) {
-	s.render(w, status, "problem", page{Title: http.StatusText(status), Body: struct {
-		Status int
-		Text   string
-		Msg    string
-	}{status, http.StatusText(status), msg}})
-}
-
-// fail renders err with the status its kind calls for: 404 for ErrNotFound, 400 for a name or
-// key that cannot exist, whose text says what is wrong; 500 for the rest (Redis errors,
-// timeouts), whose text may hold Redis internals (a script's SHA and line, addresses): the page
-// says only what failed, and ErrorLog gets the error under an id that the page shows.
-func (s *server) fail(w http.ResponseWriter, err error) {
-	switch {
-	case errors.Is(err, redisdelay.ErrNotFound):
-		s.problem(w, http.StatusNotFound, err.Error())
-	case errors.Is(err, redisdelay.ErrInvalidName), errors.Is(err, redisdelay.ErrInvalidKey):
-		s.problem(w, http.StatusBadRequest, err.Error())
-	default:
-		var b [5]byte
-		_, _ = rand.Read(b[:])
-		id := hex.EncodeToString(b[:])
-		logger := s.opts.ErrorLog
-		if logger == nil {
-			logger = log.Default()
-		}
-		logger.Printf("dashboard: error %s: %v", id, err)
-		what := "Redis failed or did not answer in time"
-		if errors.Is(err, context.DeadlineExceeded) {
-			what = "Redis did not answer in time"
-		}
-		s.problem(w, http.StatusInternalServerError, fmt.Sprintf("Reading or changing the queue failed: %s. The server's log has the error under id %s.", what, id))
-	}
-}
-
-// target returns the topic and group a request names, or reports the error and false: 400 for
-// a name that cannot exist, 404 for a topic outside Options.Topics.
-func (s *server) target(w http.ResponseWriter, r *http.Request) (topic, group string, ok bool) {
-	topic, group = r.PathValue("topic"), r.PathValue("group")
-	if err := errors.Join(redisdelay.ValidateName("topic", topic), redisdelay.ValidateName("consumer group", group)); err != nil {
-		s.fail(w, err)
-		return "", "", false
-	}
-	if s.topics != nil && !s.topics[topic] {
-		s.fail(w, fmt.Errorf("topic %q is not on this dashboard: %w", topic, redisdelay.ErrNotFound))
-		return "", "", false
-	}
-	return topic, group, true
-}
-
-// groupURL is the URL of a group's page with query q (nil for none). Names are path-escaped,
-// so any name, '/' included, is one path segment; "." and ".." are the exception, since
-// browsers resolve them (escaped too) before they send the request.
-func (s *server) groupURL(topic, group string, q url.Values) string {
-	u := s.opts.Prefix + "/topic/" + url.PathEscape(topic) + "/group/" + url.PathEscape(group)
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	return u
-}
-
-// messageURL is the URL of a message's page, or of one of its actions, with query q.
-func (s *server) messageURL(topic, group, action string, q url.Values) string {
-	u := s.opts.Prefix + "/topic/" + url.PathEscape(topic) + "/group/" + url.PathEscape(group) + "/message" + action
-	if len(q) > 0 {
-		u += "?" + q.Encode()
-	}
-	return u
-}
-
-// mayAct reports whether r may see and use the action forms.
-func (s *server) mayAct(r *http.Request) bool {
-	return s.opts.AllowActions && (s.opts.Authorize == nil || s.opts.Authorize(r))
 }

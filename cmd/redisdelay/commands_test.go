@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -386,6 +388,136 @@ func TestRequeueBringsDeadLettersBack(t *testing.T) {
 	assert.Contains(t, q.ok("requeue", "--topic", topic, "--all", "--yes"), "Requeued 1 dead letters of group default on topic orders.")
 	s = q.stats(topic, group)
 	assert.Equal(t, [2]int64{0, 2}, [2]int64{s.DeadLetters, s.Due}, "dead letters, due")
+}
+
+func TestDeadLettersAreListedAndShownInFullByTheRefListPrints(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	sub := q.subscriber(redisdelay.SubscriberConfig{MaxAttempts: 2})
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	messages, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	payload := `{"order":9,"note":"` + strings.Repeat("a long note ", 20) + `"}`
+	keyed := newMessage("order-9", payload)
+	before := time.Now()
+	require.NoError(t, q.pub.Publish(topic, keyed))
+	for range 2 {
+		select {
+		case msg := <-messages:
+			msg.Nack()
+		case <-ctx.Done():
+			t.Fatal("the message was not delivered twice")
+		}
+	}
+	require.Eventually(t, func() bool { return q.stats(topic, group).DeadLetters == 1 }, 10*time.Second, 20*time.Millisecond)
+
+	out := q.ok("list", "--topic", topic, "--state", "dead-lettered")
+	assert.Regexp(t, `(?m)^REF\s+ID\s+UUID\s+KEY\s+DEAD-LETTERED AT\s+ATTEMPTS\s+REASON\s+SIZE\s+PREVIEW$`, out)
+	line := regexp.MustCompile(`(?m)^(\S+)\s+\S+\s+` + keyed.UUID + `\s+order-9\s+\S+\s+2\s+nacked\s+` + fmt.Sprint(len(payload)) + `\s`).FindStringSubmatch(out)
+	require.NotNil(t, line, "the dead letter's row: %s", out)
+	ref := line[1]
+	assert.Less(t, len(ref), 40, "a short ref: %s", ref)
+
+	var listed pageView
+	q.json(&listed, "list", "--topic", topic, "--state", "dead-lettered")
+	require.Len(t, listed.Messages, 1)
+	m := listed.Messages[0]
+	assert.Equal(t, [4]any{"dead-lettered", 2, "nacked", "order-9"}, [4]any{m.State, m.Attempt, m.Reason, m.Key})
+	require.NotNil(t, m.DueAt)
+	assert.WithinRange(t, *m.DueAt, before.Add(-time.Second), time.Now().Add(time.Second), "due_at is when it died")
+	assert.Equal(t, ref, m.Ref)
+
+	for _, args := range [][]string{{}, {"--state", "dead-lettered"}} {
+		shown := q.ok(append([]string{"show", "--topic", topic, "--ref", ref}, args...)...)
+		assert.Regexp(t, `(?m)^state:\s+dead-lettered$`, shown, args)
+		assert.Regexp(t, `(?m)^attempts:\s+2$`, shown, args)
+		assert.Regexp(t, `(?m)^reason:\s+nacked$`, shown, args)
+		assert.Regexp(t, `(?m)^key:\s+order-9$`, shown, args)
+		assert.Regexp(t, `(?m)^dead-lettered at:\s+\d{4}-`, shown, args)
+		assert.Contains(t, shown, "payload:\n"+payload+"\n", "the whole payload")
+	}
+	var shown messageView
+	q.json(&shown, "show", "--topic", topic, "--ref", ref)
+	assert.Equal(t, payload, shown.Payload)
+	assert.Equal(t, "nacked", shown.Metadata[redisdelay.DeadLetterReasonMetadataKey])
+
+	r := q.run("", "show", "--topic", topic, "--ref", ref, "--state", "scheduled")
+	assert.Equal(t, 1, r.code, "no message of the group has that ref")
+	assert.Contains(t, r.stderr, "not found")
+}
+
+// Each topic numbers its messages, so the first message of a group and the first dead letter
+// of its dead-letter topic, both too large to be stored inline, have the same ref: show
+// without --state refuses to guess.
+func TestShowAsksForTheStateWhenARefNamesAMessageAndADeadLetter(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	sub := q.subscriber(redisdelay.SubscriberConfig{MaxAttempts: 1})
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	messages, err := sub.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	large := strings.Repeat("x", 4096)
+	q.schedule(topic, newMessage("", "later "+large))
+	// Three dead letters, numbered 1 to 3 on the dead-letter topic: one of them has the
+	// scheduled message's number.
+	for n := range 3 {
+		require.NoError(t, q.pub.Publish(topic, newMessage("", fmt.Sprintf("now %d %s", n, large))))
+		select {
+		case msg := <-messages:
+			msg.Nack()
+		case <-ctx.Done():
+			t.Fatal("the message due now was not delivered")
+		}
+	}
+	require.Eventually(t, func() bool { return q.stats(topic, group).DeadLetters == 3 }, 10*time.Second, 20*time.Millisecond)
+	var scheduled, dead pageView
+	q.json(&scheduled, "list", "--topic", topic, "--state", "scheduled")
+	q.json(&dead, "list", "--topic", topic, "--state", "dead-lettered")
+	require.Len(t, scheduled.Messages, 1)
+	ref := scheduled.Messages[0].Ref
+	i := slices.IndexFunc(dead.Messages, func(m messageView) bool { return m.Ref == ref })
+	require.GreaterOrEqual(t, i, 0, "a dead letter's ref looks like the scheduled message's %s", ref)
+	deadPayload := dead.Messages[i].Preview
+
+	r := q.run("", "show", "--topic", topic, "--ref", ref)
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, "give --state")
+	var one messageView
+	q.json(&one, "show", "--topic", topic, "--ref", ref, "--state", "dead-lettered")
+	assert.True(t, strings.HasPrefix(one.Payload, deadPayload) && strings.HasSuffix(one.Payload, large), "the dead letter")
+	q.json(&one, "show", "--topic", topic, "--ref", ref, "--state", "scheduled")
+	assert.Equal(t, "later "+large, one.Payload)
+}
+
+func TestStatsListAndShowTheParkedMessagesOfATopicWithNoGroup(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	require.NoError(t, q.pub.Publish("signups", newMessage("", "now 1"), newMessage("", "now 2")))
+	q.schedule("signups", newMessage("", "later"))
+
+	out := q.ok("stats", "--topic", "signups")
+	assert.Regexp(t, `(?m)^signups\s+\(parked\)\s+1\s+2\s+0\s+0\s+\S+\s+\S+\s+false$`, out)
+	assert.Contains(t, out, "(parked): the topic has no consumer group")
+	var stats []statsView
+	q.json(&stats, "stats", "--topic", "signups")
+	require.Len(t, stats, 1)
+	assert.True(t, stats[0].Parked)
+	assert.Equal(t, [3]any{"", int64(2), int64(1)}, [3]any{stats[0].Group, stats[0].Due, stats[0].Scheduled})
+
+	var due pageView
+	q.json(&due, "list", "--topic", "signups", "--parked", "--state", "due")
+	require.Len(t, due.Messages, 2)
+	shown := q.ok("show", "--topic", "signups", "--parked", "--ref", due.Messages[1].Ref)
+	assert.Contains(t, shown, "payload:\nnow 2\n")
+
+	r := q.run("", "list", "--topic", "signups", "--parked", "--group", "x", "--state", "due")
+	assert.Equal(t, 1, r.code, "--parked names no group")
+	q.register("signups", group)
+	r = q.run("", "list", "--topic", "signups", "--parked", "--state", "due")
+	assert.Equal(t, 1, r.code, "the first group took them")
+	assert.Equal(t, int64(2), q.stats("signups", group).Due)
 }
 
 func TestPurgeDropsTheMessagesOfOneState(t *testing.T) {

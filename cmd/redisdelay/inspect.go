@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -63,6 +64,9 @@ type statsView struct {
 	OldestDueAgeSeconds float64    `json:"oldest_due_age_seconds"`
 	NextDue             *time.Time `json:"next_due,omitempty"`
 	Paused              bool       `json:"paused"`
+	// Parked is set on the row of a topic with no consumer group (Group ""): its counts are the
+	// messages that wait for the first group.
+	Parked bool `json:"parked,omitempty"`
 }
 
 func (a *app) statsCommand() *cobra.Command {
@@ -122,6 +126,7 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 		views[n] = statsView{
 			Topic: s.Topic, Group: s.Group, Scheduled: s.Scheduled, Due: s.Due, InFlight: s.InFlight,
 			DeadLetters: s.DeadLetters, OldestDueAgeSeconds: s.OldestDueAge.Seconds(), NextDue: optionalTime(s.NextDue), Paused: s.Paused,
+			Parked: s.Group == redisdelay.ParkedGroup,
 		}
 	}
 	return a.print(views, func(w *tabwriter.Writer) {
@@ -134,11 +139,21 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 			if v.Due > 0 {
 				age = stats[n].OldestDueAge.Round(time.Millisecond).String()
 			}
-			row(w, v.Topic, v.Group, itoa(v.Scheduled), itoa(v.Due), itoa(v.InFlight), itoa(v.DeadLetters),
+			group := v.Group
+			if v.Parked {
+				group = parkedLabel
+			}
+			row(w, v.Topic, group, itoa(v.Scheduled), itoa(v.Due), itoa(v.InFlight), itoa(v.DeadLetters),
 				age, formatTime(stats[n].NextDue), strconv.FormatBool(v.Paused))
+		}
+		if slices.ContainsFunc(views, func(v statsView) bool { return v.Parked }) {
+			fmt.Fprintln(w, parkedLabel+": the topic has no consumer group; its messages wait for the first (list them with list --parked)")
 		}
 	})
 }
+
+// parkedLabel stands in a table for the group of a topic with no consumer group.
+const parkedLabel = "(parked)"
 
 // hintNoTopics tells, on stderr, where topics and stats looked when they found no topic: the
 // likeliest cause is a key prefix other than --prefix.
@@ -149,7 +164,9 @@ func (a *app) hintNoTopics() {
 func itoa(n int64) string { return strconv.FormatInt(n, 10) }
 
 // messageView is a redisdelay.MessageInfo. The whole payload (show only) is in Payload when it
-// is UTF-8 text, and in PayloadBase64 otherwise.
+// is UTF-8 text, and in PayloadBase64 otherwise. For a dead letter, DueAt is when it was
+// dead-lettered, Attempt the attempts it had, Reason why the last one failed, and Key the key
+// it had.
 type messageView struct {
 	Topic         string            `json:"topic"`
 	Group         string            `json:"group"`
@@ -161,6 +178,7 @@ type messageView struct {
 	DueAt         *time.Time        `json:"due_at,omitempty"`
 	LeaseDeadline *time.Time        `json:"lease_deadline,omitempty"`
 	Attempt       int               `json:"attempt"`
+	Reason        string            `json:"reason,omitempty"`
 	PayloadSize   int               `json:"payload_size"`
 	Preview       string            `json:"preview,omitempty"`
 	Metadata      map[string]string `json:"metadata,omitempty"`
@@ -172,7 +190,7 @@ type messageView struct {
 func newMessageView(m redisdelay.MessageInfo) messageView {
 	v := messageView{
 		Topic: m.Topic, Group: m.Group, Ref: m.Ref, ID: m.ID, UUID: m.UUID, Key: m.Key,
-		State: m.State.String(), DueAt: optionalTime(m.DueAt), LeaseDeadline: optionalTime(m.LeaseDeadline), Attempt: m.Attempt,
+		State: m.State.String(), DueAt: optionalTime(m.DueAt), LeaseDeadline: optionalTime(m.LeaseDeadline), Attempt: m.Attempt, Reason: m.Reason,
 		PayloadSize: m.PayloadSize, Preview: m.Preview, Metadata: m.Metadata, Vanished: m.Vanished,
 	}
 	if utf8.Valid(m.Payload) {
@@ -202,11 +220,17 @@ func (a *app) listCommand() *cobra.Command {
 		topic, group, state, cursor string
 		limit                       int
 	)
+	var parked bool
 	cmd := &cobra.Command{
 		Use:   "list",
 		Short: "List one page of a consumer group's messages in one state",
-		Args:  cobra.NoArgs,
+		Long: "List one page of a consumer group's messages in one state, or with --parked those of a topic\n" +
+			"with no consumer group, which wait for the first group (state scheduled or due).",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if parked {
+				group = redisdelay.ParkedGroup
+			}
 			page, err := a.in.List(cmd.Context(), topic, group, redisdelay.ListOptions{
 				State: redisdelay.State(state), Cursor: cursor, Limit: limit,
 			})
@@ -217,19 +241,26 @@ func (a *app) listCommand() *cobra.Command {
 			for n, m := range page.Messages {
 				v.Messages[n] = newMessageView(m)
 			}
+			dead := redisdelay.State(state) == redisdelay.StateDeadLettered
 			return a.print(v, func(w *tabwriter.Writer) {
-				when := "DUE AT"
-				if redisdelay.State(state) == redisdelay.StateInFlight {
-					when = "LEASE DEADLINE"
+				switch {
+				case dead:
+					row(w, "REF", "ID", "UUID", "KEY", "DEAD-LETTERED AT", "ATTEMPTS", "REASON", "SIZE", "PREVIEW")
+				case redisdelay.State(state) == redisdelay.StateInFlight:
+					row(w, "REF", "ID", "UUID", "KEY", "LEASE DEADLINE", "ATTEMPT", "SIZE", "PREVIEW")
+				default:
+					row(w, "REF", "ID", "UUID", "KEY", "DUE AT", "ATTEMPT", "SIZE", "PREVIEW")
 				}
-				row(w, "REF", "ID", "UUID", "KEY", when, "ATTEMPT", "SIZE", "PREVIEW")
 				for _, m := range v.Messages {
 					preview := m.Preview
 					if m.Vanished {
 						preview = "(vanished)"
 					}
-					row(w, m.Ref, m.ID, orDash(m.UUID), orDash(m.Key), formatTime(m.when()),
-						strconv.Itoa(m.Attempt), strconv.Itoa(m.PayloadSize), preview)
+					cells := []string{m.Ref, m.ID, orDash(m.UUID), orDash(m.Key), formatTime(m.when()), strconv.Itoa(m.Attempt)}
+					if dead {
+						cells = append(cells, orDash(m.Reason))
+					}
+					row(w, append(cells, strconv.Itoa(m.PayloadSize), preview)...)
 				}
 				if v.NextCursor != "" {
 					fmt.Fprintf(w, "next page: --cursor %s\n", printable(v.NextCursor))
@@ -241,35 +272,59 @@ func (a *app) listCommand() *cobra.Command {
 	cmd.Flags().StringVar(&state, "state", "", "scheduled, due, in-flight or dead-lettered (required)")
 	cmd.Flags().IntVar(&limit, "limit", 0, "most messages on the page; 0 means the Inspector's default")
 	cmd.Flags().StringVar(&cursor, "cursor", "", "the next cursor the previous page printed")
+	addParkedFlag(cmd, &parked)
 	_ = cmd.MarkFlagRequired("state")
 	return cmd
 }
 
+// addParkedFlag adds --parked, which names the messages of a topic with no consumer group
+// instead of a group's.
+func addParkedFlag(cmd *cobra.Command, parked *bool) {
+	cmd.Flags().BoolVar(parked, "parked", false, "the messages of a topic with no consumer group, which wait for the first group")
+	cmd.MarkFlagsMutuallyExclusive("parked", "group")
+}
+
 func (a *app) showCommand() *cobra.Command {
-	var topic, group, key, ref string
+	var topic, group, key, ref, state string
+	var parked bool
 	cmd := &cobra.Command{
 		Use:   "show",
-		Short: "Show one message of a consumer group with its metadata and whole payload",
-		Args:  cobra.NoArgs,
+		Short: "Show one message or dead letter of a consumer group with its metadata and whole payload",
+		Long: "Show one message of a consumer group, by --key or by a --ref that list printed, with its metadata\n" +
+			"and whole payload. A ref from list --state dead-lettered shows the dead letter, with its reason,\n" +
+			"attempts and the time it was dead-lettered.",
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var m redisdelay.MessageInfo
 			var err error
+			if parked {
+				group = redisdelay.ParkedGroup
+			}
 			if key != "" {
 				m, err = a.in.MessageByKey(cmd.Context(), topic, group, key)
 			} else {
-				m, err = a.in.Message(cmd.Context(), topic, group, ref)
+				m, err = a.byRef(cmd.Context(), topic, group, ref, redisdelay.State(state))
 			}
 			if err != nil {
 				return err
 			}
 			v := newMessageView(m)
 			return a.print(v, func(w *tabwriter.Writer) {
-				for _, field := range [][2]string{
+				fields := [][2]string{
 					{"topic", v.Topic}, {"group", v.Group}, {"ref", v.Ref}, {"id", v.ID},
 					{"uuid", orDash(v.UUID)}, {"key", orDash(v.Key)}, {"state", v.State},
 					{"due at", formatTime(deref(v.DueAt))}, {"lease deadline", formatTime(deref(v.LeaseDeadline))},
 					{"attempt", strconv.Itoa(v.Attempt)}, {"payload size", strconv.Itoa(v.PayloadSize)},
-				} {
+				}
+				if m.State == redisdelay.StateDeadLettered {
+					fields = [][2]string{
+						{"topic", v.Topic}, {"group", v.Group}, {"ref", v.Ref}, {"id", v.ID},
+						{"uuid", orDash(v.UUID)}, {"key", orDash(v.Key)}, {"state", v.State},
+						{"dead-lettered at", formatTime(deref(v.DueAt))}, {"attempts", strconv.Itoa(v.Attempt)},
+						{"reason", orDash(v.Reason)}, {"payload size", strconv.Itoa(v.PayloadSize)},
+					}
+				}
+				for _, field := range fields {
 					row(w, field[0]+":", field[1])
 				}
 				label := "metadata:"
@@ -298,9 +353,43 @@ func (a *app) showCommand() *cobra.Command {
 	addGroupFlags(cmd, &topic, &group)
 	cmd.Flags().StringVar(&key, "key", "", "the message's key")
 	cmd.Flags().StringVar(&ref, "ref", "", "the message's ref, as list prints it")
+	cmd.Flags().StringVar(&state, "state", "", "with --ref: dead-lettered for a dead letter, scheduled, due or in-flight for a message the group holds; when empty, whichever the ref names")
 	cmd.MarkFlagsOneRequired("key", "ref")
 	cmd.MarkFlagsMutuallyExclusive("key", "ref")
+	cmd.MarkFlagsMutuallyExclusive("key", "state")
+	addParkedFlag(cmd, &parked)
+	cmd.MarkFlagsMutuallyExclusive("parked", "key")
 	return cmd
+}
+
+// byRef reads what ref names in group: a dead letter for StateDeadLettered, a message the group
+// holds for the other states, and for "" whichever of the two it names. A ref of a message and
+// one of a dead letter can look alike (each topic numbers its messages), so a ref that names
+// both is an error that asks for --state.
+func (a *app) byRef(ctx context.Context, topic, group, ref string, state redisdelay.State) (redisdelay.MessageInfo, error) {
+	switch {
+	case state == redisdelay.StateDeadLettered:
+		return a.in.DeadLetter(ctx, topic, group, ref)
+	case state == redisdelay.StateScheduled, state == redisdelay.StateDue, state == redisdelay.StateInFlight,
+		group == redisdelay.ParkedGroup && state == "": // parked messages have no dead letters
+		return a.in.Message(ctx, topic, group, ref)
+	case state != "":
+		return redisdelay.MessageInfo{}, fmt.Errorf("--state is %q, want scheduled, due, in-flight or dead-lettered", state)
+	}
+	m, err := a.in.Message(ctx, topic, group, ref)
+	if err != nil && !errors.Is(err, redisdelay.ErrNotFound) {
+		return m, err
+	}
+	d, deadErr := a.in.DeadLetter(ctx, topic, group, ref)
+	switch {
+	case deadErr != nil && !errors.Is(deadErr, redisdelay.ErrNotFound):
+		return d, deadErr
+	case err == nil && deadErr == nil:
+		return m, fmt.Errorf("ref %s names both a message of group %s and one of its dead letters; give --state", printable(ref), printable(group))
+	case deadErr == nil:
+		return d, nil
+	}
+	return m, err
 }
 
 func orDash(s string) string {

@@ -187,9 +187,10 @@ func text(t *testing.T, ctx context.Context, sel string) string {
 // seeded is a redis-server with known queues:
 //
 //	orders, groups billing and shipping: 8 scheduled (5 plain, 3 keyed order-1..3), 2 due
-//	emails, group sender: 3 dead letters
+//	emails, group sender: 3 dead letters (bounce(0..2), nacked after 1 attempt)
 type seeded struct {
-	in *redisdelay.Inspector
+	in  *redisdelay.Inspector
+	pub *redisdelay.Publisher
 }
 
 func seed(t *testing.T) seeded {
@@ -197,7 +198,7 @@ func seed(t *testing.T) seeded {
 	client := srv.Client(t)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, nil)
 	require.NoError(t, err)
-	defer pub.Close()
+	t.Cleanup(func() { _ = pub.Close() })
 	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client}, nil)
 	require.NoError(t, err)
 	subscriber := func(group string, maxAttempts int) *redisdelay.Subscriber {
@@ -231,7 +232,7 @@ func seed(t *testing.T) seeded {
 	ch, err := sender.Subscribe(context.Background(), "emails")
 	require.NoError(t, err)
 	for i := range 3 {
-		require.NoError(t, pub.Publish("emails", message.NewMessage("bounce-"+strconv.Itoa(i), []byte("bounced mail "+strconv.Itoa(i)))))
+		require.NoError(t, pub.Publish("emails", message.NewMessage("bounce-"+strconv.Itoa(i), []byte(bounce(i)))))
 	}
 	for range 3 {
 		select {
@@ -243,7 +244,12 @@ func seed(t *testing.T) seeded {
 	}
 	require.Eventually(t, func() bool { return stats(t, in, "emails", "sender").DeadLetters == 3 }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, sender.Close())
-	return seeded{in: in}
+	return seeded{in: in, pub: pub}
+}
+
+// bounce is the payload of the i-th message of emails, longer than a preview.
+func bounce(i int) string {
+	return fmt.Sprintf(`{"to":"customer-%d@example.com","subject":"Your order has shipped","bounced mail":"550 5.1.1 mailbox unavailable"}`, i)
 }
 
 func stats(t *testing.T, in *redisdelay.Inspector, topic, group string) redisdelay.GroupStats {
@@ -384,4 +390,137 @@ func TestConsoleRecorderCatchesCSPViolations(t *testing.T) {
 	for _, v := range violations {
 		t.Log(v)
 	}
+}
+
+// style returns the computed value of a CSS property of the first element sel matches.
+func style(t *testing.T, ctx context.Context, sel, property string) string {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[string](fmt.Sprintf(`getComputedStyle(document.querySelector(%q)).getPropertyValue(%q)`, sel, property)))
+	require.NoError(t, err, "style of %s", sel)
+	return v
+}
+
+// The colours of dashboard.css: amber (a warning) and red (an alarm) backgrounds.
+const (
+	warnBackground  = "rgb(255, 233, 194)"
+	alarmBackground = "rgb(192, 38, 26)"
+)
+
+func TestOperatorSeesWarningsAndAlarmsAndTheRefreshedCounts(t *testing.T) {
+	q := seed(t)
+	require.NoError(t, q.in.Pause(context.Background(), "orders", "shipping"))
+	srv := serve(t, q.in, dashboard.Options{
+		RefreshInterval: 200 * time.Millisecond,
+		Thresholds:      dashboard.Thresholds{OverdueWarning: time.Microsecond, OverdueAlarm: time.Hour, DeadLettersAlarm: 3},
+	})
+	ctx, c := browser(t)
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/")))
+	cellOf := func(topic, group, stat string) string {
+		return fmt.Sprintf(`tr[data-topic=%q][data-group=%q] td[data-stat=%q]`, topic, group, stat)
+	}
+	assert.Equal(t, "3", text(t, ctx, cellOf("emails", "sender", "dead")))
+	assert.Equal(t, alarmBackground, style(t, ctx, cellOf("emails", "sender", "dead"), "background-color"), "3 dead letters: an alarm")
+	assert.Equal(t, warnBackground, style(t, ctx, cellOf("orders", "billing", "oldest-due"), "background-color"), "due messages waited: a warning")
+	assert.Equal(t, warnBackground, style(t, ctx, cellOf("orders", "shipping", "paused")+" .badge", "background-color"), "paused: a warning")
+	assert.Equal(t, "rgba(0, 0, 0, 0)", style(t, ctx, cellOf("orders", "billing", "scheduled"), "background-color"), "no colour")
+	assert.Contains(t, text(t, ctx, "#source"), "key prefix "+redisdelay.DefaultKeyPrefix)
+	screenshot(t, ctx, "overview-warnings")
+
+	// The counts refresh by themselves: a message published now shows within a few polls.
+	require.NoError(t, q.pub.Publish("orders", message.NewMessage("fresh", []byte("new"))))
+	_, err := chromedp.Run(ctx, chromedp.Poll[bool](
+		fmt.Sprintf(`document.querySelector(%q).textContent === "3"`, cellOf("orders", "billing", "due")),
+		chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the due count refreshed to 3")
+	assert.Contains(t, text(t, ctx, "#updated"), "refreshes every 200ms")
+
+	// Pausing stops the polling; resuming starts it again.
+	// The links navigate: wait for the new page's link before reading its line.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[data-refresh="pause"]`))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`a[data-refresh="resume"]`)))
+	assert.Contains(t, text(t, ctx, "#updated"), "auto-refresh paused")
+	polls, err := chromedp.Run(ctx, chromedp.Evaluate[int](`document.querySelectorAll("[hx-trigger]").length`))
+	require.NoError(t, err)
+	assert.Zero(t, polls, "nothing polls while paused")
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`a[data-refresh="resume"]`))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`a[data-refresh="pause"]`)))
+	assert.Contains(t, text(t, ctx, "#updated"), "refreshes every")
+
+	// The group page repeats the colours on its tabs and says what needs attention.
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/topic/emails/group/sender?state=dead-lettered")))
+	assert.Equal(t, alarmBackground, style(t, ctx, `nav.tabs a.active .count`, "background-color"))
+	assert.Contains(t, text(t, ctx, "#dead-letters"), "3 dead letters wait on emails.dead-letter.sender")
+	noViolations(t, ctx, c)
+}
+
+func TestOperatorReadsADeadLetterInFullFromItsRow(t *testing.T) {
+	q := seed(t)
+	srv := serve(t, q.in, dashboard.Options{AllowActions: true})
+	ctx, c := browser(t)
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/topic/emails/group/sender?state=dead-lettered")))
+	assert.Equal(t, "Dead letters 3", text(t, ctx, `nav.tabs a.active`))
+	assert.Equal(t, "nacked", text(t, ctx, `#messages tbody tr td[data-field="reason"]`))
+	// A row stays one line high, however long its cells.
+	heights, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](`[...document.querySelectorAll("#messages tbody tr")].map(r => r.getBoundingClientRect().height)`))
+	require.NoError(t, err)
+	for _, h := range heights {
+		assert.Less(t, h, 40.0, "a row that wraps is taller")
+	}
+	screenshot(t, ctx, "dead-letters")
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#messages tbody tr a`))))
+	assert.Equal(t, "dead letter", text(t, ctx, "#state"))
+	assert.Equal(t, "nacked", text(t, ctx, "#reason"))
+	assert.Equal(t, "1", text(t, ctx, "#attempt"))
+	assert.Regexp(t, `^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3} UTC .+ ago$`, text(t, ctx, "#died-at"))
+	payload := text(t, ctx, "#payload")
+	assert.Contains(t, payload, `"bounced mail": "550 5.1.1 mailbox unavailable"`, "the whole payload, pretty-printed")
+	assert.Greater(t, len(payload), redisdelay.PreviewLength)
+	assert.Contains(t, text(t, ctx, "#metadata"), redisdelay.DeadLetterAttemptsMetadataKey)
+	screenshot(t, ctx, "dead-letter-detail")
+	noViolations(t, ctx, c)
+}
+
+func TestOperatorSeesWhatComesDueInTheForecast(t *testing.T) {
+	q := seed(t)
+	// A herd: 40 messages due in 20 to 25 minutes, on top of the seed's 5 in an hour and 3 in
+	// two hours.
+	var herd []*message.Message
+	for i := range 40 {
+		msg := message.NewMessage("herd-"+strconv.Itoa(i), []byte(`{"reminder":"herd"}`))
+		delay.Message(msg, delay.For(21*time.Minute+time.Duration(i)*time.Second))
+		herd = append(herd, msg)
+	}
+	require.NoError(t, q.pub.Publish("orders", herd...))
+	srv := serve(t, q.in, dashboard.Options{})
+	ctx, c := browser(t)
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/topic/orders/group/billing")))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS("#forecast-chart"))))
+	counts, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#forecast-chart rect")].map(r => r.dataset.count)`))
+	require.NoError(t, err)
+	require.Len(t, counts, 24)
+	assert.Equal(t, "40", counts[4], "the herd, 20 to 25 minutes out")
+	assert.Equal(t, "5", counts[11], "the seed's reminders, an hour out")
+	assert.Equal(t, "3", counts[23], "the seed's orders, two hours out")
+	// The tallest bar is drawn full height, in the accent colour from the style sheet.
+	box, err := chromedp.Run(ctx, chromedp.Evaluate[map[string]float64](`(() => {
+		const peak = document.querySelector("#forecast-chart rect.peak").getBoundingClientRect();
+		const small = document.querySelectorAll("#forecast-chart rect")[23].getBoundingClientRect();
+		return {peak: peak.height, small: small.height};
+	})()`))
+	require.NoError(t, err)
+	assert.InDelta(t, box["peak"]*3/40, box["small"], 1.5, "bars are in proportion")
+	assert.Equal(t, "rgb(36, 86, 199)", style(t, ctx, "#forecast-chart rect.peak", "fill"))
+	assert.Contains(t, text(t, ctx, "#forecast-note"), "2 due already")
+	screenshot(t, ctx, "forecast")
+
+	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`#forecast .spans a[href*="forecast=day"]`))))
+	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(chromedp.CSS(`#forecast .spans a.active[href*="forecast=day"]`))))
+	first, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.querySelector("#forecast-chart rect").dataset.count`))
+	require.NoError(t, err)
+	assert.Equal(t, "45", first, "a day of hour bars: the herd and the reminders are in the first")
+	noViolations(t, ctx, c)
 }

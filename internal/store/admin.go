@@ -6,13 +6,14 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
 // admin.go owns the operator's writes and counts: the topic registry, the groups of a
 // partition, pause and resume, removing a group, purging, requeueing dead letters, the
-// statistics, and the server's eviction policy.
+// statistics, counts by due time, the Redis clock, and the server's eviction policy.
 
 // RegisterTopic records topic and its partition count in the topic registry (HSET), for the
 // Inspector.
@@ -138,6 +139,68 @@ func (s Store) Stats(ctx context.Context, p Partition, groups []string, dead []P
 		out[n] = GroupCounts{NowUs: asInt(r[0]), Due: asInt(v[0]), Scheduled: asInt(v[1]), InFlight: asInt(v[2]), Dead: asInt(v[3]), HeadUs: asInt(v[4]), NextDueUs: asInt(v[5]), Paused: asInt(v[6]) == 1}
 	}
 	return out, nil
+}
+
+// DueCounts is how the members of a due or parked set spread over due time, as CountByDue
+// counts them. Times are Unix µs on the Redis clock.
+type DueCounts struct {
+	// Before are the members due before the first bucket; Buckets[k] those due within bucket
+	// k; After those due from the end of the last bucket on.
+	Before  int64
+	Buckets []int64
+	After   int64
+	// FirstUs is the earliest due time in the set; FirstFromUs the earliest at or after the
+	// start of the first bucket; -1 when there is none.
+	FirstUs, FirstFromUs int64
+}
+
+// CountByDue counts the members of set, a due or parked set, by due time: those before fromUs,
+// those in each of n buckets [fromUs+k·widthUs, fromUs+(k+1)·widthUs), and those after the
+// last; with the earliest due time and the earliest from fromUs. It sends n+4 commands of
+// O(log N) each (ZCOUNT, ZRANGE and ZRANGEBYSCORE of one member) in one pipelined round trip.
+// The counts are not one snapshot: each command sees the set as it is when it runs.
+func (s Store) CountByDue(ctx context.Context, set Set, fromUs, widthUs int64, n int) (DueCounts, error) {
+	if set.Kind == LeaseSet {
+		return DueCounts{}, errors.New("count by due time: a lease set holds lease deadlines")
+	}
+	key := s.keys.set(set)
+	bound := func(us int64) string { return strconv.FormatInt(us, 10) }
+	return command(ctx, s, func(ctx context.Context) (DueCounts, error) {
+		pipe := s.client.Pipeline()
+		counts := make([]*redis.IntCmd, 0, n+2)
+		counts = append(counts, pipe.ZCount(ctx, key, "-inf", "("+bound(fromUs)))
+		for k := range int64(n) {
+			counts = append(counts, pipe.ZCount(ctx, key, bound(fromUs+k*widthUs), "("+bound(fromUs+(k+1)*widthUs)))
+		}
+		counts = append(counts, pipe.ZCount(ctx, key, bound(fromUs+int64(n)*widthUs), "+inf"))
+		first := pipe.ZRangeWithScores(ctx, key, 0, 0)
+		firstFrom := pipe.ZRangeByScoreWithScores(ctx, key, &redis.ZRangeBy{Min: bound(fromUs), Max: "+inf", Count: 1})
+		if _, err := pipe.Exec(ctx); err != nil {
+			return DueCounts{}, err
+		}
+		c := DueCounts{Before: counts[0].Val(), Buckets: make([]int64, n), After: counts[n+1].Val(), FirstUs: -1, FirstFromUs: -1}
+		for k := range c.Buckets {
+			c.Buckets[k] = counts[k+1].Val()
+		}
+		if z := first.Val(); len(z) == 1 {
+			c.FirstUs = int64(z[0].Score)
+		}
+		if z := firstFrom.Val(); len(z) == 1 {
+			c.FirstFromUs = int64(z[0].Score)
+		}
+		return c, nil
+	})
+}
+
+// Clock reads the Redis clock (TIME), in Unix µs. On a cluster, one node answers.
+func (s Store) Clock(ctx context.Context) (int64, error) {
+	t, err := command(ctx, s, func(ctx context.Context) (time.Time, error) {
+		return s.client.Time(ctx).Result()
+	})
+	if err != nil {
+		return 0, err
+	}
+	return t.UnixMicro(), nil
 }
 
 // Purge runs purge.lua once on set, a group's due or lease set: it drops up to limit messages

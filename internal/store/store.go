@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -85,3 +86,16 @@ func honoursContextDeadlines(client redis.UniversalClient) bool {
 // WakeChannel is the Pub/Sub channel on which group g's subscriptions are woken: the scripts
 // publish a new earliest due time there, or 0 for "check now".
 func (s Store) WakeChannel(g Group) string { return s.keys.group(g).wakeChannel }
+
+// CheckNow sends a "check now" (0) on the wake channel of each of groups, in one pipeline of
+// classic PUBLISH commands (a single Redis node): a sleeping subscription of the group claims at
+// once, and one that waits for its handler extends its leases. The test kit sends it each time
+// it moves its virtual clock.
+func (s Store) CheckNow(ctx context.Context, groups []Group) error {
+	pipe := s.client.Pipeline()
+	for _, g := range groups {
+		pipe.Publish(ctx, s.WakeChannel(g), "0")
+	}
+	_, err := pipe.Exec(ctx)
+	return err
+}

@@ -16,7 +16,7 @@
 -- that registers once the window has closed receives nothing of the past, and drops up to
 -- DROP_ON_REGISTER members of what the window left (see drop_parked).
 --
--- fragments: split, hmget, each_chunk, head, wake, drop_parked
+-- fragments: split, hmget, each_chunk, head, wake, drop_parked, move_set
 -- KEYS[1] groups    set     registered consumer groups
 -- KEYS[2] parked    zset    messages waiting for a first group or kept by the window
 -- KEYS[3] due       zset    the group's due set
@@ -103,14 +103,8 @@ if redis.call('SCARD', groups) == 0 then
     redis.call('HSET', window, '', cap, name, 1)
     redis.call('PEXPIRE', window, length)
     received = receive()
-  elseif redis.call('EXISTS', parked) == 1 then
-    if redis.call('EXISTS', due) == 1 then
-      redis.call('ZUNIONSTORE', due, 2, due, parked)
-      redis.call('DEL', parked)
-    else
-      redis.call('RENAME', parked, due)
-    end
-    received = true
+  else
+    received = move_set(parked, due)
   end
 elseif redis.call('EXISTS', window) == 1 then
   if redis.call('HEXISTS', window, name) == 1 then

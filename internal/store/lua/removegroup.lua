@@ -7,7 +7,7 @@
 -- steps. Every step (ARGV[3] drain) drops up to N of the messages the removal holds, each stored
 -- message once no other group holds it, until none is left.
 --
--- fragments: split, each_chunk, drop, close_batch, wake, drop_parked
+-- fragments: split, each_chunk, drop, close_batch, wake, drop_parked, move_set
 -- KEYS[1]  groups    set     registered consumer groups
 -- KEYS[2]  messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[3]  refs      hash    field -> groups still holding it
@@ -31,30 +31,20 @@
 --
 -- Returns {1 if this call unregistered the group else 0, messages dropped, messages left}.
 
--- move_aside renames the sorted set `from` to `to`, or merges it into `to` when `to` exists
--- already (an earlier removal is unfinished: this one takes its messages over).
-local function move_aside(from, to)
-  if redis.call('EXISTS', from) == 0 then return end
-  if redis.call('EXISTS', to) == 1 then
-    redis.call('ZUNIONSTORE', to, 2, to, from)
-    redis.call('DEL', from)
-  else
-    redis.call('RENAME', from, to)
-  end
-end
-
 local removed = 0
 if ARGV[3] == 'remove' and redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
   redis.call('SREM', KEYS[1], ARGV[1])
   redis.call('DEL', KEYS[9], KEYS[7], KEYS[6])
-  move_aside(KEYS[4], KEYS[10])
-  move_aside(KEYS[5], KEYS[11])
+  -- Into the removal's own sets; merged there when an earlier removal is unfinished, whose
+  -- messages this one takes over.
+  move_set(KEYS[4], KEYS[10])
+  move_set(KEYS[5], KEYS[11])
   -- With no group left, the parked set holds only what the new-group window kept (messages
   -- parked before the first group were copied to it then): its groups are gone, so it goes
   -- with them, and a group that registers next starts with what is published from now on.
   if redis.call('SCARD', KEYS[1]) == 0 then
     redis.call('DEL', KEYS[14])
-    move_aside(KEYS[13], KEYS[15])
+    move_set(KEYS[13], KEYS[15])
   end
   wake(ARGV[4], nil, 0)
   removed = 1

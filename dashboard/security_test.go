@@ -240,3 +240,51 @@ func TestErrorPagesSayWhatFailedAndLogTheRedisError(t *testing.T) {
 		assert.Contains(t, logged.String(), "WRONGTYPE", "the log has the whole error")
 	}
 }
+
+func TestEveryResponseCarriesTheSecurityHeadersAndNoInlineCode(t *testing.T) {
+	q := newQueue(t)
+	q.register("orders", "billing", "shipping")
+	q.publish("orders", "m", 1, time.Hour)
+	srv := q.serve(dashboard.Options{AllowActions: true, Prefix: "/queues"})
+	ref := q.first("orders", "billing", redisdelay.StateScheduled).Ref
+
+	inline := regexp.MustCompile(`(?i)<script(?:\s[^>]*)?>[^<]|<script>|\sstyle=|\son[a-z]+=|<style`)
+	for _, c := range []struct {
+		method, path string
+		status       int
+	}{
+		{"GET", "/queues/", 200},
+		{"GET", "/queues/topic/orders/group/billing", 200},
+		{"GET", "/queues/topic/orders/group/billing/message?ref=" + url.QueryEscape(ref), 200},
+		{"GET", "/queues/static/dashboard.css", 200},
+		{"GET", "/queues/static/htmx.min.js", 200},
+		{"GET", "/queues/topic/orders/group/nobody", 404},
+		{"GET", "/queues/no/such/page", 404},
+		{"POST", "/queues/topic/orders/group/billing/message/cancel", 400},
+	} {
+		res := do(t, c.method, srv.URL+c.path, nil)
+		assert.Equal(t, c.status, res.status, c.path)
+		assert.Equal(t, dashboard.ContentSecurityPolicy, res.header.Get("Content-Security-Policy"), c.path)
+		assert.Equal(t, "nosniff", res.header.Get("X-Content-Type-Options"), c.path)
+		if strings.HasPrefix(res.header.Get("Content-Type"), "text/html") {
+			assert.NotRegexp(t, inline, res.body, c.path)
+			assert.NotContains(t, res.body, "//", "nothing is loaded from another host: "+c.path)
+			assert.Contains(t, res.body, `<script src="/queues/static/htmx.min.js" defer></script>`, c.path)
+			assert.Contains(t, res.body, `{"includeIndicatorStyles":false`, c.path)
+		}
+	}
+	assert.Equal(t, "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; object-src 'none'; base-uri 'none'; frame-ancestors 'none'", dashboard.ContentSecurityPolicy)
+	js := get(t, srv.URL+"/queues/static/htmx.min.js")
+	assert.Contains(t, js.header.Get("Content-Type"), "javascript")
+	assert.True(t, strings.HasPrefix(js.body, "/*! htmx.org 2."), "htmx keeps its license header")
+	assert.Contains(t, get(t, srv.URL+"/queues/static/dashboard.css").header.Get("Content-Type"), "text/css")
+
+	req, err := http.NewRequest(http.MethodPost, srv.URL+"/queues/topic/orders/group/billing/pause", nil)
+	require.NoError(t, err)
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	res, err := noRedirects.Do(req)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusForbidden, res.StatusCode, "a cross-site POST is refused")
+	assert.False(t, q.stats("orders", "billing").Paused)
+}
