@@ -1,5 +1,8 @@
 package redisdelay
 
+// This file owns the nack backoffs: the Backoff interface and its exponential, constant and
+// scheduled forms.
+
 import (
 	"time"
 

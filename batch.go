@@ -1,5 +1,8 @@
 package redisdelay
 
+// This file owns keyed batching's message side: WithBatchKey, the released batch's payload
+// and UnpackBatch, and the Inspector's FlushBatch and CancelBatch.
+
 import (
 	"bytes"
 	"context"

@@ -1,5 +1,9 @@
 package redisdelay
 
+// This file owns the configs of the Publisher and the Subscriber (and BatchConfig), their
+// defaults and their Validate rules; the Inspector's config is in inspector.go. They must agree
+// on KeyPrefix, Partitions and the Marshaler.
+
 import (
 	"errors"
 	"fmt"

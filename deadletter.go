@@ -1,5 +1,8 @@
 package redisdelay
 
+// This file owns dead-letter topics: their names (DefaultDeadLetterTopic) and moving a
+// message that ran out of attempts to its group's dead-letter topic.
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,8 @@
 package redisdelay
 
+// This file owns the reading of Watermill's delay metadata into a due time (DelayOf,
+// MaxDelay).
+
 import (
 	"errors"
 	"fmt"

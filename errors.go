@@ -1,5 +1,7 @@
 package redisdelay
 
+// This file owns the errors callers branch on: the sentinel errors and MessageError.
+
 import (
 	"errors"
 	"fmt"

@@ -1,5 +1,7 @@
 package redisdelay
 
+// This file owns the check that Redis does not evict keys (maxmemory-policy).
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,7 @@
 package redisdelay
 
+// This file owns the Publisher's cache of the consumer groups registered on each topic.
+
 import (
 	"context"
 	"errors"

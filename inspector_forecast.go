@@ -1,5 +1,8 @@
 package redisdelay
 
+// This file owns Inspector.Forecast: a group's messages counted by the bucket of their due
+// time.
+
 import (
 	"context"
 	"fmt"

@@ -1,5 +1,8 @@
 package redisdelay
 
+// This file owns leaseBook, the state that mirrors what a consumer holds in Redis: its leases,
+// the acks waiting to be confirmed and the nacks a stop cut short.
+
 import (
 	"slices"
 	"time"

@@ -1,5 +1,8 @@
 package redisdelay
 
+// This file owns the marshaling of a message into the bytes stored in Redis, and the default
+// binary format.
+
 import (
 	"encoding/binary"
 	"fmt"

@@ -1,5 +1,8 @@
 package redisdelay
 
+// This file owns message keys on the publishing side: WithKey, ValidateKey, the duplicate
+// policies and the partition of a key.
+
 import (
 	"errors"
 	"fmt"

@@ -1,5 +1,8 @@
 package redisdelay
 
+// This file owns the Prometheus metrics: counters and histograms the Publisher, the
+// Subscriber and the Inspector update, and the sampler of the queue-size gauges.
+
 import (
 	"context"
 	"errors"

@@ -1,5 +1,7 @@
 package redisdelay
 
+// This file owns the rules for topic and consumer group names (ValidateName).
+
 import (
 	"fmt"
 	"strings"

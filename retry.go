@@ -1,5 +1,7 @@
 package redisdelay
 
+// This file owns the nack decision: dead letter, the handler's own delay, or the backoff.
+
 import (
 	"bytes"
 	"maps"

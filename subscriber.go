@@ -1,5 +1,8 @@
 package redisdelay
 
+// This file owns the Subscriber: registration of its consumer group, Subscribe, which starts a
+// partitionConsumer per partition, and Close.
+
 import (
 	"context"
 	"errors"
