@@ -578,8 +578,8 @@ func (r *modelRun) checkDeliveries() {
 			continue
 		}
 		if e.exp == expNever && d.at.After(e.neverAfter) && d.gen > e.exemptGen && !(e.removed && d.requeued) {
-			r.failf("unexpected", "%s (key %q) in %s at %s (attempt %s, consumer generation %d): cancelled, purged or removed at %s", d.uuid, s.key, d.group,
-				d.at.Format("15:04:05.000"), d.attempt, d.gen, e.neverAfter.Format("15:04:05.000"))
+			r.failf("unexpected", "%s (key %q) in %s at %s (attempt %s, consumer generation %d, requeued dead letter %v): cancelled, purged or removed at %s", d.uuid, s.key, d.group,
+				d.at.Format("15:04:05.000"), d.attempt, d.gen, d.requeued, e.neverAfter.Format("15:04:05.000"))
 		}
 		early := true
 		for _, v := range e.versions {
