@@ -30,6 +30,11 @@ var (
 	// ErrInvalidKey is wrapped by the error for a message key that cannot be used; see
 	// ValidateKey. Publish returns it inside a *MessageError.
 	ErrInvalidKey = errors.New("invalid message key")
+	// ErrInvalidSchedule is wrapped by the errors of a Schedule that cannot be stored (see
+	// Scheduler.Put), which name the schedule and the field.
+	ErrInvalidSchedule = errors.New("invalid schedule")
+	// ErrSchedulerClosed is returned by a Scheduler's calls after Close.
+	ErrSchedulerClosed = errors.New("redisdelay: scheduler is closed")
 	// ErrCorruptMessage is returned by the default Unmarshaler for data it cannot decode.
 	ErrCorruptMessage = errors.New("corrupt stored message")
 	// ErrNotDurable is returned by Publish with DurableReplicas set when fewer replicas than

@@ -108,7 +108,19 @@ var publishableReserved = map[string]bool{
 	DeadLetterGroupMetadataKey:    true,
 	DeadLetterAttemptsMetadataKey: true,
 	DeadLetterReasonMetadataKey:   true,
+	ScheduleMetadataKey:           true,
+	TickTimeMetadataKey:           true,
 }
+
+// The keys a Scheduler sets on each tick's message (see Schedule).
+const (
+	// ScheduleMetadataKey holds the name of the schedule that published the message.
+	ScheduleMetadataKey = ReservedMetadataPrefix + "schedule"
+	// TickTimeMetadataKey holds the tick's nominal time: the instant its spec names, before
+	// jitter, in UTC, RFC 3339 with nanoseconds (time.RFC3339Nano). For a message of
+	// Scheduler.Trigger, the Redis clock's time of the call.
+	TickTimeMetadataKey = ReservedMetadataPrefix + "tick_time"
+)
 
 // checkReservedMetadata refuses a metadata key that starts with ReservedMetadataPrefix and is
 // not one the adapter itself puts on delivered messages.

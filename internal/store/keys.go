@@ -140,6 +140,16 @@ const DeadLetterInfix = ".dead-letter."
 //
 //	Ptopics            hash    topic -> partitions, every topic published to or subscribed
 //
+// The periodic schedules live in the hash slot of their tick topic S (see periodic.go):
+//
+//	P{S}:schedule:N    hash    schedule N's state: def (its definition, JSON), ver (a token,
+//	                           new with each definition), next (the pending tick, Unix ms),
+//	                           paused, buffered (a tick waiting for its predecessor, Unix ms),
+//	                           last and last_key (the last published tick and its message key),
+//	                           outcome and outcome_at (the last tick's outcome and when, µs),
+//	                           published and skipped (counts), created and updated (µs)
+//	P{S}:schedules     zset    every schedule's name, scored 0, read in name order (BYLEX)
+//
 // Times are on the Redis clock. ID:N in the lease set is the lease's fencing token.
 //
 // The braces make {T} the hash tag, so every key of a topic maps to one Redis Cluster slot. The
@@ -241,6 +251,15 @@ func (k keySpace) group(g Group) groupKeys {
 		removedLease: prefix + ":lease:removed",
 	}
 }
+
+// schedule is the state hash of periodic schedule name, in the slot of tick topic partition
+// tick; with name "", the prefix of every schedule's state hash.
+func (k keySpace) schedule(tick Partition, name string) string {
+	return k.tag(tick.name()) + ":schedule:" + name
+}
+
+// scheduleIndex is the sorted set of every periodic schedule's name, in the slot of tick.
+func (k keySpace) scheduleIndex(tick Partition) string { return k.tag(tick.name()) + ":schedules" }
 
 // set returns the key of set.
 func (k keySpace) set(set Set) string {

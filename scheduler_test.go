@@ -1,0 +1,363 @@
+package redisdelay_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+// schedulerEnv is a key prefix of its own on a backend, with the Publisher, Subscriber config
+// and Inspector of that prefix.
+type schedulerEnv struct {
+	b      backend
+	prefix string
+}
+
+func newSchedulerEnv(t *testing.T, b backend) schedulerEnv {
+	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	return schedulerEnv{b: b, prefix: "sched-" + name + ":"}
+}
+
+// scheduler returns a Scheduler closed when the test ends; edit adjusts its config.
+func (e schedulerEnv) scheduler(t *testing.T, edit func(*redisdelay.SchedulerConfig)) *redisdelay.Scheduler {
+	cfg := redisdelay.SchedulerConfig{Client: e.b.client, KeyPrefix: e.prefix, LeaseTimeout: 2 * time.Second}
+	if edit != nil {
+		edit(&cfg)
+	}
+	s, err := redisdelay.NewScheduler(cfg, errorLogger{})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// run runs s until the test ends.
+func (e schedulerEnv) run(t *testing.T, s *redisdelay.Scheduler) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-done)
+	})
+}
+
+func (e schedulerEnv) subscribe(t *testing.T, topic, group string) <-chan *message.Message {
+	sub := newSubscriber(t, e.b, func(c *redisdelay.SubscriberConfig) {
+		c.KeyPrefix, c.ConsumerGroup = e.prefix, group
+	})
+	require.NoError(t, sub.SubscribeInitialize(topic))
+	return subscribe(t, sub, topic)
+}
+
+func (e schedulerEnv) inspector(t *testing.T) *redisdelay.Inspector {
+	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: e.b.client, KeyPrefix: e.prefix}, nil)
+	require.NoError(t, err)
+	return in
+}
+
+// tickOf reads a tick message's nominal time.
+func tickOf(t *testing.T, msg *message.Message) time.Time {
+	tick, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(redisdelay.TickTimeMetadataKey))
+	require.NoError(t, err, "tick time of %s", msg.UUID)
+	return tick
+}
+
+// TestSchedulerPublishesEachTickOnceWithSeveralInstances runs three Schedulers on one
+// 1-second schedule and checks that each tick's message arrives once, in tick order, never
+// before its nominal time, with its metadata and key.
+func TestSchedulerPublishesEachTickOnceWithSeveralInstances(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newSchedulerEnv(t, b)
+		msgs := e.subscribe(t, "reports", "mailer")
+		first := e.scheduler(t, nil)
+		for i := 0; i < 3; i++ {
+			e.run(t, e.scheduler(t, nil))
+		}
+		outcome, err := first.Put(context.Background(), redisdelay.Schedule{
+			Name: "every-second", Spec: "@every 1s", Topic: "reports",
+			Payload: []byte("hello"), Metadata: message.Metadata{"kind": "report"},
+		})
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.ScheduleCreated, outcome)
+
+		var ticks []time.Time
+		for len(ticks) < 4 {
+			msg := receive(t, msgs, 5*time.Second)
+			at := time.Now()
+			tick := tickOf(t, msg)
+			assert.False(t, at.Before(tick), "tick %s delivered early at %s", tick, at)
+			assert.Equal(t, "every-second", msg.Metadata.Get(redisdelay.ScheduleMetadataKey))
+			assert.Equal(t, redisdelay.TickKey("every-second", tick), msg.Metadata.Get(redisdelay.KeyMetadataKey))
+			assert.Equal(t, "report", msg.Metadata.Get("kind"))
+			assert.Equal(t, "hello", string(msg.Payload))
+			msg.Ack()
+			ticks = append(ticks, tick)
+		}
+		for i := 1; i < len(ticks); i++ {
+			assert.Equal(t, time.Second, ticks[i].Sub(ticks[i-1]), "ticks %v", ticks)
+		}
+		var info redisdelay.ScheduleInfo
+		require.Eventually(t, func() bool {
+			var err error
+			info, err = e.inspector(t).Schedule(context.Background(), "every-second")
+			require.NoError(t, err)
+			return info.Published >= 4
+		}, 5*time.Second, 10*time.Millisecond, "the count follows the messages")
+		assert.Zero(t, info.Skipped)
+		assert.Len(t, info.NextTicks, redisdelay.DefaultNextTicks)
+	})
+}
+
+// TestSchedulePutIsIdempotentAndUpdatesRecomputeTheNextTick checks Put's outcomes and that an
+// update drops the old definition's pending tick.
+func TestSchedulePutIsIdempotentAndUpdatesRecomputeTheNextTick(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newSchedulerEnv(t, b)
+		s := e.scheduler(t, nil)
+		ctx := context.Background()
+		sch := redisdelay.Schedule{Name: "nightly", Spec: "0 3 * * *", TimeZone: "Europe/Berlin", Topic: "reports"}
+		for _, want := range []redisdelay.PutOutcome{redisdelay.ScheduleCreated, redisdelay.ScheduleUnchanged} {
+			got, err := s.Put(ctx, sch)
+			require.NoError(t, err)
+			assert.Equal(t, want, got)
+		}
+		in := e.inspector(t)
+		before, err := in.Schedule(ctx, "nightly")
+		require.NoError(t, err)
+		berlin, _ := time.LoadLocation("Europe/Berlin")
+		assert.Equal(t, 3, before.Pending.In(berlin).Hour(), "pending %s", before.Pending)
+
+		sch.Spec = "0 4 * * *"
+		got, err := s.Put(ctx, sch)
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.ScheduleUpdated, got)
+		after, err := in.Schedule(ctx, "nightly")
+		require.NoError(t, err)
+		assert.Equal(t, 4, after.Pending.In(berlin).Hour())
+		assert.NotEqual(t, before.Version, after.Version)
+		stats, err := in.Stats(ctx, redisdelay.ScheduleTickTopic)
+		require.NoError(t, err)
+		var scheduled int64
+		for _, g := range stats {
+			scheduled += g.Scheduled + g.Due
+		}
+		assert.Equal(t, int64(1), scheduled, "one tick message armed: the old one was cancelled")
+	})
+}
+
+// TestScheduleRefusesABadDefinition checks that each bad field is named and nothing stored.
+func TestScheduleRefusesABadDefinition(t *testing.T) {
+	e := newSchedulerEnv(t, embeddedRedis(t))
+	s := e.scheduler(t, nil)
+	ok := redisdelay.Schedule{Name: "n", Spec: "@hourly", Topic: "t"}
+	for _, c := range []struct {
+		edit func(*redisdelay.Schedule)
+		want string
+	}{
+		{func(s *redisdelay.Schedule) { s.Spec = "61 * * * *" }, "Spec"},
+		{func(s *redisdelay.Schedule) { s.Spec = "TZ=UTC 0 * * * *" }, "time zone prefix"},
+		{func(s *redisdelay.Schedule) { s.Spec = "@every 10ms" }, "at least 1s"},
+		{func(s *redisdelay.Schedule) { s.TimeZone = "Mars/Olympus" }, "TimeZone"},
+		{func(s *redisdelay.Schedule) { s.Topic = "" }, "Topic"},
+		{func(s *redisdelay.Schedule) { s.Name = "" }, "schedule name"},
+		{func(s *redisdelay.Schedule) { s.Overlap = "sometimes" }, "Overlap"},
+		{func(s *redisdelay.Schedule) { s.CatchUp = "most" }, "CatchUp"},
+		{func(s *redisdelay.Schedule) { s.Jitter = -time.Second }, "Jitter"},
+		{func(s *redisdelay.Schedule) { s.Jitter = 2 * time.Minute }, "Jitter"},
+		{func(s *redisdelay.Schedule) { s.Metadata = message.Metadata{"_redisdelay_x": "1"} }, "_redisdelay_x"},
+	} {
+		sch := ok
+		c.edit(&sch)
+		_, err := s.Put(context.Background(), sch)
+		require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule, c.want)
+		assert.Contains(t, err.Error(), c.want)
+	}
+	infos, _, err := e.inspector(t).Schedules(context.Background(), "", 10)
+	require.NoError(t, err)
+	assert.Empty(t, infos)
+}
+
+// TestScheduleOperationsAndCleanup pauses, resumes, triggers, backfills and deletes a
+// schedule, then checks that the keys return to the baseline.
+func TestScheduleOperationsAndCleanup(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		e := newSchedulerEnv(t, b)
+		ctx := context.Background()
+		msgs := e.subscribe(t, "reports", "mailer")
+		s := e.scheduler(t, func(c *redisdelay.SchedulerConfig) { c.TickKeyRetention = 3 * time.Second })
+		e.run(t, s)
+		_, err := s.Put(ctx, redisdelay.Schedule{Name: "daily", Spec: "0 0 9 * * *", Topic: "reports"})
+		require.NoError(t, err)
+
+		changed, err := s.Pause(ctx, "daily")
+		require.NoError(t, err)
+		assert.True(t, changed)
+		info, err := e.inspector(t).Schedule(ctx, "daily")
+		require.NoError(t, err)
+		assert.True(t, info.Paused)
+		assert.True(t, info.Pending.IsZero())
+		changed, err = s.Resume(ctx, "daily")
+		require.NoError(t, err)
+		assert.True(t, changed)
+		info, err = e.inspector(t).Schedule(ctx, "daily")
+		require.NoError(t, err)
+		assert.False(t, info.Paused)
+		assert.Equal(t, 9, info.Pending.UTC().Hour())
+
+		id, err := s.Trigger(ctx, "daily")
+		require.NoError(t, err)
+		got := receive(t, msgs, 5*time.Second)
+		assert.Equal(t, id, got.UUID)
+		got.Ack()
+
+		day := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+		res, err := s.Backfill(ctx, "daily", day, day.Add(72*time.Hour))
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.BackfillResult{Published: 3}, res)
+		for i := 0; i < 3; i++ {
+			msg := receive(t, msgs, 5*time.Second)
+			assert.Equal(t, day.Add(time.Duration(i)*24*time.Hour+9*time.Hour), tickOf(t, msg).UTC())
+			msg.Ack()
+		}
+		res, err = s.Backfill(ctx, "daily", day, day.Add(72*time.Hour))
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.BackfillResult{Duplicates: 3}, res, "within TickKeyRetention, a backfilled tick is stored once")
+		_, err = s.Backfill(ctx, "daily", day, day.Add(5*365*24*time.Hour))
+		require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
+
+		require.NoError(t, s.Delete(ctx, "daily"))
+		require.ErrorIs(t, s.Delete(ctx, "daily"), redisdelay.ErrNotFound)
+		_, err = s.Pause(ctx, "daily")
+		require.ErrorIs(t, err, redisdelay.ErrNotFound)
+
+		// What is left of the schedule: nothing in the tick topic's slot but its registration
+		// (seq, groups, the Schedulers' group) and call tokens, which expire.
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			keys, err := scanKeys(ctx, b, e.prefix+"{"+redisdelay.ScheduleTickTopic+"}*")
+			require.NoError(t, err)
+			left := withoutMatching(keys, func(k string) bool {
+				for _, kept := range []string{":seq", ":groups", ":epoch", ":lease", ":window", ":call:", ":claim:"} {
+					if strings.Contains(k, kept) {
+						return true
+					}
+				}
+				return false
+			})
+			if len(left) == 0 {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "keys left after Delete: %v", left)
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+func withoutMatching(keys []string, drop func(string) bool) []string {
+	var out []string
+	for _, k := range keys {
+		if !drop(k) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// TestScheduleOverlapPolicies holds the first tick's message unacked and checks what Skip and
+// BufferOne do with the ticks that fall due meanwhile.
+func TestScheduleOverlapPolicies(t *testing.T) {
+	for _, policy := range []redisdelay.OverlapPolicy{redisdelay.OverlapSkip, redisdelay.OverlapBufferOne} {
+		t.Run(string(policy), func(t *testing.T) {
+			e := newSchedulerEnv(t, realRedis(t))
+			ctx := context.Background()
+			msgs := e.subscribe(t, "jobs", "worker")
+			s := e.scheduler(t, func(c *redisdelay.SchedulerConfig) { c.BufferRecheckInterval = 50 * time.Millisecond })
+			e.run(t, s)
+			_, err := s.Put(ctx, redisdelay.Schedule{Name: "job", Spec: "@every 1s", Topic: "jobs", Overlap: policy})
+			require.NoError(t, err)
+			first := receive(t, msgs, 5*time.Second)
+			firstTick := tickOf(t, first)
+
+			in := e.inspector(t)
+			var info redisdelay.ScheduleInfo
+			require.Eventually(t, func() bool {
+				info, err = in.Schedule(ctx, "job")
+				require.NoError(t, err)
+				return info.Skipped >= 1
+			}, 5*time.Second, 20*time.Millisecond, "a tick is skipped while the first is held")
+			select {
+			case msg := <-msgs:
+				t.Fatalf("tick %s delivered while the first was held", tickOf(t, msg))
+			default:
+			}
+			if policy == redisdelay.OverlapBufferOne {
+				assert.Equal(t, firstTick.Add(time.Second).UTC(), info.Buffered.UTC(), "the second tick is held back")
+			}
+			ackedAt := time.Now()
+			first.Ack()
+			next := receive(t, msgs, 5*time.Second)
+			if policy == redisdelay.OverlapBufferOne {
+				assert.Equal(t, firstTick.Add(time.Second).UTC(), tickOf(t, next).UTC(), "the held tick follows the ack")
+				assert.Less(t, time.Since(ackedAt), time.Second, "within a recheck interval and lateness")
+			} else {
+				assert.True(t, tickOf(t, next).After(firstTick.Add(time.Second)), "the skipped tick never comes")
+			}
+			next.Ack()
+		})
+	}
+}
+
+// TestScheduleCatchUp stops time for the Schedulers (miniredis's clock), moves it past several
+// ticks and checks which are published and which skipped.
+func TestScheduleCatchUp(t *testing.T) {
+	for _, policy := range []redisdelay.CatchUpPolicy{redisdelay.CatchUpAll, redisdelay.CatchUpLatest} {
+		t.Run(string(policy), func(t *testing.T) {
+			b := embeddedRedis(t)
+			start := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+			b.miniredis.SetTime(start)
+			e := newSchedulerEnv(t, b)
+			ctx := context.Background()
+			s := e.scheduler(t, nil)
+			_, err := s.Put(ctx, redisdelay.Schedule{Name: "job", Spec: "@every 10s", Topic: "jobs", CatchUp: policy, CatchUpWindow: 35 * time.Second})
+			require.NoError(t, err)
+			// Every Scheduler was down for 100 s: ticks at +10 s ... +100 s, of which +70 s
+			// to +100 s are within the window.
+			b.miniredis.SetTime(start.Add(100*time.Second + 500*time.Millisecond))
+			// Subscribed after the jump: a subscription reads the Redis clock through an offset to
+			// its own, which a jump of miniredis's clock would leave wrong until its next claim.
+			msgs := e.subscribe(t, "jobs", "worker")
+			e.run(t, s)
+			var want []time.Time
+			if policy == redisdelay.CatchUpAll {
+				for i := 70; i <= 100; i += 10 {
+					want = append(want, start.Add(time.Duration(i)*time.Second))
+				}
+			} else {
+				want = []time.Time{start.Add(100 * time.Second)}
+			}
+			var got []time.Time
+			for range want {
+				msg := receive(t, msgs, 5*time.Second)
+				got = append(got, tickOf(t, msg).UTC())
+				msg.Ack()
+			}
+			assert.Equal(t, want, got)
+			var info redisdelay.ScheduleInfo
+			require.Eventually(t, func() bool {
+				info, err = e.inspector(t).Schedule(ctx, "job")
+				require.NoError(t, err)
+				return info.Published == int64(len(want))
+			}, 5*time.Second, 10*time.Millisecond)
+			assert.Equal(t, int64(10-len(want)), info.Skipped)
+			assert.Equal(t, start.Add(110*time.Second), info.Pending.UTC())
+		})
+	}
+}
+

@@ -1,0 +1,292 @@
+package redisdelay
+
+// This file owns what a Scheduler does with one tick message: reading the schedule's state,
+// deciding which ticks to publish (catch-up, overlap), publishing their messages and recording
+// that while arming the next tick (periodic_advance.lua).
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
+)
+
+// ScheduleOutcome is the outcome of a schedule's last tick, as the Inspector shows it.
+type ScheduleOutcome string
+
+const (
+	// TickPublished: the tick's message was published (with catch-up, one or more ticks').
+	TickPublished ScheduleOutcome = "published"
+	// TickSkippedOverlap: the tick was skipped because the previous tick's message was still
+	// held (OverlapSkip, or OverlapBufferOne with a tick held back already).
+	TickSkippedOverlap ScheduleOutcome = "skipped-overlap"
+	// TickSkippedLate: the tick was later than the catch-up window, or not the latest with
+	// CatchUpLatest, and was skipped.
+	TickSkippedLate ScheduleOutcome = "skipped-late"
+	// TickBuffered: the tick is held back until the previous tick's message is finished
+	// (OverlapBufferOne).
+	TickBuffered ScheduleOutcome = "buffered"
+	// TickPublishedBuffered: a tick held back was published once its predecessor finished.
+	TickPublishedBuffered ScheduleOutcome = "published-buffered"
+)
+
+// The kinds of tick message.
+const (
+	tickKindTick   = "tick"   // a tick of the spec
+	tickKindBuffer = "buffer" // the recheck of a tick held back by OverlapBufferOne
+)
+
+// tickPayload is the payload of a tick message, JSON.
+type tickPayload struct {
+	Name    string `json:"name"`
+	Version string `json:"ver"`
+	Tick    int64  `json:"tick_ms"`
+	Kind    string `json:"kind"`
+}
+
+// tickMessageKey is the key of a tick message on ScheduleTickTopic: unique per schedule
+// version and tick, so that arming a tick twice stores it once.
+func tickMessageKey(name, ver, tickMs string) string {
+	return name + "@" + ver + "." + tickMs
+}
+
+// jitter draws a tick's jitter: from 0 to Jitter, in whole ms.
+func (c *compiledSchedule) jitter() time.Duration {
+	if c.Jitter <= 0 {
+		return 0
+	}
+	return time.Duration(rand.Int64N(int64(c.Jitter/time.Millisecond)+1)) * time.Millisecond
+}
+
+// tickMessage is the message of the tick at nominal time tick, with message key key.
+func (c *compiledSchedule) tickMessage(tick time.Time, key string) *message.Message {
+	md := make(message.Metadata, len(c.Metadata)+4)
+	for k, v := range c.Metadata {
+		md[k] = v
+	}
+	md[ScheduleMetadataKey] = c.Name
+	md[TickTimeMetadataKey] = tick.UTC().Format(time.RFC3339Nano)
+	md[KeyMetadataKey] = key
+	md[OnDuplicateMetadataKey] = string(KeepExisting)
+	msg := message.NewMessage(watermill.NewUUID(), append(message.Payload(nil), c.Payload...))
+	msg.Metadata = md
+	return msg
+}
+
+// tickOutgoing prepares the tick message of schedule name's version ver for the tick at
+// nominal time tick, due jitter after it.
+func (s *Scheduler) tickOutgoing(name, ver string, tick time.Time, jitter time.Duration, kind string) (store.Outgoing, error) {
+	return s.tickOutgoingAt(name, ver, tick, tick.Add(jitter), kind)
+}
+
+// tickOutgoingAt prepares a tick message due at due.
+func (s *Scheduler) tickOutgoingAt(name, ver string, tick, due time.Time, kind string) (store.Outgoing, error) {
+	payload, _ := json.Marshal(tickPayload{Name: name, Version: ver, Tick: tick.UnixMilli(), Kind: kind})
+	ms := strconv.FormatInt(tick.UnixMilli(), 10)
+	key := tickMessageKey(name, ver, ms)
+	if kind == tickKindBuffer {
+		key += ".buffer"
+	}
+	msg := message.NewMessage(watermill.NewUUID(), payload)
+	data, err := s.publisher.marshalOutgoing(ScheduleTickTopic, msg)
+	if err != nil {
+		return store.Outgoing{}, err
+	}
+	return store.Outgoing{Data: data, At: due, KeySpec: store.KeySpec(store.KeepExisting, 0, key)}, nil
+}
+
+// act acts on one tick message and acks it, or nacks it (retried after
+// BufferRecheckInterval) when it could not be acted on.
+func (s *Scheduler) act(ctx context.Context, msg *message.Message) {
+	var tp tickPayload
+	if err := json.Unmarshal(msg.Payload, &tp); err != nil || tp.Name == "" {
+		s.logger.Error("Dropping an unreadable tick message", err, watermill.LogFields{"message_uuid": msg.UUID})
+		msg.Ack()
+		return
+	}
+	fields := watermill.LogFields{"schedule": tp.Name, "tick": time.UnixMilli(tp.Tick).UTC()}
+	// A tick under way is finished even when Run is stopping (bounded by OperationTimeout).
+	err := s.actOn(context.WithoutCancel(ctx), tp)
+	var wait *predecessorHeld
+	switch {
+	case errors.As(err, &wait):
+		s.logger.Trace("Tick held back: the previous tick's message is still held", fields)
+		msg.Nack()
+	case err != nil:
+		s.logger.Error("Tick not acted on; retrying", err, fields)
+		msg.Nack()
+	default:
+		msg.Ack()
+	}
+}
+
+// predecessorHeld is actOn's error for a buffered tick whose predecessor is still held.
+type predecessorHeld struct{}
+
+func (predecessorHeld) Error() string { return "the previous tick's message is still held" }
+
+// actOn reads the schedule's state and acts on tick message tp: nothing when it is stale.
+func (s *Scheduler) actOn(ctx context.Context, tp tickPayload) error {
+	ctx, cancel := s.callContext(ctx)
+	defer cancel()
+	states, nowUs, err := s.store.ScheduleStates(ctx, s.tickPart, tp.Name)
+	if err != nil {
+		return err
+	}
+	st := states[0]
+	if !st.Exists() || st.Fields["ver"] != tp.Version {
+		return nil // deleted or changed since: stale
+	}
+	c, err := s.compiledOf(st)
+	if err != nil {
+		return err
+	}
+	now := time.UnixMicro(nowUs)
+	if tp.Kind == tickKindBuffer {
+		return s.publishBuffered(ctx, st, c, tp)
+	}
+	if st.Fields["next"] != strconv.FormatInt(tp.Tick, 10) {
+		return nil // moved past, paused or a second delivery: stale
+	}
+	return s.fire(ctx, st, c, time.UnixMilli(tp.Tick), now)
+}
+
+// dueTicks returns the ticks from tick to now to publish, how many were skipped as late, and
+// the first tick after now (zero when the spec has no more).
+func (c *compiledSchedule) dueTicks(tick, now time.Time) (publish []time.Time, skipped int, next time.Time) {
+	cutoff := now.Add(-c.CatchUpWindow)
+	t := tick
+	for scanned := 0; !t.IsZero() && !t.After(now); scanned++ {
+		if scanned == maxTickScan {
+			return publish, skipped, c.next(now)
+		}
+		switch {
+		case t.Before(cutoff):
+			skipped++
+		case c.CatchUp == CatchUpLatest && len(publish) == 1:
+			publish[0] = t
+			skipped++
+		case len(publish) == MaxCatchUpTicks:
+			skipped++
+		default:
+			publish = append(publish, t)
+		}
+		t = c.next(t)
+	}
+	return publish, skipped, t
+}
+
+// fire acts on the schedule's pending tick, which fell due: it publishes the messages of the
+// ticks due by now, as the catch-up and overlap policies allow, and arms the next tick.
+func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compiledSchedule, tick, now time.Time) error {
+	ver := st.Fields["ver"]
+	publish, skipped, next := c.dueTicks(tick, now)
+	a := store.Advance{Mode: store.AdvanceTick, Version: ver, ExpectMs: tick.UnixMilli(), Next: ""}
+	var msgs []store.Outgoing
+	if !next.IsZero() {
+		m, err := s.tickOutgoing(c.Name, ver, next, c.jitter(), tickKindTick)
+		if err != nil {
+			return err
+		}
+		msgs, a.Next = append(msgs, m), strconv.FormatInt(next.UnixMilli(), 10)
+	}
+	a.Outcome = string(TickSkippedLate)
+	if len(publish) > 0 && c.Overlap != OverlapAllowAll {
+		if len(publish) > 1 { // only the latest of a catch-up; the others overlap it
+			skipped += len(publish) - 1
+			publish = publish[len(publish)-1:]
+		}
+		held, err := s.held(ctx, c, st.Fields["last_key"])
+		if err != nil {
+			return err
+		}
+		switch {
+		case held && (c.Overlap == OverlapSkip || st.Fields["buffered"] != ""):
+			skipped, publish, a.Outcome = skipped+1, nil, string(TickSkippedOverlap)
+		case held: // OverlapBufferOne, nothing held back yet
+			m, err := s.tickOutgoingAt(c.Name, ver, publish[0], now.Add(s.config.BufferRecheckInterval), tickKindBuffer)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, m)
+			a.Buffered, a.Outcome, publish = strconv.FormatInt(publish[0].UnixMilli(), 10), string(TickBuffered), nil
+		}
+	}
+	if len(publish) > 0 {
+		last, err := s.publishTicks(c, publish)
+		if err != nil {
+			return err
+		}
+		a.LastMs, a.LastKey, a.Published, a.Outcome = last.UnixMilli(), TickKey(c.Name, last), len(publish), string(TickPublished)
+	}
+	a.Skipped = skipped
+	_, err := s.advance(ctx, c.Name, a, msgs)
+	return err
+}
+
+// publishTicks publishes the messages of ticks and returns the last tick.
+func (s *Scheduler) publishTicks(c *compiledSchedule, ticks []time.Time) (time.Time, error) {
+	msgs := make([]*message.Message, len(ticks))
+	for i, t := range ticks {
+		msgs[i] = c.tickMessage(t, TickKey(c.Name, t))
+	}
+	if err := s.publisher.Publish(c.Topic, msgs...); err != nil {
+		return time.Time{}, err
+	}
+	return ticks[len(ticks)-1], nil
+}
+
+// held reports whether the message with key, the previous tick's, is still due or in flight in
+// some consumer group of the schedule's topic. No key (no tick published yet) is not held.
+func (s *Scheduler) held(ctx context.Context, c *compiledSchedule, key string) (bool, error) {
+	if key == "" {
+		return false, nil
+	}
+	part := store.Partition{Topic: c.Topic, N: keyPartition(key, s.config.Publisher.Partitions)}
+	groups, err := s.store.Groups(ctx, part)
+	if err != nil {
+		return false, err
+	}
+	st, err := s.store.Status(ctx, part, key, groups)
+	if err != nil {
+		return false, err
+	}
+	for _, g := range st.Groups {
+		if g.State == store.KeyDue || g.State == store.KeyLeased {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// publishBuffered publishes the tick held back by OverlapBufferOne once its predecessor is
+// finished; while it is held, it returns *predecessorHeld, so the recheck is retried.
+func (s *Scheduler) publishBuffered(ctx context.Context, st store.ScheduleState, c *compiledSchedule, tp tickPayload) error {
+	if st.Fields["buffered"] != strconv.FormatInt(tp.Tick, 10) {
+		return nil // published, or dropped by a pause or an update: stale
+	}
+	held, err := s.held(ctx, c, st.Fields["last_key"])
+	if err != nil {
+		return err
+	}
+	if held {
+		return &predecessorHeld{}
+	}
+	tick := time.UnixMilli(tp.Tick)
+	if _, err := s.publishTicks(c, []time.Time{tick}); err != nil {
+		return err
+	}
+	a := store.Advance{
+		Mode: store.AdvanceBuffer, Version: st.Fields["ver"], ExpectMs: tp.Tick, Next: store.KeepNext,
+		LastMs: tp.Tick, LastKey: TickKey(c.Name, tick), Outcome: string(TickPublishedBuffered), Published: 1, Buffered: store.ClearBuffered,
+	}
+	_, err = s.advance(ctx, c.Name, a, nil)
+	return err
+}
