@@ -30,10 +30,10 @@ type Schedule struct {
 	// TimeZone.
 	Spec string
 	// TimeZone is the IANA name of the time zone the spec is read in ("Europe/Berlin"); UTC when
-	// empty. Daylight-saving: a tick whose wall time does not exist that day (the spring-forward
-	// gap) fires once, at the first instant after the gap, as the Go time package normalises
-	// it; a wall time that happens twice (fall-back) fires once, at its first instance. See
-	// docs/schedules.md.
+	// empty. Daylight-saving, for a spec that names hours (its hour field is not "*"): a tick
+	// whose wall time does not exist that day (the spring-forward gap) fires once, at the end of
+	// the gap; a wall time that happens twice (fall-back) fires once, at its first instance. A
+	// spec whose hour field is "*", and @every, follow elapsed time. See docs/schedules.md.
 	TimeZone string
 	// Topic is the topic each tick's message is published to: a valid topic name.
 	Topic string
@@ -224,13 +224,100 @@ func decodeSchedule(name, data string) (*compiledSchedule, error) {
 }
 
 // next returns the first tick after t, in ms precision, or the zero time when the spec has
-// none (within robfig/cron's five-year search).
+// none (within robfig/cron's five-year search). Across daylight-saving changes it keeps what
+// cron users expect of a spec with fixed hours (see fixedHours): a tick whose wall time falls
+// in a spring-forward gap fires once, at the end of the gap; a wall time that happens twice at
+// a fall-back fires once, at its first instance. A spec whose hour field is "*", and @every,
+// follow elapsed time: each real hour is one.
 func (c *compiledSchedule) next(t time.Time) time.Time {
 	n := c.cron.Next(t.In(c.loc))
+	if c.fixedHours() {
+		for !n.IsZero() && repeatedWallTime(n, c.loc) {
+			n = c.cron.Next(n)
+		}
+		if gapEnd, ok := c.hiddenInGap(t, n); ok {
+			n = gapEnd
+		}
+	}
 	if n.IsZero() {
 		return n
 	}
 	return n.Truncate(time.Millisecond)
+}
+
+// fixedHours reports whether the spec names hours: a cron spec whose hour field is not "*".
+func (c *compiledSchedule) fixedHours() bool {
+	spec, ok := c.cron.(*cron.SpecSchedule)
+	const allHours = 1<<24 - 1
+	return ok && spec.Hour&allHours != allHours
+}
+
+// repeatedWallTime reports whether n is the second instance of its wall time in loc: the
+// same wall time happened earlier, before a fall-back within the three hours before n.
+func repeatedWallTime(n time.Time, loc *time.Location) bool {
+	_, before := n.Add(-3 * time.Hour).In(loc).Zone()
+	_, at := n.In(loc).Zone()
+	if before <= at {
+		return false
+	}
+	first := n.Add(-time.Duration(before-at) * time.Second).In(loc)
+	wall := n.In(loc)
+	return first.Hour() == wall.Hour() && first.Minute() == wall.Minute() && first.Second() == wall.Second() && first.Day() == wall.Day()
+}
+
+// hiddenInGap returns the end of the first spring-forward gap after t and before n (or within
+// a year of t when n is zero) whose skipped wall times include a tick of the spec.
+func (c *compiledSchedule) hiddenInGap(t, n time.Time) (time.Time, bool) {
+	end := n
+	if end.IsZero() {
+		end = t.AddDate(1, 0, 0)
+	}
+	const step = 6 * time.Hour
+	for from := t; from.Before(end); from = from.Add(step) {
+		to := from.Add(step)
+		if to.After(end) {
+			to = end
+		}
+		_, offFrom := from.In(c.loc).Zone()
+		_, offTo := to.In(c.loc).Zone()
+		if offTo <= offFrom {
+			continue
+		}
+		gapEnd := transition(from, to, c.loc) // the first instant at the new offset
+		if !gapEnd.After(t) || !gapEnd.Before(end) {
+			continue
+		}
+		// The skipped wall times are [wall(gapEnd) - shift, wall(gapEnd)); the spec read on a
+		// UTC wall clock (robfig/cron reads the time's own location) says whether one is a tick.
+		wallEnd := wallClock(gapEnd.In(c.loc))
+		wallStart := wallEnd.Add(-time.Duration(offTo-offFrom) * time.Second)
+		if tick := c.cron.Next(wallStart.Add(-time.Second)); !tick.IsZero() && tick.Before(wallEnd) {
+			return gapEnd, true
+		}
+	}
+	return time.Time{}, false
+}
+
+// transition returns the first instant, to the second, in (from, to] at to's offset in loc.
+func transition(from, to time.Time, loc *time.Location) time.Time {
+	_, offTo := to.In(loc).Zone()
+	for to.Sub(from) > time.Second {
+		mid := from.Add(to.Sub(from) / 2).Truncate(time.Second)
+		if !mid.After(from) {
+			break
+		}
+		if _, off := mid.In(loc).Zone(); off == offTo {
+			to = mid
+		} else {
+			from = mid
+		}
+	}
+	return to
+}
+
+// wallClock returns t's wall time as the same wall time in UTC.
+func wallClock(t time.Time) time.Time {
+	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
 }
 
 // NextTicks returns the first n nominal tick times after t (absolute instants, in the
