@@ -47,11 +47,16 @@ func TestDebounceWithAMaxWaitFiresNoLaterThanItsCap(t *testing.T) {
 		payloads         []string
 		dueAfterStart    []time.Duration
 		uncappedFirstMsg bool
+		cappedFirstMsg   bool
 	}{
 		{name: "cap from the config", config: maxWait, outcomes: "srrrdsrrrd", payloads: []string{"3", "8"}, dueAfterStart: []time.Duration{5 * time.Minute, 10 * time.Minute}},
 		{name: "cap from the metadata", perMsg: maxWait, outcomes: "srrrdsrrrd", payloads: []string{"3", "8"}, dueAfterStart: []time.Duration{5 * time.Minute, 10 * time.Minute}},
 		// The first publish asks for no cap: the cap counts from the second, at minute 1.
 		{name: "cap from the first publish that asks for one", perMsg: maxWait, uncappedFirstMsg: true, outcomes: "srrrrdsrrr", payloads: []string{"4", "9"}, dueAfterStart: []time.Duration{6 * time.Minute, 11 * time.Minute}},
+		// Only the first publish asks for a cap: it holds for the duplicates without one; the
+		// next round's message, published without one, has none (the old cap names the old
+		// message).
+		{name: "cap of the first publish only", perMsg: maxWait, cappedFirstMsg: true, outcomes: "srrrdsrrrr", payloads: []string{"3", "9"}, dueAfterStart: []time.Duration{5 * time.Minute, 11 * time.Minute}},
 		{name: "no cap", outcomes: "srrrrrrrrr", payloads: []string{"9"}, dueAfterStart: []time.Duration{11 * time.Minute}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -67,7 +72,7 @@ func TestDebounceWithAMaxWaitFiresNoLaterThanItsCap(t *testing.T) {
 			var outcomes []redisdelay.Outcome
 			for i := range 10 {
 				wait := tc.perMsg
-				if i == 0 && tc.uncappedFirstMsg {
+				if (i == 0 && tc.uncappedFirstMsg) || (i > 0 && tc.cappedFirstMsg) {
 					wait = 0
 				}
 				res, err := q.Publisher().PublishWithResult(topic, debounced("doc-7", after, wait, strconv.Itoa(i)))

@@ -19,9 +19,11 @@
 --
 -- Debounce with a cap: a keep-later (>) message with a max wait is never due later than its
 -- key's cap. Stored fresh, it sets the cap to now + max wait and its due time to at most that;
--- a duplicate with a max wait is first pulled back to the cap (set to now + max wait when there
--- is none yet: the existing message asked for none), then replaces the existing message only
--- when still later than its earliest due time. The cap lives in the debounce key of the key,
+-- a keep-later duplicate is first pulled back to the message's cap (set to now + its own max
+-- wait when there is none yet and it has one: the existing message asked for none), then
+-- replaces the existing message only when still later than its earliest due time. A cap once
+-- set is not moved by later publishes, whatever their max wait. The cap lives in the debounce
+-- key of the key,
 -- "ID cap", valid for the message with that ID only (a message of the same key published after
 -- this one is done starts afresh), and expires by itself a max wait after the cap: by then the
 -- message has normally been claimed, and once claimed it can no longer be replaced.
@@ -106,7 +108,8 @@ local function publish_to(k, a)
   end
 
   -- duplicate settles a message whose key is taken by the message in `existing` (its field's
-  -- value) and returns its outcome letter. max_wait (µs) is the new message's cap, nil for none.
+  -- value) and returns its outcome letter. max_wait (µs) is the new message's max wait, nil
+  -- for none.
   local function duplicate(policy, key, existing, data, score, max_wait)
     if policy == 'k' then return 'd' end
     local hex = string.sub(existing, 1, 12)
@@ -126,10 +129,11 @@ local function publish_to(k, a)
       end
     end
     if earliest == nil then return 'd' end
-    if max_wait then
+    if policy == '>' then
       local rec = redis.call('GET', debounce .. key)
       local cap = rec and string.sub(rec, 1, 12) == hex and tonumber(string.sub(rec, 14))
-      score = math.min(score, cap or set_cap(key, hex, now + max_wait, max_wait))
+      if not cap and max_wait then cap = set_cap(key, hex, now + max_wait, max_wait) end
+      if cap then score = math.min(score, cap) end
     end
     if (policy == '<' and score >= earliest) or (policy == '>' and score <= earliest) then
       return 'd'
