@@ -23,10 +23,10 @@
 -- wait when there is none yet and it has one: the existing message asked for none), then
 -- replaces the existing message only when still later than its earliest due time. A cap once
 -- set is not moved by later publishes, whatever their max wait. The cap lives in the debounce
--- key of the key,
--- "ID cap", valid for the message with that ID only (a message of the same key published after
--- this one is done starts afresh), and expires by itself a max wait after the cap: by then the
--- message has normally been claimed, and once claimed it can no longer be replaced.
+-- key of the key as "ID cap", valid for the message with that ID only (a message of the same
+-- key published after this one is done starts afresh), and expires by itself a max wait after
+-- the cap: by then the message has normally been claimed, and once claimed it can no longer be
+-- replaced.
 --
 -- A batch is a keyed message whose key is "\1", the batch key, "\1" and its ID's hex digits;
 -- its stored value is those hex digits, a trigger letter (t time, s size, f flush) and its items,
