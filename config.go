@@ -123,6 +123,13 @@ type PublisherConfig struct {
 	// 100 bytes plus the key and group names. 0 (the default) keeps none: the key is free as
 	// soon as the message is done. Millisecond precision.
 	KeyRetention time.Duration
+	// DebounceMaxWait caps the debounce of KeepLater messages (see KeepLater): while its key
+	// is republished, a keep-later message is due no later than DebounceMaxWait after the first
+	// publish that asked for a cap, on the Redis clock. DebounceMaxWaitMetadataKey overrides it
+	// per message. 0 (the default) sets no cap: each later publish can push the message further.
+	// It applies to keep-later messages only; µs precision, at least 1µs when set. Each capped
+	// key costs one small Redis string that expires by itself DebounceMaxWait after its cap.
+	DebounceMaxWait time.Duration
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -175,6 +182,9 @@ func (c PublisherConfig) Validate() error {
 	}
 	if c.KeyRetention < 0 {
 		return fmt.Errorf("redisdelay: PublisherConfig.KeyRetention is %s, want >= 0", c.KeyRetention)
+	}
+	if c.DebounceMaxWait != 0 && c.DebounceMaxWait < time.Microsecond {
+		return fmt.Errorf("redisdelay: PublisherConfig.DebounceMaxWait is %s, want 0 (no cap) or at least 1µs", c.DebounceMaxWait)
 	}
 	if c.DurableReplicas < 0 {
 		return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas is %d, want >= 0", c.DurableReplicas)

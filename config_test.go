@@ -63,7 +63,7 @@ func TestPublisherConfigValidateNamesTheFieldAndValue(t *testing.T) {
 		{"zero values are the defaults", func(*C) {}, nil},
 		{"every field in range", func(c *C) {
 			c.KeyPrefix, c.OperationTimeout, c.MaxMessageBytes, c.Partitions = "app:", time.Second, 1, redisdelay.MaxPartitions
-			c.OnDuplicate, c.KeyRetention = redisdelay.KeepLater, time.Hour
+			c.OnDuplicate, c.KeyRetention, c.DebounceMaxWait = redisdelay.KeepLater, time.Hour, time.Microsecond
 			c.DurableReplicas, c.DurableTimeout = 1, time.Second-time.Millisecond
 			c.Batching = map[string]redisdelay.BatchConfig{"orders": {MaxItems: 1, MaxWait: time.Millisecond, MaxBytes: redisdelay.MaxBatchBytes}}
 		}, nil},
@@ -78,6 +78,8 @@ func TestPublisherConfigValidateNamesTheFieldAndValue(t *testing.T) {
 		{"too many partitions", func(c *C) { c.Partitions = redisdelay.MaxPartitions + 1 }, []string{"PublisherConfig.Partitions", "1025"}},
 		{"unknown duplicate policy", func(c *C) { c.OnDuplicate = "keep-newest" }, []string{"PublisherConfig.OnDuplicate", `"keep-newest"`}},
 		{"negative key retention", func(c *C) { c.KeyRetention = -time.Millisecond }, []string{"PublisherConfig.KeyRetention", "-1ms"}},
+		{"negative debounce max wait", func(c *C) { c.DebounceMaxWait = -time.Second }, []string{"PublisherConfig.DebounceMaxWait", "-1s"}},
+		{"debounce max wait under a microsecond", func(c *C) { c.DebounceMaxWait = time.Nanosecond }, []string{"PublisherConfig.DebounceMaxWait", "1ns"}},
 		{"negative durable replicas", func(c *C) { c.DurableReplicas = -1 }, []string{"PublisherConfig.DurableReplicas", "-1"}},
 		{"durable publishes on a ring", func(c *C) { c.Client, c.DurableReplicas = ring, 1 }, []string{"PublisherConfig.DurableReplicas", "*redis.Ring"}},
 		{"negative durable timeout", func(c *C) { c.DurableReplicas, c.DurableTimeout = 1, -time.Second }, []string{"PublisherConfig.DurableTimeout", "-1s"}},

@@ -31,6 +31,16 @@ func MessagesKeyForTest(prefix, topic string) string {
 	return keysForTest(prefix, topic, "").Messages
 }
 
+// DebounceKeyForTest returns the Redis key that holds the debounce cap of key on a topic of
+// that many partitions.
+func DebounceKeyForTest(prefix, topic string, partitions int, key string) string {
+	if prefix == "" {
+		prefix = DefaultKeyPrefix
+	}
+	p := store.Partition{Topic: topic, N: keyPartition(key, partitions)}
+	return store.KeyNamesForTest(prefix, p, "").Debounce + key
+}
+
 func messageWithUUID(uuid string) *message.Message { return message.NewMessage(uuid, nil) }
 
 // PartitionNameForTest names partition n of a topic in the key space.

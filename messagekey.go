@@ -30,6 +30,21 @@ func WithKey(msg *message.Message, key string) *message.Message {
 	return msg
 }
 
+// WithDebounce makes msg a debounced message and returns msg: it sets its key (as WithKey), the
+// KeepLater policy (OnDuplicateMetadataKey) and, unless maxWait is 0, its max wait
+// (DebounceMaxWaitMetadataKey, µs precision; Publish refuses one under 1µs); with maxWait 0,
+// PublisherConfig.DebounceMaxWait applies. Each publish of the key with a later due time then replaces the waiting message, but
+// never beyond maxWait after the first publish that asked for a cap. Publish validates the key
+// and the cap.
+func WithDebounce(msg *message.Message, key string, maxWait time.Duration) *message.Message {
+	msg.Metadata.Set(KeyMetadataKey, key)
+	msg.Metadata.Set(OnDuplicateMetadataKey, string(KeepLater))
+	if maxWait != 0 {
+		msg.Metadata.Set(DebounceMaxWaitMetadataKey, maxWait.String())
+	}
+	return msg
+}
+
 // ValidateKey reports whether key can be a message key: non-empty, at most MaxKeyLength bytes,
 // valid UTF-8 without control characters, so that it reads the same in logs, the CLI and
 // Redis. The error wraps ErrInvalidKey and names what is wrong.
@@ -71,7 +86,10 @@ const (
 	// earliest due time in any group; otherwise the outcome is Duplicate.
 	KeepEarlier DuplicatePolicy = "keep-earlier"
 	// KeepLater keeps whichever is due later (debounce): the new message replaces the existing
-	// one when its due time is later; otherwise the outcome is Duplicate.
+	// one when its due time is later; otherwise the outcome is Duplicate. With a max wait
+	// (PublisherConfig.DebounceMaxWait, DebounceMaxWaitMetadataKey), the message is never due
+	// later than that long after the first publish of its key that asked for a cap: a later due
+	// time is pulled back to that cap before the comparison.
 	KeepLater DuplicatePolicy = "keep-later"
 )
 
@@ -91,10 +109,16 @@ func (p DuplicatePolicy) scriptCode() string {
 }
 
 // keySpecOf returns the key spec of msg for the publish script: "" without a key, else
-// store.KeySpec's. A bad key or policy is a *metadataError.
-func keySpecOf(msg *message.Message, policy DuplicatePolicy, retention time.Duration) (string, *metadataError) {
+// store.KeySpec's, with the debounce cap of msg (DebounceMaxWaitMetadataKey, else maxWait) when
+// its policy is KeepLater. A bad key, policy or cap, or a cap on a message without a key or of
+// another policy, is a *metadataError.
+func keySpecOf(msg *message.Message, policy DuplicatePolicy, retention, maxWait time.Duration) (string, *metadataError) {
 	key, ok := msg.Metadata[KeyMetadataKey]
+	wait, hasWait := msg.Metadata[DebounceMaxWaitMetadataKey]
 	if !ok {
+		if hasWait {
+			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: errors.New("a debounce cap needs a message key (WithDebounce)")}
+		}
 		return "", nil
 	}
 	if err := ValidateKey(key); err != nil {
@@ -107,7 +131,22 @@ func keySpecOf(msg *message.Message, policy DuplicatePolicy, retention time.Dura
 	if code == "" {
 		return "", &metadataError{key: OnDuplicateMetadataKey, value: string(policy), err: errors.New(`want "keep", "replace", "keep-earlier" or "keep-later"`)}
 	}
-	return store.KeySpec(code, retention, key), nil
+	if hasWait {
+		d, err := time.ParseDuration(wait)
+		switch {
+		case err != nil:
+			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: errors.New(`want a Go duration such as "30s"`)}
+		case d < time.Microsecond:
+			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: errors.New("want at least 1µs")}
+		case policy != KeepLater:
+			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: fmt.Errorf(`a debounce cap needs the %q duplicate policy, not %q`, KeepLater, policy)}
+		}
+		maxWait = d
+	}
+	if policy != KeepLater {
+		maxWait = 0
+	}
+	return store.KeySpec(code, retention, maxWait, key), nil
 }
 
 // keyPartition is the partition of a key on a topic with the given number of partitions:

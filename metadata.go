@@ -44,6 +44,14 @@ const KeyMetadataKey = ReservedMetadataPrefix + "key"
 // message; its value is a DuplicatePolicy. Publish acts on it and does not store it.
 const OnDuplicateMetadataKey = ReservedMetadataPrefix + "on_duplicate"
 
+// DebounceMaxWaitMetadataKey is the metadata key that sets, for one keep-later message (see
+// KeepLater and WithDebounce), its debounce cap: a Go duration ("30s", "5m"; at least 1µs, µs
+// precision) that overrides PublisherConfig.DebounceMaxWait. While its key is republished, the
+// message is due no later than this long after the first publish that asked for a cap, on the
+// Redis clock. Publish refuses it on a message without a key or with another duplicate policy,
+// acts on it and does not store it.
+const DebounceMaxWaitMetadataKey = ReservedMetadataPrefix + "debounce_max_wait"
+
 // Metadata of batching.
 const (
 	// BatchKeyMetadataKey holds the batch key of a message to publish into a batch (set it
@@ -68,9 +76,10 @@ func servedDelay(until, delayFor string) string { return until + "|" + delayFor 
 
 // deliveryMetadata are the keys a Subscriber sets on each delivery, which Publish does not store
 // with the message: the delivery keys, so that a message re-published from a handler starts
-// afresh, and the message key and its policy, which Publish reads first and keeps apart (the
-// key is part of the message's internal ID, and each delivery carries it again).
-var deliveryMetadata = []string{AttemptMetadataKey, DueTimeMetadataKey, ServedDelayMetadataKey, KeyMetadataKey, OnDuplicateMetadataKey}
+// afresh, and the message key, its policy and its debounce cap, which Publish reads first and
+// keeps apart (the key is part of the message's internal ID, and each delivery carries it
+// again).
+var deliveryMetadata = []string{AttemptMetadataKey, DueTimeMetadataKey, ServedDelayMetadataKey, KeyMetadataKey, OnDuplicateMetadataKey, DebounceMaxWaitMetadataKey}
 
 // Metadata a dead letter gains when it is moved to its dead-letter topic. Publish keeps these
 // keys, so a dead letter can be re-published as it is.
@@ -96,10 +105,12 @@ const (
 )
 
 // publishableReserved are the reserved keys Publish accepts: the delivery keys, which it drops,
-// and the message key, the duplicate policy and the dead-letter keys, which it keeps.
+// the message key, the duplicate policy and the debounce cap, which it reads, and the
+// dead-letter keys, which it keeps.
 var publishableReserved = map[string]bool{
 	KeyMetadataKey:                true,
 	OnDuplicateMetadataKey:        true,
+	DebounceMaxWaitMetadataKey:    true,
 	BatchKeyMetadataKey:           true,
 	AttemptMetadataKey:            true,
 	DueTimeMetadataKey:            true,

@@ -10,6 +10,8 @@ type KeyNames struct {
 	// The partition's messages hash, parked set, new-group window flag, group set, and the
 	// parked set as the removal of its last group takes it.
 	Messages, Parked, Window, Groups, RemovedParked string
+	// Debounce is the prefix of the partition's debounce caps: Debounce + key is a key's cap.
+	Debounce string
 	// Registry is the topic registry.
 	Registry string
 }
@@ -21,6 +23,7 @@ func KeyNamesForTest(prefix string, p Partition, group string) KeyNames {
 	return KeyNames{
 		Due: gk.due, Lease: gk.lease, Epoch: gk.epoch, RemovedDue: gk.removedDue, RemovedLease: gk.removedLease,
 		Messages: tk.messages, Parked: tk.parked, Window: tk.window, Groups: tk.groups, RemovedParked: tk.removedParked,
+		Debounce: tk.debounce,
 		Registry: k.topicRegistry(),
 	}
 }

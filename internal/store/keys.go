@@ -112,6 +112,9 @@ const DeadLetterInfix = ".dead-letter."
 //	P{T}:batches       hash    batch key -> "hex count bytes due" of its open batch
 //	P{T}:history:K     hash    finished keyed message with key K, while its retention lasts:
 //	                           "" -> retention (ms), group -> "outcome time attempt[ reason]"
+//	P{T}:debounce:K    string  "ID cap": the latest due time (Unix µs) of the keep-later message
+//	                           with key K and that ID, published with a max wait; expires by
+//	                           itself a max wait after the cap (see publish_to.lua)
 //	P{T}:groups        set     consumer groups registered on the topic
 //	P{T}:parked        zset    messages published while no group was registered, in the
 //	                           single-group form; the first group to register takes it over.
@@ -165,6 +168,9 @@ type topicKeys struct {
 	window string
 	// history is the prefix of the history keys: history + key is the key's history.
 	history string
+	// debounce is the prefix of the debounce caps: debounce + key is the key's cap (see
+	// publish_to.lua).
+	debounce string
 	// batches holds the open batch of each batch key (see batch.lua).
 	batches string
 	// removedParked is the parked set once the removal of the topic's last group took it
@@ -220,6 +226,7 @@ func (k keySpace) topic(p Partition) topicKeys {
 		removedParked: t + ":parked:removed",
 		window:        t + ":window",
 		history:       t + ":history:",
+		debounce:      t + ":debounce:",
 		batches:       t + ":batches",
 	}
 }

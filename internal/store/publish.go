@@ -49,10 +49,15 @@ const (
 )
 
 // KeySpec returns the key spec of a keyed message for publish_to: its duplicate policy (one of
-// KeepExisting, ReplaceExisting, KeepEarlier, KeepLater), the history retention in ms, "=" and
-// the key.
-func KeySpec(policy string, retention time.Duration, key string) string {
-	return policy + strconv.FormatInt(retention.Milliseconds(), 10) + "=" + key
+// KeepExisting, ReplaceExisting, KeepEarlier, KeepLater), the history retention in ms, with a
+// max wait of at least 1 µs "/" and the max wait in µs (publish_to reads it with KeepLater
+// only), "=" and the key.
+func KeySpec(policy string, retention, maxWait time.Duration, key string) string {
+	spec := policy + strconv.FormatInt(retention.Milliseconds(), 10)
+	if us := maxWait.Microseconds(); us > 0 {
+		spec += "/" + strconv.FormatInt(us, 10)
+	}
+	return spec + "=" + key
 }
 
 // BatchSpec returns the key spec of an item of the batch with key batchKey for publish_to: "B",
@@ -115,7 +120,7 @@ func NewToken() string {
 // keys, then the call key lifetime, the groups, their wake channels and the messages.
 func (s Store) publishTarget(keys []string, args []any, p Partition, call Call, groups []string, msgs []Outgoing) ([]string, []any) {
 	tk := s.keys.topic(p)
-	keys = append(keys, s.keys.call(p, call.Token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches, tk.window)
+	keys = append(keys, s.keys.call(p, call.Token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches, tk.window, tk.debounce)
 	keys, args = s.groupTargets(keys, append(args, call.TTL.Milliseconds()), p, groups, false, true)
 	for _, m := range msgs {
 		args = append(args, m.Data, m.scheduleArg(), m.KeySpec)
@@ -185,7 +190,7 @@ func publishReply(sc *script, reply any) (string, error) {
 // view is wrong; nothing is stored then. A second run of the same call stores nothing and
 // returns the first run's outcomes. With DurableReplicas, see publishDurably.
 func (s Store) Publish(ctx context.Context, p Partition, call Call, groups []string, msgs []Outgoing) (string, error) {
-	keys, args := s.publishTarget(make([]string, 0, 9+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), p, call, groups, msgs)
+	keys, args := s.publishTarget(make([]string, 0, 10+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), p, call, groups, msgs)
 	if s.opts.DurableReplicas > 0 {
 		return s.publishDurably(ctx, keys, args)
 	}

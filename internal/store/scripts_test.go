@@ -55,7 +55,7 @@ func TestScriptHeaderDeclaresItsFragmentsAndKeys(t *testing.T) {
 
 func TestScriptKeyReadsMatchItsHeader(t *testing.T) {
 	publishKeys := "-- fragments: publish_to\n"
-	for i := 1; i <= 9; i++ {
+	for i := 1; i <= 10; i++ {
 		publishKeys += fmt.Sprintf("-- KEYS[%d] k\n", i)
 	}
 	for _, tc := range []struct {
@@ -70,9 +70,9 @@ func TestScriptKeyReadsMatchItsHeader(t *testing.T) {
 		{name: "variable keys read by a fixed script", src: "-- fragments: none\n-- KEYS[1] a\n\nfor g = 1, 2 do redis.call('GET', KEYS[1 + g]) end\nreturn redis.call('GET', KEYS[1])", err: "reads a key after KEYS[1], past KEYS[1]"},
 		{name: "a fixed index past the fixed keys of a variadic script", src: "-- fragments: none\n-- KEYS[1] a\n-- KEYS[2..] b\n\nreturn redis.call('MGET', KEYS[1], KEYS[2])", err: "reads KEYS[2], past KEYS[1]"},
 		{name: "an index the check cannot place may read any key", src: "-- fragments: none\n-- KEYS[1] a\n-- KEYS[2] b\n\nfor i = 1, #KEYS do redis.call('GET', KEYS[i]) end"},
-		{name: "a fragment reads the keys from the index it is given", src: publishKeys + "-- KEYS[10..] g\n\nreturn publish_to(1, 1)"},
-		{name: "a fragment given a later index reads later keys", src: publishKeys + "-- KEYS[10..] g\n\nreturn publish_to(2, 1)", err: "reads KEYS[10], past KEYS[9]"},
-		{name: "a fragment's variable keys", src: publishKeys + "\nreturn publish_to(1, 1)", err: "reads a key after KEYS[9], past KEYS[9]"},
+		{name: "a fragment reads the keys from the index it is given", src: publishKeys + "-- KEYS[11..] g\n\nreturn publish_to(1, 1)"},
+		{name: "a fragment given a later index reads later keys", src: publishKeys + "-- KEYS[11..] g\n\nreturn publish_to(2, 1)", err: "reads KEYS[11], past KEYS[10]"},
+		{name: "a fragment's variable keys", src: publishKeys + "\nreturn publish_to(1, 1)", err: "reads a key after KEYS[10], past KEYS[10]"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkKeyReads("test", tc.src)
@@ -130,11 +130,11 @@ func TestScriptCallWithTheWrongNumberOfKeysIsRefused(t *testing.T) {
 	assert.ErrorContains(t, claimScript.checkKeys([]string{"a"}), "script claim: 1 keys, want 10")
 	assert.Error(t, claimScript.checkKeys(make([]string, 11)))
 	assert.NoError(t, claimScript.checkKeys(make([]string, 10)))
-	assert.NoError(t, publishScript.checkKeys(make([]string, 9)))
-	assert.NoError(t, publishScript.checkKeys(make([]string, 13)))
-	assert.Error(t, publishScript.checkKeys(make([]string, 5)))
-	assert.Error(t, deadLetterScript.checkKeys(make([]string, 13)))
-	assert.NoError(t, deadLetterScript.checkKeys(make([]string, 14)))
+	assert.NoError(t, publishScript.checkKeys(make([]string, 10)))
+	assert.NoError(t, publishScript.checkKeys(make([]string, 14)))
+	assert.Error(t, publishScript.checkKeys(make([]string, 9)))
+	assert.Error(t, deadLetterScript.checkKeys(make([]string, 14)))
+	assert.NoError(t, deadLetterScript.checkKeys(make([]string, 15)))
 	assert.Error(t, statsScript.checkKeys(make([]string, 3)))
 	assert.NoError(t, statsScript.checkKeys(make([]string, 8)))
 }

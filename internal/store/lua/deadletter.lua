@@ -20,8 +20,9 @@
 -- KEYS[12]         history   prefix  of the history keys of keyed messages
 -- KEYS[13]         batches   hash    batch key -> its open batch
 -- KEYS[14]         window    hash    never exists: a dead-letter topic has no new-group window
--- KEYS[15..14+G]   due       zset    one per dead-letter group in ARGV[6..5+G]
--- KEYS[15+G..14+2G] keyed    hash    one per dead-letter group: key -> member, once claimed
+-- KEYS[15]         debounce  prefix  of the debounce caps (unused: a dead letter has no key spec)
+-- KEYS[16..15+G]   due       zset    one per dead-letter group in ARGV[6..5+G]
+-- KEYS[16+G..15+2G] keyed    hash    one per dead-letter group: key -> member, once claimed
 -- ARGV[1]          lease member (ID:attempt, the fencing token)
 -- ARGV[2]          the source group's name
 -- ARGV[3]          the dead-letter reason

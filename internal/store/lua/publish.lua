@@ -12,8 +12,9 @@
 -- KEYS[7]            history   prefix  of the history keys of keyed messages
 -- KEYS[8]            batches   hash    batch key -> its open batch (see publish_to)
 -- KEYS[9]            window    hash    exists while the new-group window is open: "" -> its cap
--- KEYS[10..9+G]      due       zset    one per group in ARGV[3..2+G]; members as in scripts.go
--- KEYS[10+G..9+2G]   keyed     hash    one per group: key -> member, once claimed
+-- KEYS[10]           debounce  prefix  of the debounce caps of keep-later messages (see publish_to)
+-- KEYS[11..10+G]     due       zset    one per group in ARGV[3..2+G]; members as in scripts.go
+-- KEYS[11+G..10+2G]  keyed     hash    one per group: key -> member, once claimed
 -- ARGV[1]            how long the call key is kept, ms
 -- ARGV[2]            G, the number of groups the caller believes are registered
 -- ARGV[3..2+G]       group names
@@ -21,8 +22,8 @@
 -- ARGV[3+2G..]       triples: marshaled message, schedule (a delay in µs after the Redis clock
 --                    now; or "@" and an absolute due time in Unix µs, due at once if already
 --                    past; or a delay, "<" and the latest due time in Unix µs, due at once if
---                    that is past), key spec ("", policy, retention ms, "=" and key, or a batch item's
---                    "B" spec; see publish_to)
+--                    that is past), key spec ("", policy, retention ms, optionally "/" and a max
+--                    wait µs, "=" and key, or a batch item's "B" spec; see publish_to)
 --
 -- Returns {1, first ID, outcomes} on success (also when the call key shows the call already
 -- ran), or {0, group...} when the caller's view of the registered groups is stale; nothing is

@@ -5,15 +5,28 @@
 -- topic's keys start at KEYS[k]: call (string, this publish call's token), seq (string),
 -- messages (hash), refs (hash), groups (set), parked (sorted set), the prefix of history keys,
 -- batches (hash: batch key -> "hex count bytes due" of its open batch), window (hash: exists
--- while the topic's new-group window is open, "" holding its cap; see register.lua), then one due sorted set per
--- group, then one keyed hash per group. Its arguments start at
+-- while the topic's new-group window is open, "" holding its cap; see register.lua), the prefix
+-- of debounce caps (see below), then one due sorted set per group, then one keyed hash per
+-- group. Its arguments start at
 -- ARGV[a]: how long the call's token is kept (ms), G, G group names, their G wake channels,
 -- then triples of marshaled message, schedule (a delay in µs after now; or "@" and a Unix time
 -- in µs, due at once if past; or a delay, "<" and a Unix time in µs it must not pass, due at once
 -- if past) and key spec: "" for a message without a key, else the policy
 -- for a duplicate (k keep the existing message, r replace it, < keep the earlier due time, >
--- keep the later), the history retention in ms (0: none), "=" and the key; or, for an item of a
--- batch, "B", MaxItems, " ", MaxWait in µs, " ", MaxBytes (0: none), "=" and the batch key.
+-- keep the later), the history retention in ms (0: none), optionally "/" and a max wait in µs
+-- (read with policy > only), "=" and the key; or, for an item of a batch, "B", MaxItems, " ",
+-- MaxWait in µs, " ", MaxBytes (0: none), "=" and the batch key.
+--
+-- Debounce with a cap: a keep-later (>) message with a max wait is never due later than its
+-- key's cap. Stored fresh, it sets the cap to now + max wait and its due time to at most that;
+-- a keep-later duplicate is first pulled back to the message's cap (set to now + its own max
+-- wait when there is none yet and it has one: the existing message asked for none), then
+-- replaces the existing message only when still later than its earliest due time. A cap once
+-- set is not moved by later publishes, whatever their max wait. The cap lives in the debounce
+-- key of the key as "ID cap", valid for the message with that ID only (a message of the same
+-- key published after this one is done starts afresh), and expires by itself a max wait after
+-- the cap: by then the message has normally been claimed, and once claimed it can no longer be
+-- replaced.
 --
 -- A batch is a keyed message whose key is "\1", the batch key, "\1" and its ID's hex digits;
 -- its stored value is those hex digits, a trigger letter (t time, s size, f flush) and its items,
@@ -54,8 +67,9 @@ local PARKED_DROP = 100
 local BATCH = '\1'
 
 local function publish_to(k, a)
-  local call, seq, messages, refs, groups, parked, history, batches, window =
-    KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8]
+  local call, seq, messages, refs, groups, parked, history, batches, window, debounce =
+    KEYS[k], KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], KEYS[k + 4], KEYS[k + 5], KEYS[k + 6], KEYS[k + 7], KEYS[k + 8],
+    KEYS[k + 9]
   local ttl, ngroups = ARGV[a], tonumber(ARGV[a + 1])
   local done = redis.call('GET', call)
   if done then
@@ -85,11 +99,21 @@ local function publish_to(k, a)
   -- fresh[key] is the index in scheduled of the score of a keyed message this call stores.
   local hashed, scheduled, counted, fresh, outcomes = {}, {}, {}, {}, {}
 
+  -- set_cap records cap (Unix µs) as the debounce cap of the message with key and hex ID, kept
+  -- max_wait µs past the cap, and returns it.
+  local function set_cap(key, hex, cap, max_wait)
+    redis.call('SET', debounce .. key, hex .. ' ' .. string.format('%d', cap), 'PXAT',
+      string.format('%d', math.floor((cap + max_wait) / 1000) + 1))
+    return cap
+  end
+
   -- duplicate settles a message whose key is taken by the message in `existing` (its field's
-  -- value) and returns its outcome letter.
-  local function duplicate(policy, key, existing, data, score)
+  -- value) and returns its outcome letter. max_wait (µs) is the new message's max wait, nil
+  -- for none.
+  local function duplicate(policy, key, existing, data, score, max_wait)
     if policy == 'k' then return 'd' end
-    local id = string.sub(existing, 1, 12) .. '=' .. key
+    local hex = string.sub(existing, 1, 12)
+    local id = hex .. '=' .. key
     local at, earliest = {}, nil
     if fresh[key] then
       earliest = scheduled[fresh[key]]
@@ -97,7 +121,7 @@ local function publish_to(k, a)
       earliest = tonumber(redis.call('ZSCORE', parked, id .. ':0'))
     else
       for g = 1, ngroups do
-        local where, m, s = locate(KEYS[k + 8 + g], nil, KEYS[k + 8 + ngroups + g], id)
+        local where, m, s = locate(KEYS[k + 9 + g], nil, KEYS[k + 9 + ngroups + g], id)
         if where then
           at[#at + 1] = {g, m}
           if earliest == nil or s < earliest then earliest = s end
@@ -105,6 +129,12 @@ local function publish_to(k, a)
       end
     end
     if earliest == nil then return 'd' end
+    if policy == '>' then
+      local rec = redis.call('GET', debounce .. key)
+      local cap = rec and string.sub(rec, 1, 12) == hex and tonumber(string.sub(rec, 14))
+      if not cap and max_wait then cap = set_cap(key, hex, now + max_wait, max_wait) end
+      if cap then score = math.min(score, cap) end
+    end
     if (policy == '<' and score >= earliest) or (policy == '>' and score <= earliest) then
       return 'd'
     end
@@ -113,7 +143,7 @@ local function publish_to(k, a)
       scheduled[fresh[key]] = score
     else
       for _, g in ipairs(at) do
-        schedule(KEYS[k + 8 + g[1]], ARGV[a + 1 + ngroups + g[1]], {score, g[2]}, score)
+        schedule(KEYS[k + 9 + g[1]], ARGV[a + 1 + ngroups + g[1]], {score, g[2]}, score)
       end
       if parking then redis.call('ZADD', parked, 'XX', score, id .. ':0') end
     end
@@ -175,7 +205,7 @@ local function publish_to(k, a)
         local m = b.hex .. b.hfield .. ':0'
         redis.call('ZADD', parked, 'XX', now, m)
         for g = 1, ngroups do
-          if redis.call('ZADD', KEYS[k + 8 + g], 'XX', 'CH', now, m) == 1 then
+          if redis.call('ZADD', KEYS[k + 9 + g], 'XX', 'CH', now, m) == 1 then
             wake(ARGV[a + 1 + ngroups + g], nil, now)
           end
         end
@@ -245,11 +275,12 @@ local function publish_to(k, a)
       plain = -1
       local policy = string.sub(spec, 1, 1)
       local eq = string.find(spec, '=', 2, true)
-      local retention = tonumber(string.sub(spec, 2, eq - 1))
+      local retention, max_wait = string.match(string.sub(spec, 2, eq - 1), '^(%d+)/?(%d*)$')
+      retention, max_wait = tonumber(retention), policy == '>' and tonumber(max_wait) or nil
       local key = string.sub(spec, eq + 1)
       local existing = redis.call('HGET', messages, '=' .. key)
       if existing then
-        outcomes[#outcomes + 1] = duplicate(policy, key, existing, data, score)
+        outcomes[#outcomes + 1] = duplicate(policy, key, existing, data, score, max_wait)
       elseif redis.call('EXISTS', history .. key) == 1 then
         outcomes[#outcomes + 1] = 'd'
       else
@@ -260,6 +291,7 @@ local function publish_to(k, a)
           counted[#counted + 1] = holders
         end
         if retention > 0 then redis.call('HSET', history .. key, '', retention) end
+        if max_wait then score = math.min(score, set_cap(key, id, now + max_wait, max_wait)) end
         scheduled[#scheduled + 1] = score
         fresh[key] = #scheduled
         scheduled[#scheduled + 1] = id .. '=' .. key .. ':0'
@@ -282,7 +314,7 @@ local function publish_to(k, a)
     end
     if parking then each_chunk('ZADD', parked, scheduled) end
     for g = 1, ngroups do
-      schedule(KEYS[k + 8 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
+      schedule(KEYS[k + 9 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
     end
   end
   local reply = plain >= 0 and string.rep('s', plain) or table.concat(outcomes)
