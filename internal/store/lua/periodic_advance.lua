@@ -11,30 +11,31 @@
 --   buffer  the buffered tick ARGV[3] was published or dropped: it must still be buffered
 --
 -- fragments: now_us, publish_to
--- KEYS[1]          schedule  hash    the schedule's state (see keys.go)
--- KEYS[2]            call      string  this call's token: holds the reply once it ran
--- KEYS[3]            seq       string  the tick topic's internal ID counter
--- KEYS[4]            messages  hash    field -> marshaled message
--- KEYS[5]            refs      hash    field -> number of groups still holding it
--- KEYS[6]            groups    set     registered consumer groups
--- KEYS[7]            parked    zset    tick messages no group has taken yet
--- KEYS[8]            history   prefix  of the history keys of keyed messages
--- KEYS[9]            batches   hash    batch key -> its open batch (none on the tick topic)
--- KEYS[10]           window    hash    the tick topic's new-group window
--- KEYS[11..10+G]  due       zset    one per group of the tick topic
--- KEYS[11+G..10+2G] keyed   hash    one per group: key -> member, once claimed
--- ARGV[1]          mode: tick, resume or buffer
--- ARGV[2]          the version the caller read: any other makes the call stale
--- ARGV[3]          the expected tick (tick, buffer), Unix ms
--- ARGV[4]          the next tick, Unix ms; "" for none (the spec has no future tick); "=" to
+-- KEYS[1]           schedule  hash    the schedule's state (see keys.go)
+-- KEYS[2]           call      string  this call's token: holds the reply once it ran
+-- KEYS[3]           seq       string  the tick topic's internal ID counter
+-- KEYS[4]           messages  hash    field -> marshaled message
+-- KEYS[5]           refs      hash    field -> number of groups still holding it
+-- KEYS[6]           groups    set     registered consumer groups
+-- KEYS[7]           parked    zset    tick messages no group has taken yet
+-- KEYS[8]           history   prefix  of the history keys of keyed messages
+-- KEYS[9]           batches   hash    batch key -> its open batch (none on the tick topic)
+-- KEYS[10]          window    hash    the tick topic's new-group window
+-- KEYS[11]          debounce  prefix  of the debounce caps (none on the tick topic)
+-- KEYS[12..11+G]    due       zset    one per group of the tick topic
+-- KEYS[12+G..11+2G] keyed     hash    one per group: key -> member, once claimed
+-- ARGV[1]           mode: tick, resume or buffer
+-- ARGV[2]           the version the caller read: any other makes the call stale
+-- ARGV[3]           the expected tick (tick, buffer), Unix ms
+-- ARGV[4]           the next tick, Unix ms; "" for none (the spec has no future tick); "=" to
 --                  keep it as it is
--- ARGV[5]          the last published tick, Unix ms, or "" to keep it
--- ARGV[6]          the key of that tick's message
--- ARGV[7]          the outcome to record (see the root package's ScheduleOutcome), or ""
--- ARGV[8]          how many ticks were published
--- ARGV[9]          how many ticks were skipped
--- ARGV[10]         the buffered tick: Unix ms to set, "-" to clear, "" to keep
--- ARGV[11..]       the arguments of publish_to: call key lifetime (ms), G, G group names, G wake
+-- ARGV[5]           the last published tick, Unix ms, or "" to keep it
+-- ARGV[6]           the key of that tick's message
+-- ARGV[7]           the outcome to record (see the root package's ScheduleOutcome), or ""
+-- ARGV[8]           how many ticks were published
+-- ARGV[9]           how many ticks were skipped
+-- ARGV[10]          the buffered tick: Unix ms to set, "-" to clear, "" to keep
+-- ARGV[11..]        the arguments of publish_to: call key lifetime (ms), G, G group names, G wake
 --                  channels, then the messages to publish (none, the next tick, a recheck)
 --
 -- Returns {1, first ID, outcomes} when recorded, {2} when stale (nothing written), or {0,

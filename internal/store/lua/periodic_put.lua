@@ -6,24 +6,25 @@
 -- unless the schedule is paused or the spec has no future tick.
 --
 -- fragments: now_us, publish_to
--- KEYS[1]          schedule  hash    the schedule's state (see keys.go)
--- KEYS[2]          index     zset    every schedule's name, scored 0 (read BYLEX)
--- KEYS[3]            call      string  this call's token: holds the reply once it ran
--- KEYS[4]            seq       string  the tick topic's internal ID counter
--- KEYS[5]            messages  hash    field -> marshaled message
--- KEYS[6]            refs      hash    field -> number of groups still holding it
--- KEYS[7]            groups    set     registered consumer groups
--- KEYS[8]            parked    zset    tick messages no group has taken yet
--- KEYS[9]            history   prefix  of the history keys of keyed messages
--- KEYS[10]           batches   hash    batch key -> its open batch (none on the tick topic)
--- KEYS[11]           window    hash    the tick topic's new-group window
--- KEYS[12..11+G]  due       zset    one per group of the tick topic
--- KEYS[12+G..11+2G] keyed   hash    one per group: key -> member, once claimed
--- ARGV[1]          the schedule's name
--- ARGV[2]          its definition (JSON)
--- ARGV[3]          the new version: a random token
--- ARGV[4]          the first tick's nominal time, Unix ms, or "" when the spec has none
--- ARGV[5..]        the arguments of publish_to: call key lifetime (ms), G, G group names, G wake
+-- KEYS[1]           schedule  hash    the schedule's state (see keys.go)
+-- KEYS[2]           index     zset    every schedule's name, scored 0 (read BYLEX)
+-- KEYS[3]           call      string  this call's token: holds the reply once it ran
+-- KEYS[4]           seq       string  the tick topic's internal ID counter
+-- KEYS[5]           messages  hash    field -> marshaled message
+-- KEYS[6]           refs      hash    field -> number of groups still holding it
+-- KEYS[7]           groups    set     registered consumer groups
+-- KEYS[8]           parked    zset    tick messages no group has taken yet
+-- KEYS[9]           history   prefix  of the history keys of keyed messages
+-- KEYS[10]          batches   hash    batch key -> its open batch (none on the tick topic)
+-- KEYS[11]          window    hash    the tick topic's new-group window
+-- KEYS[12]          debounce  prefix  of the debounce caps (none on the tick topic)
+-- KEYS[13..12+G]    due       zset    one per group of the tick topic
+-- KEYS[13+G..12+2G] keyed     hash    one per group: key -> member, once claimed
+-- ARGV[1]           the schedule's name
+-- ARGV[2]           its definition (JSON)
+-- ARGV[3]           the new version: a random token
+-- ARGV[4]           the first tick's nominal time, Unix ms, or "" when the spec has none
+-- ARGV[5..]         the arguments of publish_to: call key lifetime (ms), G, G group names, G wake
 --                  channels, then the first tick message
 --
 -- Returns {1, "created" | "updated" | "unchanged", version}, or {0, group...} when the view of
