@@ -7,12 +7,14 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/redisdelaytest"
 )
 
 // forRedisAndMiniredis runs f as a parallel subtest against a real redis-server and miniredis.
@@ -247,6 +249,26 @@ func TestBadDeadlineMetadataIsRefusedAtPublish(t *testing.T) {
 		_, err = redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: b.client, OnExpired: "later"}, nil)
 		assert.ErrorContains(t, err, "SubscriberConfig.OnExpired")
 	})
+}
+
+// On the test kit's virtual clock, a deadline is read on the virtual Redis clock: a message due
+// after its deadline expires when its due time comes, to the microsecond.
+func TestDeadlinesFollowTheVirtualClock(t *testing.T) {
+	q := redisdelaytest.New(t, redisdelaytest.Options{})
+	const topic, group = "reminders", "mailer"
+	q.Consume(topic, group)
+	start := q.Now()
+	msg := func(key string, deadline time.Time) *message.Message {
+		m := redisdelay.WithDeliverBy(redisdelay.WithKey(message.NewMessage(watermill.NewUUID(), nil), key), deadline)
+		delay.Message(m, delay.For(time.Hour))
+		return m
+	}
+	q.Publish(t, topic, msg("too-late", start.Add(time.Hour-time.Microsecond)), msg("just-in-time", start.Add(time.Hour)))
+	q.Advance(time.Hour)
+	q.RequireReceived(t, topic, group, "just-in-time")
+	q.RequireNotReceived(t, topic, group, "too-late")
+	s := statsOf(t, q.Inspector(), topic, group)
+	assert.EqualValues(t, 1, s.DeadLetters, "the expired message waits on the dead-letter topic")
 }
 
 func TestExpiryDecision(t *testing.T) {
