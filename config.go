@@ -256,8 +256,8 @@ type SubscriberConfig struct {
 	// AllowEvictingRedis lets the Subscriber work on a Redis whose maxmemory-policy evicts
 	// keys; see PublisherConfig.AllowEvictingRedis.
 	AllowEvictingRedis bool
-	// Metrics records this Subscriber's claims, lateness, acks, nacks, expired leases, dead
-	// letters and script durations; none when nil. See NewMetrics.
+	// Metrics records this Subscriber's claims, lateness, acks, nacks, expired leases, expired
+	// deadlines (OnExpired), dead letters and script durations; none when nil. See NewMetrics.
 	Metrics *Metrics
 	// NewGroupWindow is how long, on the Redis clock, a topic partition keeps its messages for
 	// the groups that register shortly after its first one: when this subscriber registers the

@@ -42,8 +42,8 @@ type MetricsConfig struct {
 // Metrics are the Prometheus metrics of the Publishers, Subscribers and Inspectors that are
 // given it (PublisherConfig.Metrics, SubscriberConfig.Metrics, InspectorConfig.Metrics), and
 // the queue-size gauges that RunSampler keeps up to date. One Metrics serves any number of
-// them. Labels are topic and consumer_group only (plus reason, action and script where named); never a
-// message ID or key. A nil *Metrics records nothing.
+// them. Labels are topic and consumer_group only (plus reason, action and script where
+// named); never a message ID or key. A nil *Metrics records nothing.
 type Metrics struct {
 	published, deduplicated                       *prometheus.CounterVec // topic
 	claimed, acked, nacked, leaseExpired          *prometheus.CounterVec // topic, consumer_group
