@@ -2,7 +2,8 @@ package redisdelay
 
 // This file prepares one message for the publish script: its partition, its schedule (delay
 // metadata), its key spec, the checks of its reserved metadata (deadlines included) and of a
-// batch item, the topic's DeliverWithin window, and its marshaled form. Publish (publisher.go) prepares every message of a call before it commits any.
+// batch item, the topic's DeliverWithin window, and its marshaled form. Publish (publisher.go)
+// prepares every message of a call before it commits any.
 
 import (
 	"errors"
