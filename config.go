@@ -130,6 +130,14 @@ type PublisherConfig struct {
 	// It applies to keep-later messages only; µs precision, at least 1µs when set. Each capped
 	// key costs one small Redis string that expires by itself DebounceMaxWait after its cap.
 	DebounceMaxWait time.Duration
+	// DeliverWithin gives the messages published to a topic a deliver-by deadline relative to
+	// their due time: a message without a deadline of its own (DeliverByMetadataKey or
+	// DeliverWithinMetadataKey) is stored with DeliverWithinMetadataKey set to the topic's
+	// window, so that a consumer group that claims it for its first attempt more than the
+	// window after its due time (both on the Redis clock) expires it instead of handing it out
+	// (SubscriberConfig.OnExpired). Batch items get none (a released batch has no deadline).
+	// Microsecond precision, at least 1µs; a topic not in the map gets no deadline.
+	DeliverWithin map[string]time.Duration
 }
 
 func (c *PublisherConfig) setDefaults() {
@@ -185,6 +193,9 @@ func (c PublisherConfig) Validate() error {
 	}
 	if c.DebounceMaxWait != 0 && c.DebounceMaxWait < time.Microsecond {
 		return fmt.Errorf("redisdelay: PublisherConfig.DebounceMaxWait is %s, want 0 (no cap) or at least 1µs", c.DebounceMaxWait)
+	}
+	if err := validateDeliverWithin(c.DeliverWithin); err != nil {
+		return err
 	}
 	if c.DurableReplicas < 0 {
 		return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas is %d, want >= 0", c.DurableReplicas)
@@ -255,8 +266,8 @@ type SubscriberConfig struct {
 	// AllowEvictingRedis lets the Subscriber work on a Redis whose maxmemory-policy evicts
 	// keys; see PublisherConfig.AllowEvictingRedis.
 	AllowEvictingRedis bool
-	// Metrics records this Subscriber's claims, lateness, acks, nacks, expired leases, dead
-	// letters and script durations; none when nil. See NewMetrics.
+	// Metrics records this Subscriber's claims, lateness, acks, nacks, expired leases, expired
+	// deadlines (OnExpired), dead letters and script durations; none when nil. See NewMetrics.
 	Metrics *Metrics
 	// NewGroupWindow is how long, on the Redis clock, a topic partition keeps its messages for
 	// the groups that register shortly after its first one: when this subscriber registers the
@@ -271,6 +282,14 @@ type SubscriberConfig struct {
 	// later group receives only what is published after it). Dead-letter topics (names with
 	// DeadLetterInfix) never have a window.
 	NewGroupWindow time.Duration
+	// OnExpired is what this consumer group does with a message it claims for its first
+	// attempt after the message's deliver-by deadline (DeliverByMetadataKey,
+	// DeliverWithinMetadataKey; compared with the Redis clock of the claim): the message is not
+	// handed out, and is moved to the dead-letter topic with DeadLetterReasonExpired
+	// (ExpiryActionDeadLetter, the default when empty) or acked and dropped (ExpiryActionDrop).
+	// Either way expired_total counts it (see NewMetrics) and it is logged. Later attempts of a
+	// message claimed in time are delivered whatever their deadline.
+	OnExpired ExpiryAction
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -348,6 +367,9 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if c.NewGroupWindow > 0 && c.NewGroupWindow < time.Millisecond {
 		return fmt.Errorf("redisdelay: SubscriberConfig.NewGroupWindow is %s, want at least 1ms, or negative for none", c.NewGroupWindow)
+	}
+	if !c.OnExpired.valid() {
+		return fmt.Errorf(`redisdelay: SubscriberConfig.OnExpired is %q, want "dead-letter" (ExpiryActionDeadLetter) or "drop" (ExpiryActionDrop)`, c.OnExpired)
 	}
 	return nil
 }

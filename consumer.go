@@ -171,7 +171,7 @@ func (s *partitionConsumer) claimTurn(watch *wake.Watch) bool {
 	}
 	s.retry.Reset()
 	if len(res.Messages) > 0 {
-		s.book.claimed(claimedOf(res.Messages), sent)
+		s.book.claimed(claimedOf(res.Messages, res.ClaimedUs), sent)
 		start := time.Now()
 		n := s.deliverPending()
 		s.adaptLimit(n, time.Since(start))

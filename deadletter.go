@@ -41,11 +41,16 @@ func (s *Subscriber) deadLetterTopic(topic string) (string, error) {
 	return dlt, nil
 }
 
-// deadLetter moves letter, a message that ran out of attempts, to the dead-letter topic with the
-// metadata that says why. letter must be the subscription's own copy, without delivery
-// metadata: its metadata is changed in place. If the move fails, the message keeps its lease and
-// is dead-lettered on its next claim, after the lease expired.
-func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reason string) {
+// deadLetter moves letter, a message that ran out of attempts or expired, to the dead-letter
+// topic with the metadata that says why, and reports whether it was moved. letter must be the
+// subscription's own copy, without delivery metadata: its metadata is changed in place. The
+// letter loses its deliver-by deadline (DeliverByMetadataKey, DeliverWithinMetadataKey), so
+// that the dead-letter topic's groups and a Requeue deliver it. If the move fails, the message
+// keeps its lease and is dead-lettered on its next claim, after the lease expired (an expired
+// message is then delivered: its next claim is no first attempt).
+func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reason string) bool {
+	delete(letter.Metadata, DeliverByMetadataKey)
+	delete(letter.Metadata, DeliverWithinMetadataKey)
 	letter.Metadata[DeadLetterTopicMetadataKey] = s.topic
 	letter.Metadata[DeadLetterGroupMetadataKey] = s.group
 	letter.Metadata[DeadLetterAttemptsMetadataKey] = strconv.FormatInt(min(c.Attempt, int64(s.cfg.MaxAttempts)), 10)
@@ -58,7 +63,7 @@ func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reas
 	data, err := s.cfg.Marshaler.Marshal(s.deadLetterTopic, letter)
 	if err != nil {
 		s.logger.Error("Cannot marshal dead letter; it stays in the group until its lease expires", err, fields)
-		return
+		return false
 	}
 	ctx, cancel := s.callContext()
 	defer cancel()
@@ -76,7 +81,9 @@ func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reas
 	default:
 		s.cfg.Metrics.deadLetter(s.topic, s.group, reason)
 		s.logger.Info("Message moved to the dead-letter topic", fields)
+		return true
 	}
+	return false
 }
 
 // deadLettered marks m, read from a dead-letter topic's parked set, as a dead letter, with the

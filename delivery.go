@@ -73,7 +73,8 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 }
 
 // delivery decodes c into the message to hand out, with its delivery metadata. It returns nil
-// when c is done with instead: stored data that cannot be decoded is removed, and a message
+// when c is done with instead: stored data that cannot be decoded is removed, a message claimed
+// for its first attempt after its deliver-by deadline is expired (deadline.go), and a message
 // whose last attempt was never acknowledged is dead-lettered.
 func (s *partitionConsumer) delivery(c *claimed) *message.Message {
 	var msg *message.Message
@@ -93,6 +94,9 @@ func (s *partitionConsumer) delivery(c *claimed) *message.Message {
 	c.uuid = msg.UUID
 	if key, ok := store.KeyOf(c.ID); ok {
 		msg.Metadata.Set(KeyMetadataKey, key)
+	}
+	if s.expireIfLate(c, msg) {
+		return nil
 	}
 	if exhausted(c.Attempt-1, s.cfg.MaxAttempts) {
 		// Its last attempt was never acknowledged.

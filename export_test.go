@@ -92,3 +92,6 @@ func RegistryKeysForTest(prefix, topic string) (registry, groups string) {
 	k := keysForTest(prefix, topic, "")
 	return k.Registry, k.Groups
 }
+
+// ExpiredAtClaimForTest is the deadline decision of a claimed message (see expiredAtClaim).
+var ExpiredAtClaimForTest = expiredAtClaim

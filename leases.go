@@ -19,16 +19,17 @@ const ackDelay = 50 * time.Millisecond
 // it.
 type claimed struct {
 	store.Claimed
+	claimedUs int64  // the Redis clock of the claim that leased it, Unix µs (ClaimResult.ClaimedUs)
 	uuid      string // the message UUID, once decoded, for logs
 	delivered bool   // handed to the application
 	lost      bool   // its lease was found lost before it was handed out: it never will be
 }
 
-// claimedOf wraps the messages of a claim.
-func claimedOf(msgs []store.Claimed) []*claimed {
+// claimedOf wraps the messages of a claim made at claimedUs (Unix µs, Redis clock).
+func claimedOf(msgs []store.Claimed, claimedUs int64) []*claimed {
 	out := make([]*claimed, len(msgs))
 	for i, m := range msgs {
-		out[i] = &claimed{Claimed: m}
+		out[i] = &claimed{Claimed: m, claimedUs: claimedUs}
 	}
 	return out
 }

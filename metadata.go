@@ -52,6 +52,23 @@ const OnDuplicateMetadataKey = ReservedMetadataPrefix + "on_duplicate"
 // acts on it and does not store it.
 const DebounceMaxWaitMetadataKey = ReservedMetadataPrefix + "debounce_max_wait"
 
+// Metadata of deliver-by deadlines (see deadline.go and docs/delays.md). A consumer group
+// checks them when it claims a message for its first attempt: one claimed after its deadline,
+// on the Redis clock, is not handed out but expired (SubscriberConfig.OnExpired). Publish
+// checks their values and stores them with the message; a dead letter loses them.
+const (
+	// DeliverByMetadataKey holds a message's absolute deliver-by deadline on the Redis clock:
+	// RFC 3339, UTC or with an offset, fractional seconds allowed, microsecond precision
+	// (finer digits are truncated). WithDeliverBy sets it.
+	DeliverByMetadataKey = ReservedMetadataPrefix + "deliver_by"
+	// DeliverWithinMetadataKey holds a deadline relative to the message's due time, as a
+	// positive Go duration ("30s", "1h30m"): the deadline is the due time (on the Redis clock)
+	// plus it, and moves with the due time (Inspector.Reschedule, RunNow). The Publisher sets
+	// it from PublisherConfig.DeliverWithin on a message that has neither key. With both keys,
+	// the earlier deadline applies.
+	DeliverWithinMetadataKey = ReservedMetadataPrefix + "deliver_within"
+)
+
 // Metadata of batching.
 const (
 	// BatchKeyMetadataKey holds the batch key of a message to publish into a batch (set it
@@ -91,7 +108,7 @@ const (
 	// DeadLetterAttemptsMetadataKey is the number of attempts it had, in decimal.
 	DeadLetterAttemptsMetadataKey = ReservedMetadataPrefix + "dead_letter_attempts"
 	// DeadLetterReasonMetadataKey is why the last attempt failed: DeadLetterReasonNacked or
-	// DeadLetterReasonLeaseExpired.
+	// DeadLetterReasonLeaseExpired; or DeadLetterReasonExpired when the message had no attempt.
 	DeadLetterReasonMetadataKey = ReservedMetadataPrefix + "dead_letter_reason"
 )
 
@@ -102,11 +119,15 @@ const (
 	// DeadLetterReasonLeaseExpired means the last attempt was never acknowledged: its lease
 	// expired (the consumer crashed or lost Redis), or its subscription stopped first.
 	DeadLetterReasonLeaseExpired = "lease expired"
+	// DeadLetterReasonExpired means the message was never handed out: its group claimed it for
+	// its first attempt after its deliver-by deadline (DeliverByMetadataKey,
+	// DeliverWithinMetadataKey). Its DeadLetterAttemptsMetadataKey is "1".
+	DeadLetterReasonExpired = "expired"
 )
 
 // publishableReserved are the reserved keys Publish accepts: the delivery keys, which it drops,
 // the message key, the duplicate policy and the debounce cap, which it reads, and the
-// dead-letter keys, which it keeps.
+// deadlines and the dead-letter keys, which it keeps.
 var publishableReserved = map[string]bool{
 	KeyMetadataKey:                true,
 	OnDuplicateMetadataKey:        true,
@@ -115,6 +136,8 @@ var publishableReserved = map[string]bool{
 	AttemptMetadataKey:            true,
 	DueTimeMetadataKey:            true,
 	ServedDelayMetadataKey:        true,
+	DeliverByMetadataKey:          true,
+	DeliverWithinMetadataKey:      true,
 	DeadLetterTopicMetadataKey:    true,
 	DeadLetterGroupMetadataKey:    true,
 	DeadLetterAttemptsMetadataKey: true,

@@ -42,12 +42,13 @@ type MetricsConfig struct {
 // Metrics are the Prometheus metrics of the Publishers, Subscribers and Inspectors that are
 // given it (PublisherConfig.Metrics, SubscriberConfig.Metrics, InspectorConfig.Metrics), and
 // the queue-size gauges that RunSampler keeps up to date. One Metrics serves any number of
-// them. Labels are topic and consumer_group only (plus reason and script where named); never a
-// message ID or key. A nil *Metrics records nothing.
+// them. Labels are topic and consumer_group only (plus reason, action and script where
+// named); never a message ID or key. A nil *Metrics records nothing.
 type Metrics struct {
 	published, deduplicated                       *prometheus.CounterVec // topic
 	claimed, acked, nacked, leaseExpired          *prometheus.CounterVec // topic, consumer_group
 	deadLettered                                  *prometheus.CounterVec // topic, consumer_group, reason
+	expirations                                   *prometheus.CounterVec // topic, consumer_group, action
 	cancelled, rescheduled                        *prometheus.CounterVec // topic, consumer_group
 	lateness                                      *prometheus.HistogramVec
 	scriptDuration                                *prometheus.HistogramVec // script
@@ -79,7 +80,7 @@ func NewMetrics(config MetricsConfig) (*Metrics, error) {
 	}
 	m := newMetricVectors(config.Namespace)
 	m.logger = config.Logger
-	for _, c := range []prometheus.Collector{m.published, m.deduplicated, m.claimed, m.acked, m.nacked, m.leaseExpired, m.deadLettered,
+	for _, c := range []prometheus.Collector{m.published, m.deduplicated, m.claimed, m.acked, m.nacked, m.leaseExpired, m.deadLettered, m.expirations,
 		m.cancelled, m.rescheduled, m.lateness, m.scriptDuration, m.scheduled, m.due, m.inFlight, m.deadLetters, m.dueAge, m.samplerErrors} {
 		if err := config.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("redisdelay: register metrics: %w", err)
@@ -104,8 +105,10 @@ func newMetricVectors(ns string) *Metrics {
 		nacked:       counter("nacked_total", "Messages nacked by a handler.", "topic", "consumer_group"),
 		leaseExpired: counter("lease_expired_total", "Leases that expired before Ack or Nack, making the message due again.", "topic", "consumer_group"),
 		deadLettered: counter("dead_lettered_total", "Messages moved to their dead-letter topic, by reason.", "topic", "consumer_group", "reason"),
-		cancelled:    counter("cancelled_total", "Messages cancelled through the Inspector.", "topic", "consumer_group"),
-		rescheduled:  counter("rescheduled_total", "Messages given a new due time through the Inspector.", "topic", "consumer_group"),
+		expirations: counter("expired_total", "Messages claimed for their first attempt after their deliver-by deadline and not handed out, "+
+			"by action: dead-letter (also counted in dead_lettered_total with reason expired) or drop.", "topic", "consumer_group", "action"),
+		cancelled:   counter("cancelled_total", "Messages cancelled through the Inspector.", "topic", "consumer_group"),
+		rescheduled: counter("rescheduled_total", "Messages given a new due time through the Inspector.", "topic", "consumer_group"),
 		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "delivery_lateness_seconds",
 			Help:    "Claim time minus due time, both on the Redis clock: how late a message was handed out.",
@@ -203,6 +206,13 @@ func (m *Metrics) handled(topic, group string, acked bool) {
 func (m *Metrics) deadLetter(topic, group, reason string) {
 	if m != nil {
 		m.deadLettered.WithLabelValues(m.label(topic), m.label(group), m.label(reason)).Inc()
+	}
+}
+
+// expired counts a message expired by its deliver-by deadline, and what was done with it.
+func (m *Metrics) expired(topic, group string, action ExpiryAction) {
+	if m != nil {
+		m.expirations.WithLabelValues(m.label(topic), m.label(group), string(action)).Inc()
 	}
 }
 

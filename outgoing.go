@@ -1,8 +1,9 @@
 package redisdelay
 
 // This file prepares one message for the publish script: its partition, its schedule (delay
-// metadata), its key spec, the checks of its reserved metadata and of a batch item, and its
-// marshaled form. Publish (publisher.go) prepares every message of a call before it commits any.
+// metadata), its key spec, the checks of its reserved metadata (deadlines included) and of a
+// batch item, the topic's DeliverWithin window, and its marshaled form. Publish (publisher.go)
+// prepares every message of a call before it commits any.
 
 import (
 	"errors"
@@ -32,6 +33,9 @@ func (p *Publisher) outgoing(topic string, msg *message.Message, now time.Time, 
 	if err := checkReservedMetadata(msg); err != nil {
 		return store.Outgoing{}, 0, metadataMessageError(topic, msg, err)
 	}
+	if err := checkDeadlines(msg); err != nil {
+		return store.Outgoing{}, 0, metadataMessageError(topic, msg, err)
+	}
 	spec, keyErr := keySpecOf(msg, p.config.OnDuplicate, p.config.KeyRetention, p.config.DebounceMaxWait)
 	if keyErr != nil {
 		return store.Outgoing{}, 0, metadataMessageError(topic, msg, keyErr)
@@ -41,6 +45,9 @@ func (p *Publisher) outgoing(topic string, msg *message.Message, now time.Time, 
 		if err := p.checkBatchItem(topic, msg, bk); err != nil {
 			return store.Outgoing{}, 0, err
 		}
+	}
+	if !isBatched {
+		msg = withDeliverWithin(msg, p.config.DeliverWithin[topic])
 	}
 	data, err := p.marshalOutgoing(topic, msg)
 	if err != nil {
@@ -104,6 +111,11 @@ func (p *Publisher) checkBatchItem(topic string, msg *message.Message, bk string
 	for _, k := range []string{delay.DelayedForKey, delay.DelayedUntilKey} {
 		if v, ok := msg.Metadata[k]; ok {
 			return &MessageError{Topic: topic, UUID: msg.UUID, Key: k, Value: v, Err: errors.New("a batch item cannot have a delay: its batch's MaxWait decides when it is delivered")}
+		}
+	}
+	for _, k := range []string{DeliverByMetadataKey, DeliverWithinMetadataKey} {
+		if v, ok := msg.Metadata[k]; ok {
+			return &MessageError{Topic: topic, UUID: msg.UUID, Key: k, Value: v, Err: errors.New("a batch item cannot have a deliver-by deadline: a released batch is delivered as one message, which has none")}
 		}
 	}
 	return nil

@@ -99,7 +99,7 @@ func (s *Scheduler) tickOutgoingAt(name, ver string, tick, due time.Time, kind s
 	if err != nil {
 		return store.Outgoing{}, err
 	}
-	return store.Outgoing{Data: data, At: due, KeySpec: store.KeySpec(store.KeepExisting, 0, key)}, nil
+	return store.Outgoing{Data: data, At: due, KeySpec: store.KeySpec(store.KeepExisting, 0, 0, key)}, nil
 }
 
 // act acts on one tick message and acks it, or nacks it (retried after

@@ -48,7 +48,11 @@ type ClaimResult struct {
 	RefusedAcks []string // IDs whose ack was refused: the lease had been lost
 	Dropped     int64    // due entries dropped: malformed, or their stored message vanished
 	Expired     int64    // leases that had expired and were made due again
-	Messages    []Claimed
+	// ClaimedUs is the Redis clock of the claim that leased Messages, Unix µs: NowUs, or for a
+	// claim answered again from its record (its reply was lost), the time of the claim that
+	// ran. Deliver-by deadlines are checked against it.
+	ClaimedUs int64
+	Messages  []Claimed
 }
 
 // How a group finished with a keyed message, as its history records it (see ended.lua).
@@ -135,9 +139,9 @@ func (s Store) Claim(ctx context.Context, g Group, epoch string, call ClaimCall,
 	return claimReply(res)
 }
 
-// claimReply reads the reply of claim.lua: six values, then four per claimed message.
+// claimReply reads the reply of claim.lua: seven values, then four per claimed message.
 func claimReply(res []any) (ClaimResult, error) {
-	if len(res) < 6 || (len(res)-6)%4 != 0 {
+	if len(res) < 7 || (len(res)-7)%4 != 0 {
 		return ClaimResult{}, fmt.Errorf("script %s: unexpected reply of %d values", claimScript.name, len(res))
 	}
 	r := ClaimResult{
@@ -147,8 +151,9 @@ func claimReply(res []any) (ClaimResult, error) {
 		RefusedAcks: asStrings(res[3]),
 		Dropped:     asInt(res[4]),
 		Expired:     asInt(res[5]),
+		ClaimedUs:   asInt(res[6]),
 	}
-	for i := 6; i < len(res); i += 4 {
+	for i := 7; i < len(res); i += 4 {
 		id, _ := res[i].(string)
 		data, _ := res[i+3].(string)
 		r.Messages = append(r.Messages, Claimed{

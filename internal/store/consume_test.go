@@ -122,6 +122,8 @@ func TestClaimRunAgainIsAnsweredFromTheRecord(t *testing.T) {
 		again, err := s.Claim(ctx, g, epoch, call, 2, time.Minute, nil)
 		require.NoError(t, err)
 		require.Len(t, again.Messages, 2, "the same claim is answered again")
+		assert.Equal(t, first.NowUs, first.ClaimedUs)
+		assert.Equal(t, first.ClaimedUs, again.ClaimedUs, "the answer again gives the time of the claim that ran")
 		for i := range first.Messages {
 			assert.Equal(t, first.Messages[i].ID, again.Messages[i].ID)
 			assert.Equal(t, first.Messages[i].Attempt, again.Messages[i].Attempt)

@@ -34,8 +34,10 @@
 --
 -- Returns {-1} when the group's epoch is not ARGV[5]: the group was removed since (and maybe
 -- registered anew), so nothing is acked or claimed and the subscription stops. Else {now µs, next due µs or -1, next lease deadline µs or -1, {IDs whose ack was refused},
---          vanished count, expired lease count, then per claimed message: ID, attempt, due µs,
---          marshaled message}.
+--          vanished count, expired lease count, claim time µs, then per claimed message: ID,
+--          attempt, due µs, marshaled message}. The claim time is now, or, for a claim
+--          answered again from its record, the time of the claim that ran (its deadline minus
+--          the lease): deliver-by deadlines are checked against it.
 -- An ack is refused when its lease was lost (fencing). A claimed ID whose stored message has
 -- vanished is dropped from the group and counted as vanished; a malformed member is dropped
 -- and counted likewise.
@@ -63,7 +65,7 @@ if record and string.sub(record, 1, #token + 1) == token .. ' ' then
   local leased = redis.call('ZRANGEBYSCORE', KEYS[2], deadline, deadline)
   local ids = {}
   for i, m in ipairs(leased) do ids[i] = (split(m)) end
-  local result = {now, -1, -1, {}, 0, 0}
+  local result = {now, -1, -1, {}, 0, 0, tonumber(deadline) - lease}
   local data = stored(KEYS[3], ids)
   for i, m in ipairs(leased) do
     if data[i] then
@@ -80,7 +82,7 @@ end
 local acked = {}
 for i = 6, #ARGV do acked[#acked + 1] = ARGV[i] end
 local refused = ack(KEYS[2], KEYS[3], KEYS[4], group, acked, 'acked')
-if redis.call('EXISTS', KEYS[8]) == 1 then return {now, -1, -1, refused, 0, 0} end
+if redis.call('EXISTS', KEYS[8]) == 1 then return {now, -1, -1, refused, 0, 0, now} end
 
 -- An expired lease puts the message back at its lease deadline, which is in the past, so it is
 -- claimed before messages that came due later; its member keeps the attempt count.
@@ -97,7 +99,7 @@ if #expired > 0 then
   each_chunk('ZADD', KEYS[1], back)
 end
 
-local result = {now, -1, -1, refused, 0, #expired / 2}
+local result = {now, -1, -1, refused, 0, #expired / 2, now}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
 if #due == 0 then return finish(result) end
 
