@@ -154,7 +154,7 @@ func run() int {
 			if (sc == "lateness" || sc == "burst") && !sys.supportsDelay() {
 				continue
 			}
-			if (sc == "scale" && sys.name() == sysRedisStream) || (sc == "cluster" && sys.name() != sysRedisDelay) {
+			if (sc == "scale" && sys.name() == sysRedisStream) || ((sc == "cluster" || sc == "schedules") && sys.name() != sysRedisDelay) {
 				continue
 			}
 			progress("%s: %s", sc, sys.name())
@@ -178,6 +178,8 @@ func run() int {
 				err = b.runScale(sys)
 			case "cluster":
 				err = b.runCluster(sys) // cluster.go; redisdelay only
+			case "schedules":
+				err = b.runSchedules(sys) // schedules.go; redisdelay only
 			}
 			if err != nil {
 				failed = true

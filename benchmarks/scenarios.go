@@ -32,6 +32,8 @@ type sizes struct {
 	burstSubs             int
 	idleTopics, idleSubs  int
 	idleWindow            time.Duration
+	tickSchedules         int
+	tickWindow            time.Duration
 	scaleN                int // scheduled messages for the memory / claim figures
 	scaleSmallN           int
 	scaleDueN             int
@@ -44,6 +46,7 @@ var fullSizes = sizes{
 	lateN: 20_000, latePublish: 5 * time.Second, lateMaxD: 5 * time.Second, lateSubs: 1,
 	burstN: 1_000_000, burstSubs: 1,
 	idleTopics: 100, idleSubs: 10, idleWindow: 10 * time.Second,
+	tickSchedules: 10, tickWindow: 30 * time.Second,
 	scaleN: 10_000_000, scaleSmallN: 1_000, scaleDueN: 100_000,
 	asynqMemN: 100_000,
 }
@@ -54,6 +57,7 @@ var quickSizes = sizes{
 	lateN: 1_000, latePublish: time.Second, lateMaxD: time.Second, lateSubs: 1,
 	burstN: 20_000, burstSubs: 1,
 	idleTopics: 10, idleSubs: 3, idleWindow: 2 * time.Second,
+	tickSchedules: 3, tickWindow: 4 * time.Second,
 	scaleN: 20_000, scaleSmallN: 1_000, scaleDueN: 5_000,
 	asynqMemN: 5_000,
 }
