@@ -153,6 +153,28 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 var delayConfig = delay.PublisherConfig{AllowNoDelay: true}
 
 func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, error) {
+	return p.publishAt(topic, nil, msgs...)
+}
+
+// publishScheduled publishes msgs as PublishWithResult does, each due at its time in at
+// (absolute, due at once if past), for the Scheduler.
+func (p *Publisher) publishScheduled(topic string, at []time.Time, msgs ...*message.Message) ([]Outcome, error) {
+	p.closeMu.RLock()
+	defer p.closeMu.RUnlock()
+	if p.closed {
+		return nil, ErrPublisherClosed
+	}
+	outcomes, err := p.publishAt(topic, at, msgs...)
+	if err != nil {
+		return nil, err
+	}
+	p.config.Metrics.publishedOutcomes(topic, outcomes)
+	return outcomes, nil
+}
+
+// publishAt is publish with, when at is not nil, the due time of each message given (absolute,
+// due at once if past) instead of read from its delay metadata: the Scheduler's path.
+func (p *Publisher) publishAt(topic string, at []time.Time, msgs ...*message.Message) ([]Outcome, error) {
 	if err := ValidateName("topic", topic); err != nil {
 		return nil, err
 	}
@@ -170,6 +192,9 @@ func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, 
 		out, n, err := p.outgoing(topic, msg, now, p.clock.Virtual(), roundRobin)
 		if err != nil {
 			return nil, err
+		}
+		if at != nil {
+			out.Delay, out.At, out.Latest = 0, at[i], time.Time{}
 		}
 		batch[i], partitions[i] = out, n
 	}

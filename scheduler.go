@@ -32,7 +32,7 @@ const (
 	// DefaultBufferRecheckInterval is SchedulerConfig.BufferRecheckInterval when it is 0.
 	DefaultBufferRecheckInterval = time.Second
 	// DefaultSchedulerConcurrency is SchedulerConfig.Concurrency when it is 0.
-	DefaultSchedulerConcurrency = 4
+	DefaultSchedulerConcurrency = 8
 	// MaxBackfillTicks bounds the ticks of one Scheduler.Backfill call.
 	MaxBackfillTicks = 1000
 )
@@ -209,7 +209,10 @@ func (s *Scheduler) subscribe() (*Subscriber, error) {
 		NackBackoff:      ConstantBackoff(s.config.BufferRecheckInterval),
 		MaxAttempts:      UnlimitedAttempts,
 		OperationTimeout: s.config.OperationTimeout,
-		Metrics:          s.config.Publisher.Metrics,
+		// One tick per claim: ticks that fall due together spread over the subscriptions
+		// instead of waiting in one subscription's claimed batch.
+		ClaimBatchSize: 1,
+		Metrics:        s.config.Publisher.Metrics,
 	}, s.logger)
 	if err != nil {
 		return nil, fmt.Errorf("redisdelay: scheduler: %w", err)
@@ -285,10 +288,10 @@ func (s *Scheduler) Put(ctx context.Context, sch Schedule) (PutOutcome, error) {
 		return ScheduleUnchanged, nil
 	}
 	ver := store.NewToken()
-	first := c.next(time.UnixMicro(nowUs))
+	first, jitter := c.next(time.UnixMicro(nowUs)), c.jitter()
 	var firstMsg *store.Outgoing
 	if !first.IsZero() {
-		m, err := s.tickOutgoing(c.Name, ver, first, c.jitter(), tickKindTick)
+		m, err := s.tickOutgoing(c.Name, ver, first, jitter, tickKindTick)
 		if err != nil {
 			return "", err
 		}
@@ -302,10 +305,16 @@ func (s *Scheduler) Put(ctx context.Context, sch Schedule) (PutOutcome, error) {
 	if err != nil {
 		return "", s.errorf("put", c.Name, err)
 	}
-	if old := states[0].Fields; outcome == string(ScheduleUpdated) && old["next"] != "" {
-		s.dropTick(ctx, c.Name, old["ver"], old["next"])
+	if old := states[0]; outcome == string(ScheduleUpdated) && old.Fields["next"] != "" {
+		s.dropTick(ctx, old)
 	}
 	s.publisher.topics.ensure(ctx, s.store, ScheduleTickTopic, 1, s.logger)
+	if !first.IsZero() && c.prearmed() && states[0].Fields["paused"] != "1" {
+		// Stored ahead; should this fail, the tick publishes it when it falls due.
+		if err := s.publishTicks(c, []time.Time{first}, []time.Time{first.Add(jitter)}); err != nil {
+			return PutOutcome(outcome), s.errorf("put", c.Name, fmt.Errorf("stored, but its first message not yet (the tick publishes it at its time): %w", err))
+		}
+	}
 	return PutOutcome(outcome), nil
 }
 
@@ -319,17 +328,33 @@ func (s *Scheduler) errorf(op, name string, err error) error {
 	return fmt.Errorf("redisdelay: %s schedule %s: %w", op, quote(name), err)
 }
 
-// dropTick cancels a tick message made stale (by an update, a pause or a deletion), so that it
-// leaves no key behind until it would have fallen due. It is cleanup only: a stale tick
-// message that is not cancelled is dropped when it falls due.
-func (s *Scheduler) dropTick(ctx context.Context, name, ver, tickMs string) {
-	key := tickMessageKey(name, ver, tickMs)
+// dropTick cancels what a state's pending tick had stored ahead, once an update, a pause or a
+// deletion made it stale: its tick message, and with a prearmed definition the tick's message
+// on its topic. It is cleanup: a stale tick message that is not cancelled is dropped when it
+// falls due; a message stored ahead that is not cancelled is delivered, and the failure is
+// logged.
+func (s *Scheduler) dropTick(ctx context.Context, st store.ScheduleState) {
+	name, pending := st.Name, st.Fields["next"]
+	key := tickMessageKey(name, st.Fields["ver"], pending)
 	err := s.publisher.groups.withGroups(ctx, s.tickPart, func(ctx context.Context, groups []string) error {
 		_, err := s.store.Cancel(ctx, s.tickPart, key, s.call(), groups)
 		return err
 	})
 	if err != nil {
 		s.logger.Debug("Could not cancel a stale tick message; it is dropped when it falls due", watermill.LogFields{"schedule": name, "key": key, "err": err.Error()})
+	}
+	c, err := decodeSchedule(name, st.Fields["def"])
+	if err != nil || !c.prearmed() {
+		return
+	}
+	key = TickKey(name, msTime(pending))
+	part := store.Partition{Topic: c.Topic, N: keyPartition(key, s.config.Publisher.Partitions)}
+	err = s.publisher.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) error {
+		_, err := s.store.Cancel(ctx, part, key, s.call(), groups)
+		return err
+	})
+	if err != nil {
+		s.logger.Error("Could not cancel the message a schedule stored ahead; it is delivered at its time", err, watermill.LogFields{"schedule": name, "topic": c.Topic, "key": key})
 	}
 }
 
@@ -339,7 +364,11 @@ func (s *Scheduler) dropTick(ctx context.Context, name, ver, tickMs string) {
 func (s *Scheduler) Delete(ctx context.Context, name string) error {
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
-	code, ver, pending, err := s.store.DeleteSchedule(ctx, s.tickPart, name)
+	states, _, err := s.store.ScheduleStates(ctx, s.tickPart, name)
+	if err != nil {
+		return s.errorf("delete", name, err)
+	}
+	code, _, pending, err := s.store.DeleteSchedule(ctx, s.tickPart, name)
 	switch {
 	case err != nil:
 		return s.errorf("delete", name, err)
@@ -347,7 +376,7 @@ func (s *Scheduler) Delete(ctx context.Context, name string) error {
 		return s.errorf("delete", name, ErrNotFound)
 	}
 	if pending > 0 {
-		s.dropTick(ctx, name, ver, fmt.Sprint(pending))
+		s.dropTick(ctx, states[0])
 	}
 	return nil
 }
@@ -359,7 +388,11 @@ func (s *Scheduler) Delete(ctx context.Context, name string) error {
 func (s *Scheduler) Pause(ctx context.Context, name string) (bool, error) {
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
-	code, ver, pending, err := s.store.PauseSchedule(ctx, s.tickPart, name)
+	states, _, err := s.store.ScheduleStates(ctx, s.tickPart, name)
+	if err != nil {
+		return false, s.errorf("pause", name, err)
+	}
+	code, _, pending, err := s.store.PauseSchedule(ctx, s.tickPart, name)
 	switch {
 	case err != nil:
 		return false, s.errorf("pause", name, err)
@@ -367,7 +400,7 @@ func (s *Scheduler) Pause(ctx context.Context, name string) (bool, error) {
 		return false, s.errorf("pause", name, ErrNotFound)
 	}
 	if pending > 0 {
-		s.dropTick(ctx, name, ver, fmt.Sprint(pending))
+		s.dropTick(ctx, states[0])
 	}
 	return code == 1, nil
 }
@@ -385,11 +418,11 @@ func (s *Scheduler) Resume(ctx context.Context, name string) (bool, error) {
 	if st.Fields["paused"] != "1" {
 		return false, nil
 	}
-	next := c.next(now)
+	next, jitter := c.next(now), c.jitter()
 	var msgs []store.Outgoing
 	a := store.Advance{Mode: store.AdvanceResume, Version: st.Fields["ver"], Next: ""}
 	if !next.IsZero() {
-		m, err := s.tickOutgoing(name, a.Version, next, c.jitter(), tickKindTick)
+		m, err := s.tickOutgoing(name, a.Version, next, jitter, tickKindTick)
 		if err != nil {
 			return false, err
 		}
@@ -398,6 +431,12 @@ func (s *Scheduler) Resume(ctx context.Context, name string) (bool, error) {
 	done, err := s.advance(ctx, name, a, msgs)
 	if err != nil {
 		return false, s.errorf("resume", name, err)
+	}
+	if done && !next.IsZero() && c.prearmed() {
+		// Stored ahead; should this fail, the tick publishes it when it falls due.
+		if err := s.publishTicks(c, []time.Time{next}, []time.Time{next.Add(jitter)}); err != nil {
+			return true, s.errorf("resume", name, fmt.Errorf("resumed, but the next message not yet stored (the tick publishes it at its time): %w", err))
+		}
 	}
 	return done, nil
 }

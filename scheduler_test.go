@@ -2,6 +2,7 @@ package redisdelay_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -315,39 +316,47 @@ func TestScheduleOverlapPolicies(t *testing.T) {
 }
 
 // TestScheduleCatchUp stops time for the Schedulers (miniredis's clock), moves it past several
-// ticks and checks which are published and which skipped.
+// ticks and checks which are published and which skipped. With OverlapAllowAll the first
+// tick's message was stored ahead, so it is delivered however late; with another policy the
+// tick decides, and it is too late.
 func TestScheduleCatchUp(t *testing.T) {
-	for _, policy := range []redisdelay.CatchUpPolicy{redisdelay.CatchUpAll, redisdelay.CatchUpLatest} {
-		t.Run(string(policy), func(t *testing.T) {
+	for _, c := range []struct {
+		catchUp redisdelay.CatchUpPolicy
+		overlap redisdelay.OverlapPolicy
+		want    []int // seconds after start
+	}{
+		{redisdelay.CatchUpAll, redisdelay.OverlapAllowAll, []int{10, 70, 80, 90, 100}},
+		{redisdelay.CatchUpLatest, redisdelay.OverlapAllowAll, []int{10, 100}},
+		{redisdelay.CatchUpAll, redisdelay.OverlapSkip, []int{100}},
+		{redisdelay.CatchUpLatest, redisdelay.OverlapSkip, []int{100}},
+	} {
+		t.Run(string(c.catchUp)+"/"+string(c.overlap), func(t *testing.T) {
 			b := embeddedRedis(t)
 			start := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
 			b.miniredis.SetTime(start)
 			e := newSchedulerEnv(t, b)
 			ctx := context.Background()
 			s := e.scheduler(t, nil)
-			_, err := s.Put(ctx, redisdelay.Schedule{Name: "job", Spec: "@every 10s", Topic: "jobs", CatchUp: policy, CatchUpWindow: 35 * time.Second})
+			_, err := s.Put(ctx, redisdelay.Schedule{Name: "job", Spec: "@every 10s", Topic: "jobs", CatchUp: c.catchUp, Overlap: c.overlap, CatchUpWindow: 35 * time.Second})
 			require.NoError(t, err)
 			// Every Scheduler was down for 100 s: ticks at +10 s ... +100 s, of which +70 s
-			// to +100 s are within the window.
+			// to +100 s are within the window. (OverlapSkip publishes one tick at most: the
+			// others would overlap it.)
 			b.miniredis.SetTime(start.Add(100*time.Second + 500*time.Millisecond))
 			// Subscribed after the jump: a subscription reads the Redis clock through an offset to
 			// its own, which a jump of miniredis's clock would leave wrong until its next claim.
 			msgs := e.subscribe(t, "jobs", "worker")
 			e.run(t, s)
-			var want []time.Time
-			if policy == redisdelay.CatchUpAll {
-				for i := 70; i <= 100; i += 10 {
-					want = append(want, start.Add(time.Duration(i)*time.Second))
-				}
-			} else {
-				want = []time.Time{start.Add(100 * time.Second)}
+			var want, got []time.Time
+			for _, sec := range c.want {
+				want = append(want, start.Add(time.Duration(sec)*time.Second))
 			}
-			var got []time.Time
 			for range want {
 				msg := receive(t, msgs, 5*time.Second)
 				got = append(got, tickOf(t, msg).UTC())
 				msg.Ack()
 			}
+			slices.SortFunc(got, time.Time.Compare)
 			assert.Equal(t, want, got)
 			var info redisdelay.ScheduleInfo
 			require.Eventually(t, func() bool {
@@ -357,6 +366,11 @@ func TestScheduleCatchUp(t *testing.T) {
 			}, 5*time.Second, 10*time.Millisecond)
 			assert.Equal(t, int64(10-len(want)), info.Skipped)
 			assert.Equal(t, start.Add(110*time.Second), info.Pending.UTC())
+			select {
+			case msg := <-msgs:
+				t.Fatalf("tick %s delivered too", tickOf(t, msg))
+			default:
+			}
 		})
 	}
 }

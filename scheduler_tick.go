@@ -183,24 +183,44 @@ func (c *compiledSchedule) dueTicks(tick, now time.Time) (publish []time.Time, s
 	return publish, skipped, t
 }
 
+// prearmed reports whether the schedule's messages are stored ahead: with OverlapAllowAll
+// nothing needs deciding at a tick, so the message of the next tick is published, due at its
+// time, when the tick before it is acted on (or when the schedule is created or resumed), and
+// its delivery is as precise as any delayed message's. The other policies decide at the tick.
+func (c *compiledSchedule) prearmed() bool { return c.Overlap == OverlapAllowAll }
+
 // fire acts on the schedule's pending tick, which fell due: it publishes the messages of the
-// ticks due by now, as the catch-up and overlap policies allow, and arms the next tick.
+// ticks due by now, as the catch-up and overlap policies allow, and arms the next tick (with a
+// prearmed schedule, also storing its message ahead).
 func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compiledSchedule, tick, now time.Time) error {
 	ver := st.Fields["ver"]
-	publish, skipped, next := c.dueTicks(tick, now)
-	a := store.Advance{Mode: store.AdvanceTick, Version: ver, ExpectMs: tick.UnixMilli(), Next: ""}
+	a := store.Advance{Mode: store.AdvanceTick, Version: ver, ExpectMs: tick.UnixMilli(), Next: "", Outcome: string(TickSkippedLate)}
+	// The ticks due by now whose messages are not stored yet: with a prearmed schedule, those
+	// after the tick, whose message was stored ahead.
+	from := tick
+	if c.prearmed() {
+		from = c.next(tick)
+	}
+	var publish []time.Time
+	next := from
+	if !from.IsZero() && !from.After(now) {
+		publish, a.Skipped, next = c.dueTicks(from, now)
+	}
+	jitter := c.jitter()
 	var msgs []store.Outgoing
 	if !next.IsZero() {
-		m, err := s.tickOutgoing(c.Name, ver, next, c.jitter(), tickKindTick)
+		m, err := s.tickOutgoing(c.Name, ver, next, jitter, tickKindTick)
 		if err != nil {
 			return err
 		}
 		msgs, a.Next = append(msgs, m), strconv.FormatInt(next.UnixMilli(), 10)
 	}
-	a.Outcome = string(TickSkippedLate)
-	if len(publish) > 0 && c.Overlap != OverlapAllowAll {
+	if c.prearmed() {
+		return s.firePrearmed(ctx, c, a, msgs, tick, now, publish, next, jitter)
+	}
+	if len(publish) > 0 {
 		if len(publish) > 1 { // only the latest of a catch-up; the others overlap it
-			skipped += len(publish) - 1
+			a.Skipped += len(publish) - 1
 			publish = publish[len(publish)-1:]
 		}
 		held, err := s.held(ctx, c, st.Fields["last_key"])
@@ -209,7 +229,7 @@ func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compile
 		}
 		switch {
 		case held && (c.Overlap == OverlapSkip || st.Fields["buffered"] != ""):
-			skipped, publish, a.Outcome = skipped+1, nil, string(TickSkippedOverlap)
+			a.Skipped, publish, a.Outcome = a.Skipped+1, nil, string(TickSkippedOverlap)
 		case held: // OverlapBufferOne, nothing held back yet
 			m, err := s.tickOutgoingAt(c.Name, ver, publish[0], now.Add(s.config.BufferRecheckInterval), tickKindBuffer)
 			if err != nil {
@@ -220,27 +240,58 @@ func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compile
 		}
 	}
 	if len(publish) > 0 {
-		last, err := s.publishTicks(c, publish)
-		if err != nil {
+		if err := s.publishTicks(c, publish, nil); err != nil {
 			return err
 		}
+		last := publish[len(publish)-1]
 		a.LastMs, a.LastKey, a.Published, a.Outcome = last.UnixMilli(), TickKey(c.Name, last), len(publish), string(TickPublished)
 	}
-	a.Skipped = skipped
 	_, err := s.advance(ctx, c.Name, a, msgs)
 	return err
 }
 
-// publishTicks publishes the messages of ticks and returns the last tick.
-func (s *Scheduler) publishTicks(c *compiledSchedule, ticks []time.Time) (time.Time, error) {
+// firePrearmed acts on a tick of a prearmed schedule: the tick's own message was stored ahead;
+// it publishes it again while its key still guards it (TickKeyRetention after the tick: a
+// repair, should storing it ahead have failed; otherwise a Duplicate that stores nothing), the
+// ticks missed since within the catch-up window (publish), and the next tick's message ahead,
+// due at next plus jitter, all in one Publish; then it records the tick and arms the next.
+func (s *Scheduler) firePrearmed(ctx context.Context, c *compiledSchedule, a store.Advance, msgs []store.Outgoing, tick, now time.Time, publish []time.Time, next time.Time, jitter time.Duration) error {
+	var ticks, at []time.Time
+	if now.Before(tick.Add(s.config.TickKeyRetention)) {
+		ticks, at = append(ticks, tick), append(at, tick)
+	}
+	for _, t := range publish {
+		ticks, at = append(ticks, t), append(at, t)
+	}
+	if !next.IsZero() {
+		ticks, at = append(ticks, next), append(at, next.Add(jitter))
+	}
+	if err := s.publishTicks(c, ticks, at); err != nil {
+		return err
+	}
+	last := tick
+	if len(publish) > 0 {
+		last = publish[len(publish)-1]
+	}
+	a.LastMs, a.LastKey, a.Published, a.Outcome = last.UnixMilli(), TickKey(c.Name, last), 1+len(publish), string(TickPublished)
+	_, err := s.advance(ctx, c.Name, a, msgs)
+	return err
+}
+
+// publishTicks publishes the messages of ticks, each due at its time in at (nil: at once).
+func (s *Scheduler) publishTicks(c *compiledSchedule, ticks, at []time.Time) error {
+	if len(ticks) == 0 {
+		return nil
+	}
 	msgs := make([]*message.Message, len(ticks))
 	for i, t := range ticks {
 		msgs[i] = c.tickMessage(t, TickKey(c.Name, t))
 	}
-	if err := s.publisher.Publish(c.Topic, msgs...); err != nil {
-		return time.Time{}, err
+	if at == nil {
+		at = ticks
 	}
-	return ticks[len(ticks)-1], nil
+	_, err := s.publisher.publishScheduled(c.Topic, at, msgs...)
+	return err
 }
 
 // held reports whether the message with key, the previous tick's, is still due or in flight in
@@ -280,7 +331,7 @@ func (s *Scheduler) publishBuffered(ctx context.Context, st store.ScheduleState,
 		return &predecessorHeld{}
 	}
 	tick := time.UnixMilli(tp.Tick)
-	if _, err := s.publishTicks(c, []time.Time{tick}); err != nil {
+	if err := s.publishTicks(c, []time.Time{tick}, nil); err != nil {
 		return err
 	}
 	a := store.Advance{
