@@ -1,8 +1,13 @@
 package main
 
 import (
+	"bufio"
 	"context"
+	"net/http"
+	"os"
+	"os/exec"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -261,3 +266,31 @@ func TestSchedulesCommandsNameAMissingSchedule(t *testing.T) {
 	assert.Empty(t, page.Schedules)
 	assert.Regexp(t, `^NAME\s+SPEC\s+[^\n]+\n$`, q.ok("schedules", "list"), "a header and no row")
 }
+
+func TestDashboardWithAllowActionsPausesSchedules(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	q.put(redisdelay.Schedule{Name: "hourly", Spec: "@hourly", Topic: topic})
+
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, "--addr", q.addr, "dashboard", "--listen", "127.0.0.1:0", "--allow-actions")
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	require.NoError(t, err)
+	url := strings.TrimSpace(strings.TrimPrefix(line, "dashboard on "))
+
+	res, err := noRedirect.PostForm(url+"schedules/hourly/pause", nil)
+	require.NoError(t, err)
+	_ = res.Body.Close()
+	assert.Equal(t, http.StatusSeeOther, res.StatusCode)
+	assert.True(t, q.scheduleInfo("hourly").Paused, "the dashboard acts on schedules through a Scheduler")
+
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	require.NoError(t, cmd.Wait())
+}
+
+// noRedirect is an HTTP client that returns redirects instead of following them.
+var noRedirect = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
