@@ -55,7 +55,7 @@ type Options struct {
 	// hold only characters that need no escaping in a URL path. Empty means the root.
 	Prefix string
 	// AllowActions shows the forms that change a queue (pause, resume, cancel, reschedule, run
-	// now, requeue) and accepts their POSTs. When false, the dashboard is read-only and refuses
+	// now, requeue; with Scheduler, those of the schedules) and accepts their POSTs. When false, the dashboard is read-only and refuses
 	// every POST with 403 Forbidden.
 	AllowActions bool
 	// Authenticate, when not nil, is asked about every request, pages and static files
