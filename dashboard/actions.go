@@ -2,7 +2,7 @@ package dashboard
 
 // This file owns the actions: the POST handlers that pause and resume a group and cancel,
 // reschedule, run now and requeue a message, the redirect after each with its notice, and the
-// reading of the reschedule form.
+// reading of the reschedule form. The actions on schedules are in schedule.go.
 
 import (
 	"errors"
@@ -19,16 +19,11 @@ import (
 // The actions are POST forms that work without JavaScript: each acts through the Inspector and
 // answers 303 See Other to the page that shows the result, with ?done= naming a notice.
 
-// act wraps an action: it refuses with 403 Forbidden unless actions are allowed and Authorize
-// agrees, then checks the topic and group (400, 404) and runs f.
+// act wraps an action on a group or message: it refuses it unless mayPost agrees, then checks
+// the topic and group (400, 404) and runs f.
 func (s *server) act(f func(w http.ResponseWriter, r *http.Request, topic, group string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		switch {
-		case !s.opts.AllowActions:
-			s.problem(w, http.StatusForbidden, "this dashboard is read-only: it takes no actions")
-			return
-		case s.opts.Authorize != nil && !s.opts.Authorize(r):
-			s.problem(w, http.StatusForbidden, "you are not authorized to act on queues")
+		if !s.mayPost(w, r) {
 			return
 		}
 		topic, group, ok := s.target(w, r)
@@ -36,6 +31,20 @@ func (s *server) act(f func(w http.ResponseWriter, r *http.Request, topic, group
 			f(w, r, topic, group)
 		}
 	}
+}
+
+// mayPost reports whether r may act: actions are allowed and Authorize agrees; otherwise it
+// answers 403 Forbidden.
+func (s *server) mayPost(w http.ResponseWriter, r *http.Request) bool {
+	switch {
+	case !s.opts.AllowActions:
+		s.problem(w, http.StatusForbidden, "this dashboard is read-only: it takes no actions")
+		return false
+	case s.opts.Authorize != nil && !s.opts.Authorize(r):
+		s.problem(w, http.StatusForbidden, "you are not authorized to act on queues")
+		return false
+	}
+	return true
 }
 
 func (s *server) pause(w http.ResponseWriter, r *http.Request, topic, group string) {
@@ -158,6 +167,13 @@ var notices = map[string]string{
 	"run-now:not-found":    "The group no longer held the message.",
 	"requeue:applied":      "The dead letter was requeued, due now.",
 	"requeue:not-found":    "It was no longer a dead letter: nothing was requeued.",
+
+	"schedule-pause":            "The schedule is paused: no tick falls due until it is resumed, and the ticks of the pause are not caught up.",
+	"schedule-pause:unchanged":  "The schedule was paused already.",
+	"schedule-resume":           "The schedule is resumed: its next tick is the first after now.",
+	"schedule-resume:unchanged": "The schedule was not paused.",
+	"schedule-trigger":          "The schedule's message was published, due now; its ticks go on as before.",
+	"schedule-delete":           "The schedule was deleted: none of its ticks is published any more.",
 }
 
 // notice returns the text for a ?done= value; "" for none or an unknown one, so that a link

@@ -1,8 +1,10 @@
 // Package dashboard serves a web dashboard of redisdelay queues, built on a
 // redisdelay.Inspector: an overview of every topic and consumer group, a page per group that
-// lists its messages by state, and a page per message with its payload and metadata. With
+// lists its messages by state, a page per message with its payload and metadata, and the
+// periodic schedules: one page of them and a page per schedule with its next ticks. With
 // Options.AllowActions it also pauses and resumes groups and cancels, reschedules, runs now and
-// requeues messages.
+// requeues messages; given Options.Scheduler too, it pauses, resumes, triggers and deletes
+// schedules.
 //
 // The pages are server-rendered with html/template and work without JavaScript; htmx, served
 // from the handler itself like the style sheet, only turns links and forms into in-page
@@ -22,8 +24,8 @@ package dashboard
 
 // This file owns the dashboard's configuration (Options) and its construction: New checks the
 // Options, parses the templates and mounts every route. The checks every request passes are in
-// security.go; the pages are in overview.go, group.go and message.go, the actions in
-// actions.go.
+// security.go; the pages are in overview.go, group.go, message.go and schedule.go, the actions
+// in actions.go and schedule.go.
 
 import (
 	"embed"
@@ -53,7 +55,7 @@ type Options struct {
 	// hold only characters that need no escaping in a URL path. Empty means the root.
 	Prefix string
 	// AllowActions shows the forms that change a queue (pause, resume, cancel, reschedule, run
-	// now, requeue) and accepts their POSTs. When false, the dashboard is read-only and refuses
+	// now, requeue; with Scheduler, those of the schedules) and accepts their POSTs. When false, the dashboard is read-only and refuses
 	// every POST with 403 Forbidden.
 	AllowActions bool
 	// Authenticate, when not nil, is asked about every request, pages and static files
@@ -93,9 +95,15 @@ type Options struct {
 	// zero; a negative value turns auto-refresh off. A refresh costs what loading the page
 	// costs.
 	RefreshInterval time.Duration
+	// Scheduler, when not nil, makes the schedules' pause, resume, trigger and delete (with
+	// AllowActions, and Authorize when set); it need not run (see redisdelay.Scheduler), and
+	// must use the Inspector's Redis and key prefix. When nil, the schedule pages are read-only
+	// and say so.
+	Scheduler *redisdelay.Scheduler
 	// Topics limits the dashboard to these topics: the overview shows only those that exist,
-	// and the pages of any other topic answer 404 Not Found. Empty means every topic of the
-	// Inspector's registry.
+	// and the pages of any other topic answer 404 Not Found; so do the pages of the schedules
+	// that publish to another topic, which the schedules page leaves out. Empty means every
+	// topic of the Inspector's registry.
 	Topics []string
 }
 
@@ -165,6 +173,13 @@ func (s *server) routes(static fs.FS) http.Handler {
 	mux.HandleFunc("POST "+group+"/message/reschedule", s.act(s.reschedule))
 	mux.HandleFunc("POST "+group+"/message/run-now", s.act(s.runNow))
 	mux.HandleFunc("POST "+group+"/message/requeue", s.act(s.requeue))
+	schedule := p + "/schedules/{schedule}"
+	mux.HandleFunc("GET "+p+"/schedules", s.schedules)
+	mux.HandleFunc("GET "+schedule, s.schedule)
+	mux.HandleFunc("POST "+schedule+"/pause", s.actSchedule(s.pauseSchedule))
+	mux.HandleFunc("POST "+schedule+"/resume", s.actSchedule(s.resumeSchedule))
+	mux.HandleFunc("POST "+schedule+"/trigger", s.actSchedule(s.triggerSchedule))
+	mux.HandleFunc("POST "+schedule+"/delete", s.actSchedule(s.deleteSchedule))
 	mux.HandleFunc(p+"/", func(w http.ResponseWriter, r *http.Request) {
 		s.problem(w, http.StatusNotFound, fmt.Sprintf("page %s: %v", r.URL.Path, redisdelay.ErrNotFound))
 	})
@@ -191,7 +206,7 @@ func filesOnly(fsys fs.FS) http.Handler {
 // parsePages parses each page's template together with the layout.
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "group", "message", "problem"} {
+	for _, name := range []string{"overview", "group", "message", "schedules", "schedule", "problem"} {
 		t, err := template.New(name).Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: parse template %s: %w", name, err)

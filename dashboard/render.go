@@ -26,6 +26,7 @@ type page struct {
 	Title     string
 	Static    string // URL of the static files
 	Home      string // URL of the overview
+	Schedules string // URL of the schedules page
 	Redis     string // the Redis address, "" when unknown
 	KeyPrefix string
 	Crumbs    []crumb
@@ -45,6 +46,7 @@ var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 func (s *server) render(w http.ResponseWriter, status int, name string, p page) {
 	p.Static = s.opts.Prefix + "/static"
 	p.Home = s.opts.Prefix + "/"
+	p.Schedules = s.opts.Prefix + "/schedules"
 	p.Redis, p.KeyPrefix = s.in.Addr(), s.in.KeyPrefix()
 	buf := buffers.Get().(*bytes.Buffer)
 	defer buffers.Put(buf)

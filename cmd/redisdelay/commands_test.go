@@ -584,6 +584,13 @@ func TestDashboardServesTheOverviewUntilInterrupted(t *testing.T) {
 	assert.Equal(t, http.StatusOK, res.StatusCode)
 	assert.Contains(t, string(body), topic)
 	assert.NotEmpty(t, res.Header.Get("Content-Security-Policy"))
+	res, err = http.Get(url + "schedules")
+	require.NoError(t, err)
+	body, err = io.ReadAll(res.Body)
+	require.NoError(t, res.Body.Close())
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusOK, res.StatusCode)
+	assert.Contains(t, string(body), "This dashboard is read-only")
 
 	// Read-only unless --allow-actions: a pause is refused.
 	res, err = http.PostForm(url+"topic/"+topic+"/group/"+group+"/pause", nil)

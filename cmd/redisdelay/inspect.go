@@ -332,21 +332,8 @@ func (a *app) showCommand() *cobra.Command {
 					row(w, label, printable(k)+"="+printable(v.Metadata[k]))
 					label = ""
 				}
-				// The payload goes below the aligned fields, as it is when it is text that
-				// holds no control characters but newlines and tabs.
 				_ = w.Flush()
-				switch {
-				case v.Vanished:
-					fmt.Fprintln(a.stdout, "payload: (vanished)")
-				case v.PayloadBase64 != nil:
-					fmt.Fprint(a.stdout, "payload (not UTF-8):\n"+hex.Dump(v.PayloadBase64))
-				case !isPrintable(v.Payload, "\n\t"):
-					fmt.Fprintln(a.stdout, "payload (with control characters, quoted):")
-					fmt.Fprintln(a.stdout, strconv.Quote(v.Payload))
-				default:
-					fmt.Fprintln(a.stdout, "payload:")
-					fmt.Fprintln(a.stdout, v.Payload)
-				}
+				a.printPayload(v.Payload, v.PayloadBase64, v.Vanished)
 			})
 		},
 	}
@@ -360,6 +347,24 @@ func (a *app) showCommand() *cobra.Command {
 	addParkedFlag(cmd, &parked)
 	cmd.MarkFlagsMutuallyExclusive("parked", "key")
 	return cmd
+}
+
+// printPayload prints a payload below the aligned fields of show: text (when raw is nil) as it
+// is when it holds no control characters but newlines and tabs, else quoted; raw, which is not
+// UTF-8, as a hex dump.
+func (a *app) printPayload(text string, raw []byte, vanished bool) {
+	switch {
+	case vanished:
+		fmt.Fprintln(a.stdout, "payload: (vanished)")
+	case raw != nil:
+		fmt.Fprint(a.stdout, "payload (not UTF-8):\n"+hex.Dump(raw))
+	case !isPrintable(text, "\n\t"):
+		fmt.Fprintln(a.stdout, "payload (with control characters, quoted):")
+		fmt.Fprintln(a.stdout, strconv.Quote(text))
+	default:
+		fmt.Fprintln(a.stdout, "payload:")
+		fmt.Fprintln(a.stdout, text)
+	}
 }
 
 // byRef reads what ref names in group: a dead letter for StateDeadLettered, a message the group

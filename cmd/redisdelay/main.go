@@ -1,7 +1,8 @@
 // Command redisdelay inspects and operates the queues of the redisdelay Watermill Pub/Sub
 // through a redisdelay.Inspector: it shows topics, consumer groups, statistics and messages,
 // and cancels, reschedules, runs, requeues and purges messages, pauses and resumes groups and
-// deletes them.
+// deletes them; it lists and shows periodic schedules and creates, pauses, resumes, triggers,
+// backfills and deletes them.
 //
 //	redisdelay stats --watch
 //	redisdelay list --topic orders --state due
@@ -120,6 +121,7 @@ type app struct {
 
 	client redis.UniversalClient
 	in     *redisdelay.Inspector
+	sched  *redisdelay.Scheduler // made on first use by the schedules commands that change one
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -142,13 +144,13 @@ func (a *app) rootCommand() *cobra.Command {
 	f.IntVar(&a.partitions, "partitions", 1, "partitions of the topics, as their publishers were configured")
 	f.DurationVar(&a.timeout, "timeout", redisdelay.DefaultOperationTimeout, "bound on each Inspector operation")
 	f.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
-	f.BoolVarP(&a.yes, "yes", "y", false, "do not ask for confirmation (cancel, requeue, purge and remove-group ask)")
+	f.BoolVarP(&a.yes, "yes", "y", false, "do not ask for confirmation (cancel, requeue, purge, remove-group, schedules backfill and schedules delete ask)")
 	root.MarkFlagsMutuallyExclusive("addr", "cluster")
 	root.AddCommand(
 		a.topicsCommand(), a.statsCommand(), a.listCommand(), a.showCommand(),
 		a.cancelCommand(), a.rescheduleCommand(), a.runCommand(), a.requeueCommand(),
 		a.purgeCommand(), a.pauseCommand(true), a.pauseCommand(false), a.deleteGroupCommand(),
-		a.dashboardCommand(),
+		a.schedulesCommand(), a.dashboardCommand(),
 	)
 	return root
 }
@@ -229,7 +231,28 @@ func (a *app) address() (addr, from string) {
 	return defaultAddr, "the default address"
 }
 
+// scheduler returns the Scheduler of the schedules commands that change a schedule, made on
+// first use with the root flags' client, key prefix, partitions and timeout. It is never run:
+// its calls work without Run.
+func (a *app) scheduler() (*redisdelay.Scheduler, error) {
+	if a.sched != nil {
+		return a.sched, nil
+	}
+	sch, err := redisdelay.NewScheduler(redisdelay.SchedulerConfig{
+		Client: a.client, KeyPrefix: a.prefix, OperationTimeout: a.timeout,
+		Publisher: redisdelay.PublisherConfig{Partitions: a.partitions},
+	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	a.sched = sch
+	return sch, nil
+}
+
 func (a *app) close() {
+	if a.sched != nil {
+		_ = a.sched.Close()
+	}
 	if a.client != nil {
 		_ = a.client.Close()
 	}

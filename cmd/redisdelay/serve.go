@@ -46,9 +46,13 @@ func (a *app) dashboardCommand() *cobra.Command {
 			if ip := net.ParseIP(host); host != "" && (ip == nil || !ip.IsUnspecified()) {
 				hosts = append(hosts, host) // the address operators will browse to
 			}
-			h, err := dashboard.New(a.in, dashboard.Options{
-				Prefix: strings.TrimSuffix(prefix, "/"), AllowActions: allowActions, AllowedHosts: hosts,
-			})
+			opts := dashboard.Options{Prefix: strings.TrimSuffix(prefix, "/"), AllowActions: allowActions, AllowedHosts: hosts}
+			if allowActions {
+				if opts.Scheduler, err = a.scheduler(); err != nil {
+					return err
+				}
+			}
+			h, err := dashboard.New(a.in, opts)
 			if err != nil {
 				return err
 			}
@@ -62,7 +66,7 @@ func (a *app) dashboardCommand() *cobra.Command {
 				fmt.Fprintf(a.stderr, "warning: the dashboard listens on %s, which other machines can reach; it has no authentication, so whoever reaches it reads every payload\n", ln.Addr())
 			}
 			if allowActions {
-				fmt.Fprintln(a.stderr, "warning: --allow-actions: whoever reaches the dashboard can pause and resume groups and cancel, reschedule, run and requeue messages")
+				fmt.Fprintln(a.stderr, "warning: --allow-actions: whoever reaches the dashboard can pause and resume groups, cancel, reschedule, run and requeue messages, and pause, resume, trigger and delete schedules")
 			}
 			srv := newServer(mux)
 			fmt.Fprintf(a.stdout, "dashboard on http://%s%s\n", ln.Addr(), strings.TrimSuffix(prefix, "/")+"/")
@@ -83,7 +87,7 @@ func (a *app) dashboardCommand() *cobra.Command {
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:8080", "address to serve on")
 	cmd.Flags().StringVar(&path, "path", "/", "URL path prefix to mount the dashboard under")
-	cmd.Flags().BoolVar(&allowActions, "allow-actions", false, "let the dashboard pause, resume, cancel, reschedule, run and requeue")
+	cmd.Flags().BoolVar(&allowActions, "allow-actions", false, "let the dashboard pause, resume, cancel, reschedule, run and requeue, and pause, resume, trigger and delete schedules")
 	cmd.Flags().StringSliceVar(&hosts, "allow-host", nil, "host name or IP address (comma-separated, repeatable) that browsers use to reach the dashboard, besides loopback and the --listen host; \"*\" allows any")
 	return cmd
 }
