@@ -1,0 +1,384 @@
+//go:build chaos
+
+package chaostest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
+)
+
+// seedEnv set to a number replays the fault choices of an earlier run of the scheduler scenario
+// (which proxy, which fault, how long; the timing of the ticks differs from run to run).
+const seedEnv = "CHAOSTEST_SEED"
+
+// Scenario 8. Three Schedulers act on one 1-second schedule, each through a fault proxy of its
+// own, while random faults (blackhole, stall, latency, connection resets) hit at most two of
+// the proxies at once. A fault can lose the reply of a Scheduler's publish or advance call, or
+// hold its publish until after another Scheduler acted on the tick again. A consumer group of
+// the schedule's topic, connected to Redis directly, must receive exactly one message per tick
+// (no tick skipped, none stored twice), none before its tick time, and the schedule's counts
+// must agree.
+func TestSchedulersPublishEachTickOnceUnderProxyFaults(t *testing.T) {
+	const schedulers = 3
+	const name = "every-second"
+	faultPeriod := short(15*time.Second, 30*time.Second)
+	srv := redistest.Start(t, redistest.Options{})
+	logger := newLogger(t.Name())
+	direct := newClient(t, srv.Addr)
+	topic := newTopic()
+	ctx := context.Background()
+
+	// The consumer group is registered before the schedule exists, so no tick is parked.
+	ticks := newTickLog(name)
+	consumer := newSubscriber(t, direct, "chaos", logger, nil)
+	require.NoError(t, consumer.SubscribeInitialize(topic))
+	ch, err := consumer.Subscribe(ctx, topic)
+	require.NoError(t, err)
+	var consuming sync.WaitGroup
+	consuming.Add(1)
+	go func() { defer consuming.Done(); ticks.consume(ch) }()
+
+	proxies := make([]*faultProxy, schedulers)
+	running := make([]*schedulerRun, schedulers)
+	for i := range proxies {
+		proxies[i] = startProxy(t, srv.Addr)
+		running[i] = runScheduler(t, redisdelay.SchedulerConfig{
+			Client:           newClient(t, proxies[i].Addr),
+			LeaseTimeout:     leaseTimeout,
+			OperationTimeout: operationTimeout,
+			Consumer:         "scheduler-" + strconv.Itoa(i),
+		}, logger)
+	}
+	// The schedule is put by an operator's Scheduler on the direct connection, which never runs.
+	admin, err := redisdelay.NewScheduler(redisdelay.SchedulerConfig{Client: direct, LeaseTimeout: leaseTimeout, OperationTimeout: operationTimeout}, logger)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	outcome, err := admin.Put(ctx, redisdelay.Schedule{Name: name, Spec: "@every 1s", Topic: topic, Payload: []byte("tick")})
+	require.NoError(t, err)
+	require.Equal(t, redisdelay.ScheduleCreated, outcome)
+	require.True(t, ticks.waitFor(func() bool { return ticks.count() > 0 }, 5*time.Second), "no tick within 5s of Put")
+
+	seed := uint64(time.Now().UnixNano())
+	if s := os.Getenv(seedEnv); s != "" {
+		seed, err = strconv.ParseUint(s, 10, 64)
+		require.NoError(t, err, "%s=%q", seedEnv, s)
+	}
+	t.Logf("fault seed %d (%s=%d replays the fault choices)", seed, seedEnv, seed)
+	faultEnd := time.Now().Add(faultPeriod)
+	faults := injectFaults(rand.New(rand.NewPCG(seed, seed)), proxies, faultEnd)
+	healed := time.Now()
+
+	// Every tick up to the end of the fault period is acted on by now, or held by the lease of a
+	// Scheduler that lost its connection: once a later tick arrives, each earlier one was
+	// published (a tick's successor is armed only after its message was stored).
+	settle := leaseTimeout + operationTimeout + 3*time.Second
+	afterEnd := func() bool { last, ok := ticks.last(); return ok && last.After(faultEnd) }
+	require.True(t, ticks.waitFor(afterEnd, settle), "no tick after the end of the fault period within %s of the healing", settle)
+	for _, r := range running {
+		r.stop(t)
+	}
+	stoppedAt := time.Now()
+
+	// With every Scheduler stopped, the schedule's counts are final; wait until the consumer
+	// group holds no tick message any more.
+	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: direct, OperationTimeout: operationTimeout}, logger)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		stats, err := in.Stats(ctx, topic)
+		if err != nil {
+			return false
+		}
+		for _, g := range stats {
+			if g.Scheduled+g.Due+g.InFlight > 0 {
+				return false
+			}
+		}
+		return true
+	}, drainTimeout, 20*time.Millisecond, "tick messages still held by the consumer group")
+	info, err := in.Schedule(ctx, name)
+	require.NoError(t, err)
+	require.NoError(t, consumer.Close())
+	consuming.Wait()
+
+	r := ticks.check(faultEnd)
+	t.Logf("SUMMARY scenario=scheduler/proxy-faults seconds=%.0f faults=%s ticks_checked=%d messages=%d published=%d skipped=%d missing=%d duplicated=%d early=%d redelivered=%d lateness_p50=%s lateness_p99=%s lateness_max=%s",
+		faultPeriod.Seconds(), faults, r.checked, r.messages, info.Published, info.Skipped, len(r.missing), len(r.duplicated), len(r.early), r.redelivered,
+		r.p50, r.p99, r.max)
+	t.Logf("adapter logged %d errors; the last tick came %s after the healing; the Schedulers stopped %s after it",
+		logger.Errors(), r.lastAt.Sub(healed).Round(time.Millisecond), stoppedAt.Sub(healed).Round(time.Millisecond))
+	assert.GreaterOrEqual(t, r.checked, int(faultPeriod/time.Second)-1, "too few ticks in the fault period")
+	assert.Empty(t, r.missing, "ticks without a message")
+	assert.Empty(t, r.duplicated, "ticks stored more than once (tick time: UUIDs)")
+	assert.Empty(t, r.early, "messages received before their tick time")
+	assert.Empty(t, r.badKey, "messages whose key is not TickKey(name, tick time)")
+	assert.Zero(t, info.Skipped, "ticks the schedule counts as skipped")
+	assert.Equal(t, int64(r.messages), info.Published, "the schedule's published count against the messages stored")
+}
+
+// schedulerRun is one Scheduler's Run, in its own goroutine.
+type schedulerRun struct {
+	s      *redisdelay.Scheduler
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func runScheduler(t *testing.T, cfg redisdelay.SchedulerConfig, logger cappedLogger) *schedulerRun {
+	t.Helper()
+	s, err := redisdelay.NewScheduler(cfg, logger.With(map[string]any{"scheduler": cfg.Consumer}))
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	r := &schedulerRun{s: s, cancel: cancel, done: make(chan error, 1)}
+	go func() { r.done <- s.Run(ctx) }()
+	t.Cleanup(func() { cancel(); _ = s.Close() })
+	return r
+}
+
+// stop stops Run and waits for it, which finishes the ticks under way (each call bounded by
+// OperationTimeout), then closes the Scheduler.
+func (r *schedulerRun) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	select {
+	case err := <-r.done:
+		require.NoError(t, err, "Scheduler.Run")
+	case <-time.After(10 * time.Second):
+		t.Fatal("Scheduler.Run did not return within 10s of its context's end")
+	}
+	require.NoError(t, r.s.Close())
+}
+
+// faultCounts counts the faults injected, by kind.
+type faultCounts map[string]int
+
+func (c faultCounts) String() string {
+	return fmt.Sprintf("blackhole:%d,stall:%d,latency:%d,reset:%d", c["blackhole"], c["stall"], c["latency"], c["reset"])
+}
+
+// injectFaults injects random faults on random proxies until end, at most two proxies faulted
+// at once, then heals every proxy and returns the faults injected. Each fault lasts 1-4 s
+// (blackhole, stall, latency of 200 ms each way) or is a burst of connection resets
+// (faultProxy.resetAll); a new one starts 0-10 ms after each tick of the 1-second schedule
+// when a proxy is free.
+func injectFaults(rng *rand.Rand, proxies []*faultProxy, end time.Time) faultCounts {
+	const maxFaulted = 2
+	var mu sync.Mutex
+	faulted := make([]bool, len(proxies))
+	counts := faultCounts{}
+	heal := make(chan struct{}) // closed at end: every fault under way heals at once
+	var wg sync.WaitGroup
+	for {
+		// A fault starts a few ms after a tick (the ticks are on whole seconds), while a
+		// Scheduler is acting on it, so that it cuts the calls of a tick under way.
+		now := time.Now()
+		start := now.Truncate(time.Second).Add(time.Second + time.Duration(rng.IntN(10_000))*time.Microsecond)
+		if start.After(end) {
+			time.Sleep(time.Until(end))
+			break
+		}
+		time.Sleep(start.Sub(now))
+		mu.Lock()
+		var free []int
+		for i, f := range faulted {
+			if !f {
+				free = append(free, i)
+			}
+		}
+		if len(proxies)-len(free) >= maxFaulted {
+			mu.Unlock()
+			continue
+		}
+		i := free[rng.IntN(len(free))]
+		faulted[i] = true
+		mu.Unlock()
+		kind := []string{"blackhole", "stall", "latency", "reset"}[rng.IntN(4)]
+		d := time.Duration(1000+rng.IntN(3001)) * time.Millisecond
+		counts[kind]++
+		p := proxies[i]
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { mu.Lock(); faulted[i] = false; mu.Unlock() }()
+			var undo func()
+			switch kind {
+			case "blackhole":
+				undo = p.blackhole()
+			case "stall":
+				undo = p.stall()
+			case "latency":
+				undo = p.latency(200 * time.Millisecond)
+			case "reset":
+				p.resetAll()
+				return
+			}
+			select {
+			case <-time.After(d):
+			case <-heal:
+			}
+			undo()
+		}()
+	}
+	close(heal)
+	wg.Wait()
+	return counts
+}
+
+// tickRecord is one tick message received by the consumer group.
+type tickRecord struct {
+	tick time.Time // TickTimeMetadataKey
+	uuid string
+	at   time.Time // when the consumer received it (first delivery)
+}
+
+// tickLog records the tick messages a consumer receives. It is safe for concurrent use.
+type tickLog struct {
+	name        string
+	mu          sync.Mutex
+	records     []tickRecord // one per UUID, in order of receipt
+	seen        map[string]bool
+	redelivered int      // deliveries of a UUID received before (a lost ack, not a second message)
+	badKey      []string // UUIDs whose message key is not TickKey(name, tick)
+	unreadable  []string // UUIDs without a readable tick time
+	received    chan struct{}
+}
+
+func newTickLog(name string) *tickLog {
+	return &tickLog{name: name, seen: map[string]bool{}, received: make(chan struct{}, 1)}
+}
+
+// consume records and acks every message of ch until it is closed.
+func (l *tickLog) consume(ch <-chan *message.Message) {
+	for msg := range ch {
+		at := time.Now()
+		tick, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(redisdelay.TickTimeMetadataKey))
+		l.mu.Lock()
+		switch {
+		case l.seen[msg.UUID]:
+			l.redelivered++
+		case err != nil:
+			l.unreadable = append(l.unreadable, msg.UUID)
+		default:
+			l.seen[msg.UUID] = true
+			l.records = append(l.records, tickRecord{tick: tick, uuid: msg.UUID, at: at})
+			if msg.Metadata.Get(redisdelay.KeyMetadataKey) != redisdelay.TickKey(l.name, tick) {
+				l.badKey = append(l.badKey, msg.UUID+" key "+msg.Metadata.Get(redisdelay.KeyMetadataKey))
+			}
+		}
+		l.mu.Unlock()
+		msg.Ack()
+		select {
+		case l.received <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (l *tickLog) count() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.records)
+}
+
+// last returns the latest tick time received.
+func (l *tickLog) last() (time.Time, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var last time.Time
+	for _, r := range l.records {
+		if r.tick.After(last) {
+			last = r.tick
+		}
+	}
+	return last, len(l.records) > 0
+}
+
+// waitFor waits up to timeout for cond, checked after each message received.
+func (l *tickLog) waitFor(cond func() bool, timeout time.Duration) bool {
+	deadline := time.After(timeout)
+	for !cond() {
+		select {
+		case <-l.received:
+		case <-deadline:
+			return cond()
+		}
+	}
+	return true
+}
+
+// tickReport is what check found.
+type tickReport struct {
+	checked     int         // distinct tick times from the first received to the end of the faults
+	messages    int         // messages received (distinct UUIDs), all ticks
+	missing     []time.Time // tick times absent between the first received and the end
+	duplicated  []string    // "tick time: UUIDs" of ticks with more than one message
+	early       []string    // "UUID tick time received at"
+	badKey      []string
+	redelivered int
+	lastAt      time.Time // when the last message was received
+	p50, p99    time.Duration
+	max         time.Duration // lateness (receipt minus tick time) of the checked ticks
+}
+
+// check checks the ticks from the first received to end: one message each, 1 s apart, none
+// received before its tick time. Duplicates and early receipts are looked for in every tick.
+func (l *tickLog) check(end time.Time) tickReport {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	r := tickReport{messages: len(l.records), badKey: append(l.badKey, l.unreadable...), redelivered: l.redelivered}
+	byTick := map[int64][]tickRecord{} // by tick time in Unix ms
+	var first time.Time
+	for _, rec := range l.records {
+		tick := rec.tick.UTC()
+		byTick[tick.UnixMilli()] = append(byTick[tick.UnixMilli()], rec)
+		if first.IsZero() || tick.Before(first) {
+			first = tick
+		}
+		if rec.at.Before(rec.tick) {
+			r.early = append(r.early, fmt.Sprintf("%s tick %s received %s", rec.uuid, tick.Format(time.RFC3339Nano), rec.at.UTC().Format(time.RFC3339Nano)))
+		}
+		if rec.at.After(r.lastAt) {
+			r.lastAt = rec.at
+		}
+	}
+	var lateness []time.Duration
+	for tick := first; !tick.After(end); tick = tick.Add(time.Second) {
+		recs, ok := byTick[tick.UnixMilli()]
+		if !ok {
+			r.missing = append(r.missing, tick)
+			continue
+		}
+		r.checked++
+		lateness = append(lateness, recs[0].at.Sub(tick))
+	}
+	for _, recs := range byTick {
+		if len(recs) > 1 {
+			uuids := make([]string, len(recs))
+			for i, rec := range recs {
+				uuids[i] = rec.uuid + " (received " + rec.at.Sub(rec.tick).Round(time.Millisecond).String() + " late)"
+			}
+			r.duplicated = append(r.duplicated, recs[0].tick.UTC().Format(time.RFC3339Nano)+": "+fmt.Sprint(uuids))
+		}
+	}
+	slices.Sort(r.duplicated)
+	if len(lateness) > 0 {
+		slices.Sort(lateness)
+		at := func(q float64) time.Duration {
+			return lateness[int(q*float64(len(lateness)-1))].Round(time.Millisecond)
+		}
+		r.p50, r.p99, r.max = at(0.5), at(0.99), lateness[len(lateness)-1].Round(time.Millisecond)
+	}
+	return r
+}
