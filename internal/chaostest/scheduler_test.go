@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -34,46 +35,19 @@ const seedEnv = "CHAOSTEST_SEED"
 // must agree.
 func TestSchedulersPublishEachTickOnceUnderProxyFaults(t *testing.T) {
 	const schedulers = 3
-	const name = "every-second"
 	faultPeriod := short(15*time.Second, 30*time.Second)
-	srv := redistest.Start(t, redistest.Options{})
-	logger := newLogger(t.Name())
-	direct := newClient(t, srv.Addr)
-	topic := newTopic()
-	ctx := context.Background()
-
-	// The consumer group is registered before the schedule exists, so no tick is parked.
-	ticks := newTickLog(name)
-	consumer := newSubscriber(t, direct, "chaos", logger, nil)
-	require.NoError(t, consumer.SubscribeInitialize(topic))
-	ch, err := consumer.Subscribe(ctx, topic)
-	require.NoError(t, err)
-	var consuming sync.WaitGroup
-	consuming.Add(1)
-	go func() { defer consuming.Done(); ticks.consume(ch) }()
-
+	rig := newTickRig(t)
 	proxies := make([]*faultProxy, schedulers)
 	running := make([]*schedulerRun, schedulers)
 	for i := range proxies {
-		proxies[i] = startProxy(t, srv.Addr)
-		running[i] = runScheduler(t, redisdelay.SchedulerConfig{
-			Client:           newClient(t, proxies[i].Addr),
-			LeaseTimeout:     leaseTimeout,
-			OperationTimeout: operationTimeout,
-			Consumer:         "scheduler-" + strconv.Itoa(i),
-		}, logger)
+		proxies[i] = startProxy(t, rig.srv.Addr)
+		running[i] = runScheduler(t, newClient(t, proxies[i].Addr), "scheduler-"+strconv.Itoa(i), rig.logger)
 	}
-	// The schedule is put by an operator's Scheduler on the direct connection, which never runs.
-	admin, err := redisdelay.NewScheduler(redisdelay.SchedulerConfig{Client: direct, LeaseTimeout: leaseTimeout, OperationTimeout: operationTimeout}, logger)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = admin.Close() })
-	outcome, err := admin.Put(ctx, redisdelay.Schedule{Name: name, Spec: "@every 1s", Topic: topic, Payload: []byte("tick")})
-	require.NoError(t, err)
-	require.Equal(t, redisdelay.ScheduleCreated, outcome)
-	require.True(t, ticks.waitFor(func() bool { return ticks.count() > 0 }, 5*time.Second), "no tick within 5s of Put")
+	rig.put(t)
 
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv(seedEnv); s != "" {
+		var err error
 		seed, err = strconv.ParseUint(s, 10, 64)
 		require.NoError(t, err, "%s=%q", seedEnv, s)
 	}
@@ -86,19 +60,77 @@ func TestSchedulersPublishEachTickOnceUnderProxyFaults(t *testing.T) {
 	// Scheduler that lost its connection: once a later tick arrives, each earlier one was
 	// published (a tick's successor is armed only after its message was stored).
 	settle := leaseTimeout + operationTimeout + 3*time.Second
-	afterEnd := func() bool { last, ok := ticks.last(); return ok && last.After(faultEnd) }
-	require.True(t, ticks.waitFor(afterEnd, settle), "no tick after the end of the fault period within %s of the healing", settle)
+	require.True(t, rig.ticks.waitFor(rig.ticks.after(faultEnd), settle), "no tick after the end of the fault period within %s of the healing", settle)
 	for _, r := range running {
 		r.stop(t)
 	}
 	stoppedAt := time.Now()
+	info := rig.drain(t)
 
-	// With every Scheduler stopped, the schedule's counts are final; wait until the consumer
-	// group holds no tick message any more.
-	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: direct, OperationTimeout: operationTimeout}, logger)
+	r := rig.ticks.check(faultEnd)
+	t.Logf("SUMMARY scenario=scheduler/proxy-faults seconds=%.0f faults=%s ticks_checked=%d messages=%d published=%d skipped=%d missing=%d duplicated=%d early=%d redelivered=%d lateness_p50=%s lateness_p99=%s lateness_max=%s",
+		faultPeriod.Seconds(), faults, r.checked, r.messages, info.Published, info.Skipped, len(r.missing), len(r.duplicated), len(r.early), r.redelivered,
+		r.p50, r.p99, r.max)
+	t.Logf("adapter logged %d errors; the last tick came %s after the healing; the Schedulers stopped %s after it",
+		rig.logger.Errors(), r.lastAt.Sub(healed).Round(time.Millisecond), stoppedAt.Sub(healed).Round(time.Millisecond))
+	assert.GreaterOrEqual(t, r.checked, int(faultPeriod/time.Second)-1, "too few ticks in the fault period")
+	r.assert(t, info)
+}
+
+// tickRig is one redis-server with a 1-second schedule on a topic of its own, put by an
+// operator's Scheduler that never runs, and a consumer group of the topic that records and
+// acks every tick message; both on a direct connection.
+type tickRig struct {
+	srv       *redistest.Server
+	direct    *redis.Client
+	topic     string
+	logger    cappedLogger
+	ticks     *tickLog
+	consumer  *redisdelay.Subscriber
+	consuming sync.WaitGroup
+}
+
+// tickSchedule is the name of the rig's schedule.
+const tickSchedule = "every-second"
+
+// newTickRig starts the server and the consumer group; the group is registered before the
+// schedule exists, so no tick is parked.
+func newTickRig(t *testing.T) *tickRig {
+	t.Helper()
+	srv := redistest.Start(t, redistest.Options{})
+	rig := &tickRig{srv: srv, direct: newClient(t, srv.Addr), topic: newTopic(), logger: newLogger(t.Name()), ticks: newTickLog(tickSchedule)}
+	// No new-group window: its parked copy of each message would keep the tick's key taken for
+	// the window's minute, longer than this test, and hide what TickKeyRetention leaves.
+	rig.consumer = newSubscriber(t, rig.direct, "chaos", rig.logger, func(c *redisdelay.SubscriberConfig) { c.NewGroupWindow = -1 })
+	require.NoError(t, rig.consumer.SubscribeInitialize(rig.topic))
+	ch, err := rig.consumer.Subscribe(context.Background(), rig.topic)
+	require.NoError(t, err)
+	rig.consuming.Add(1)
+	go func() { defer rig.consuming.Done(); rig.ticks.consume(ch) }()
+	return rig
+}
+
+// put puts the schedule and waits for its first tick.
+func (rig *tickRig) put(t *testing.T) {
+	t.Helper()
+	admin, err := redisdelay.NewScheduler(redisdelay.SchedulerConfig{Client: rig.direct, LeaseTimeout: leaseTimeout, OperationTimeout: operationTimeout}, rig.logger)
+	require.NoError(t, err)
+	defer admin.Close()
+	outcome, err := admin.Put(context.Background(), redisdelay.Schedule{Name: tickSchedule, Spec: "@every 1s", Topic: rig.topic, Payload: []byte("tick")})
+	require.NoError(t, err)
+	require.Equal(t, redisdelay.ScheduleCreated, outcome)
+	require.True(t, rig.ticks.waitFor(func() bool { return rig.ticks.count() > 0 }, 5*time.Second), "no tick within 5s of Put")
+}
+
+// drain waits, once every Scheduler stopped, until the consumer group holds no tick message
+// any more, closes the consumer and returns the schedule's final state.
+func (rig *tickRig) drain(t *testing.T) redisdelay.ScheduleInfo {
+	t.Helper()
+	ctx := context.Background()
+	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: rig.direct, OperationTimeout: operationTimeout}, rig.logger)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		stats, err := in.Stats(ctx, topic)
+		stats, err := in.Stats(ctx, rig.topic)
 		if err != nil {
 			return false
 		}
@@ -109,24 +141,11 @@ func TestSchedulersPublishEachTickOnceUnderProxyFaults(t *testing.T) {
 		}
 		return true
 	}, drainTimeout, 20*time.Millisecond, "tick messages still held by the consumer group")
-	info, err := in.Schedule(ctx, name)
+	info, err := in.Schedule(ctx, tickSchedule)
 	require.NoError(t, err)
-	require.NoError(t, consumer.Close())
-	consuming.Wait()
-
-	r := ticks.check(faultEnd)
-	t.Logf("SUMMARY scenario=scheduler/proxy-faults seconds=%.0f faults=%s ticks_checked=%d messages=%d published=%d skipped=%d missing=%d duplicated=%d early=%d redelivered=%d lateness_p50=%s lateness_p99=%s lateness_max=%s",
-		faultPeriod.Seconds(), faults, r.checked, r.messages, info.Published, info.Skipped, len(r.missing), len(r.duplicated), len(r.early), r.redelivered,
-		r.p50, r.p99, r.max)
-	t.Logf("adapter logged %d errors; the last tick came %s after the healing; the Schedulers stopped %s after it",
-		logger.Errors(), r.lastAt.Sub(healed).Round(time.Millisecond), stoppedAt.Sub(healed).Round(time.Millisecond))
-	assert.GreaterOrEqual(t, r.checked, int(faultPeriod/time.Second)-1, "too few ticks in the fault period")
-	assert.Empty(t, r.missing, "ticks without a message")
-	assert.Empty(t, r.duplicated, "ticks stored more than once (tick time: UUIDs)")
-	assert.Empty(t, r.early, "messages received before their tick time")
-	assert.Empty(t, r.badKey, "messages whose key is not TickKey(name, tick time)")
-	assert.Zero(t, info.Skipped, "ticks the schedule counts as skipped")
-	assert.Equal(t, int64(r.messages), info.Published, "the schedule's published count against the messages stored")
+	require.NoError(t, rig.consumer.Close())
+	rig.consuming.Wait()
+	return info
 }
 
 // schedulerRun is one Scheduler's Run, in its own goroutine.
@@ -136,9 +155,10 @@ type schedulerRun struct {
 	done   chan error
 }
 
-func runScheduler(t *testing.T, cfg redisdelay.SchedulerConfig, logger cappedLogger) *schedulerRun {
+func runScheduler(t *testing.T, client redis.UniversalClient, name string, logger cappedLogger) *schedulerRun {
 	t.Helper()
-	s, err := redisdelay.NewScheduler(cfg, logger.With(map[string]any{"scheduler": cfg.Consumer}))
+	cfg := redisdelay.SchedulerConfig{Client: client, LeaseTimeout: leaseTimeout, OperationTimeout: operationTimeout, Consumer: name}
+	s, err := redisdelay.NewScheduler(cfg, logger.With(map[string]any{"scheduler": name}))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &schedulerRun{s: s, cancel: cancel, done: make(chan error, 1)}
@@ -305,6 +325,11 @@ func (l *tickLog) last() (time.Time, bool) {
 	return last, len(l.records) > 0
 }
 
+// after returns the condition that a tick later than end was received.
+func (l *tickLog) after(end time.Time) func() bool {
+	return func() bool { last, ok := l.last(); return ok && last.After(end) }
+}
+
 // waitFor waits up to timeout for cond, checked after each message received.
 func (l *tickLog) waitFor(cond func() bool, timeout time.Duration) bool {
 	deadline := time.After(timeout)
@@ -381,4 +406,16 @@ func (l *tickLog) check(end time.Time) tickReport {
 		r.p50, r.p99, r.max = at(0.5), at(0.99), lateness[len(lateness)-1].Round(time.Millisecond)
 	}
 	return r
+}
+
+// assert asserts the report and the schedule's counts: every checked tick stored once, none
+// early, every message with its tick's key, none skipped, one published per message.
+func (r tickReport) assert(t *testing.T, info redisdelay.ScheduleInfo) {
+	t.Helper()
+	assert.Empty(t, r.missing, "ticks without a message")
+	assert.Empty(t, r.duplicated, "ticks stored more than once (tick time: UUIDs)")
+	assert.Empty(t, r.early, "messages received before their tick time")
+	assert.Empty(t, r.badKey, "messages whose key is not TickKey(name, tick time)")
+	assert.Zero(t, info.Skipped, "ticks the schedule counts as skipped")
+	assert.Equal(t, int64(r.messages), info.Published, "the schedule's published count against the messages stored")
 }
