@@ -360,4 +360,3 @@ func TestScheduleCatchUp(t *testing.T) {
 		})
 	}
 }
-
