@@ -55,7 +55,10 @@ type SchedulerConfig struct {
 	LeaseTimeout time.Duration
 	// TickKeyRetention is how long a tick's message key stays taken after the message is
 	// finished in every group, so that a tick acted on again after a Scheduler died stores
-	// nothing more. 0 means 3 × LeaseTimeout; it must be more than LeaseTimeout.
+	// nothing more. The Scheduler's publishing calls are fenced on the Redis clock at
+	// OperationTimeout after the tick's state was read, so a call held up in the network stores
+	// nothing once the key may be free again. 0 means 3 × the larger of LeaseTimeout and
+	// OperationTimeout; it must be more than LeaseTimeout and than twice OperationTimeout.
 	TickKeyRetention time.Duration
 	// BufferRecheckInterval is how often a tick held back by OverlapBufferOne checks whether
 	// the previous tick's message is finished. DefaultBufferRecheckInterval when 0.
@@ -76,17 +79,17 @@ func (c *SchedulerConfig) setDefaults() {
 	if c.LeaseTimeout == 0 {
 		c.LeaseTimeout = DefaultSchedulerLeaseTimeout
 	}
+	if c.OperationTimeout == 0 {
+		c.OperationTimeout = DefaultOperationTimeout
+	}
 	if c.TickKeyRetention == 0 {
-		c.TickKeyRetention = 3 * c.LeaseTimeout
+		c.TickKeyRetention = 3 * max(c.LeaseTimeout, c.OperationTimeout)
 	}
 	if c.BufferRecheckInterval == 0 {
 		c.BufferRecheckInterval = DefaultBufferRecheckInterval
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = DefaultSchedulerConcurrency
-	}
-	if c.OperationTimeout == 0 {
-		c.OperationTimeout = DefaultOperationTimeout
 	}
 	c.Publisher.Client, c.Publisher.KeyPrefix, c.Publisher.OperationTimeout = c.Client, c.KeyPrefix, c.OperationTimeout
 	c.Publisher.OnDuplicate, c.Publisher.KeyRetention = KeepExisting, c.TickKeyRetention
@@ -99,8 +102,8 @@ func (c SchedulerConfig) Validate() error {
 		return errors.New("redisdelay: SchedulerConfig.Client is nil")
 	case c.LeaseTimeout < 10*time.Millisecond:
 		return fmt.Errorf("redisdelay: SchedulerConfig.LeaseTimeout %s is less than 10ms", c.LeaseTimeout)
-	case c.TickKeyRetention <= c.LeaseTimeout:
-		return fmt.Errorf("redisdelay: SchedulerConfig.TickKeyRetention %s is not more than LeaseTimeout %s", c.TickKeyRetention, c.LeaseTimeout)
+	case c.TickKeyRetention <= c.LeaseTimeout || c.TickKeyRetention <= 2*c.OperationTimeout:
+		return fmt.Errorf("redisdelay: SchedulerConfig.TickKeyRetention %s is not more than LeaseTimeout %s and twice OperationTimeout %s", c.TickKeyRetention, c.LeaseTimeout, c.OperationTimeout)
 	case c.BufferRecheckInterval < time.Millisecond:
 		return fmt.Errorf("redisdelay: SchedulerConfig.BufferRecheckInterval %s is less than 1ms", c.BufferRecheckInterval)
 	case c.Concurrency < 1:
@@ -311,7 +314,7 @@ func (s *Scheduler) Put(ctx context.Context, sch Schedule) (PutOutcome, error) {
 	s.publisher.topics.ensure(ctx, s.store, ScheduleTickTopic, 1, s.logger)
 	if !first.IsZero() && c.prearmed() && states[0].Fields["paused"] != "1" {
 		// Stored ahead; should this fail, the tick publishes it when it falls due.
-		if err := s.publishTicks(c, []time.Time{first}, []time.Time{first.Add(jitter)}); err != nil {
+		if err := s.publishTicks(ctx, c, []time.Time{first}, []time.Time{first.Add(jitter)}, s.fence(time.UnixMicro(nowUs))); err != nil {
 			return PutOutcome(outcome), s.errorf("put", c.Name, fmt.Errorf("stored, but its first message not yet (the tick publishes it at its time): %w", err))
 		}
 	}
@@ -434,7 +437,7 @@ func (s *Scheduler) Resume(ctx context.Context, name string) (bool, error) {
 	}
 	if done && !next.IsZero() && c.prearmed() {
 		// Stored ahead; should this fail, the tick publishes it when it falls due.
-		if err := s.publishTicks(c, []time.Time{next}, []time.Time{next.Add(jitter)}); err != nil {
+		if err := s.publishTicks(ctx, c, []time.Time{next}, []time.Time{next.Add(jitter)}, s.fence(now)); err != nil {
 			return true, s.errorf("resume", name, fmt.Errorf("resumed, but the next message not yet stored (the tick publishes it at its time): %w", err))
 		}
 	}

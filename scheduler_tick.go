@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"time"
@@ -150,7 +151,7 @@ func (s *Scheduler) actOn(ctx context.Context, tp tickPayload) error {
 	}
 	now := time.UnixMicro(nowUs)
 	if tp.Kind == tickKindBuffer {
-		return s.publishBuffered(ctx, st, c, tp)
+		return s.publishBuffered(ctx, st, c, tp, now)
 	}
 	if st.Fields["next"] != strconv.FormatInt(tp.Tick, 10) {
 		return nil // moved past, paused or a second delivery: stale
@@ -181,6 +182,12 @@ func (c *compiledSchedule) dueTicks(tick, now time.Time) (publish []time.Time, s
 		t = c.next(t)
 	}
 	return publish, skipped, t
+}
+
+// fence is the fence of the publishing calls of a tick whose state was read at now (Redis
+// clock): OperationTimeout after it, the longest such a call may take.
+func (s *Scheduler) fence(now time.Time) int64 {
+	return now.Add(s.config.OperationTimeout).UnixMicro()
 }
 
 // prearmed reports whether the schedule's messages are stored ahead: with OverlapAllowAll
@@ -240,7 +247,7 @@ func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compile
 		}
 	}
 	if len(publish) > 0 {
-		if err := s.publishTicks(c, publish, nil); err != nil {
+		if err := s.publishTicks(ctx, c, publish, nil, s.fence(now)); err != nil {
 			return err
 		}
 		last := publish[len(publish)-1]
@@ -266,7 +273,7 @@ func (s *Scheduler) firePrearmed(ctx context.Context, c *compiledSchedule, a sto
 	if !next.IsZero() {
 		ticks, at = append(ticks, next), append(at, next.Add(jitter))
 	}
-	if err := s.publishTicks(c, ticks, at); err != nil {
+	if err := s.publishTicks(ctx, c, ticks, at, s.fence(now)); err != nil {
 		return err
 	}
 	last := tick
@@ -278,20 +285,52 @@ func (s *Scheduler) firePrearmed(ctx context.Context, c *compiledSchedule, a sto
 	return err
 }
 
-// publishTicks publishes the messages of ticks, each due at its time in at (nil: at once).
-func (s *Scheduler) publishTicks(c *compiledSchedule, ticks, at []time.Time) error {
+// publishTicks publishes the messages of ticks, each due at its time in at (nil: at once),
+// one fenced script call per partition of the topic: a call that reaches Redis after
+// notAfterUs (the Redis clock) stores nothing and fails with an error wrapping
+// store.ErrTooLate. The fence is what keeps a call held up in the network from storing a tick
+// again once its key no longer guards it (TickKeyRetention after the tick's message was
+// finished): see SchedulerConfig.TickKeyRetention.
+func (s *Scheduler) publishTicks(ctx context.Context, c *compiledSchedule, ticks, at []time.Time, notAfterUs int64) error {
 	if len(ticks) == 0 {
 		return nil
-	}
-	msgs := make([]*message.Message, len(ticks))
-	for i, t := range ticks {
-		msgs[i] = c.tickMessage(t, TickKey(c.Name, t))
 	}
 	if at == nil {
 		at = ticks
 	}
-	_, err := s.publisher.publishScheduled(c.Topic, at, msgs...)
-	return err
+	p := s.publisher
+	byPartition := map[int][]store.Outgoing{}
+	var order []int
+	for i, t := range ticks {
+		out, n, err := p.outgoing(c.Topic, c.tickMessage(t, TickKey(c.Name, t)), time.Now(), false, 0)
+		if err != nil {
+			return err
+		}
+		out.Delay, out.At, out.Latest = 0, at[i], time.Time{}
+		if _, ok := byPartition[n]; !ok {
+			order = append(order, n)
+		}
+		byPartition[n] = append(byPartition[n], out)
+	}
+	for _, n := range order {
+		part, outs := store.Partition{Topic: c.Topic, N: n}, byPartition[n]
+		call := store.Call{Token: store.NewToken(), TTL: p.callTTL, NotAfterUs: notAfterUs}
+		var letters string
+		err := p.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) (err error) {
+			letters, err = s.store.Publish(ctx, part, call, groups, outs)
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("redisdelay: schedule %s: publish to topic %s: %w", quote(c.Name), quote(c.Topic), err)
+		}
+		outcomes := make([]Outcome, len(outs))
+		for i := range outs {
+			outcomes[i] = outcomeOf(store.PublishOutcome(letters, i))
+		}
+		p.config.Metrics.publishedOutcomes(c.Topic, outcomes)
+	}
+	p.topics.ensure(ctx, s.store, c.Topic, p.config.Partitions, s.logger)
+	return nil
 }
 
 // held reports whether the message with key, the previous tick's, is still due or in flight in
@@ -319,7 +358,7 @@ func (s *Scheduler) held(ctx context.Context, c *compiledSchedule, key string) (
 
 // publishBuffered publishes the tick held back by OverlapBufferOne once its predecessor is
 // finished; while it is held, it returns *predecessorHeld, so the recheck is retried.
-func (s *Scheduler) publishBuffered(ctx context.Context, st store.ScheduleState, c *compiledSchedule, tp tickPayload) error {
+func (s *Scheduler) publishBuffered(ctx context.Context, st store.ScheduleState, c *compiledSchedule, tp tickPayload, now time.Time) error {
 	if st.Fields["buffered"] != strconv.FormatInt(tp.Tick, 10) {
 		return nil // published, or dropped by a pause or an update: stale
 	}
@@ -331,7 +370,7 @@ func (s *Scheduler) publishBuffered(ctx context.Context, st store.ScheduleState,
 		return &predecessorHeld{}
 	}
 	tick := time.UnixMilli(tp.Tick)
-	if err := s.publishTicks(c, []time.Time{tick}, nil); err != nil {
+	if err := s.publishTicks(ctx, c, []time.Time{tick}, nil, s.fence(now)); err != nil {
 		return err
 	}
 	a := store.Advance{

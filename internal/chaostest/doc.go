@@ -65,8 +65,8 @@
 //     and max. CHAOSTEST_SEED=<n> replays the fault choices of the run that logged seed n.
 //  9. TestSchedulerPublishHeldInTheNetworkStoresNothingMore: a go-redis hook holds one tick's
 //     publish of a Scheduler for LeaseTimeout + TickKeyRetention + 3 s, as a stalled network
-//     would, then sends it; it must store nothing more. A known defect: it stores a second
-//     message, so the test is skipped unless CHAOSTEST_KNOWN_DEFECTS=1.
+//     would, then sends it; it must store nothing more (the Scheduler's publishing calls are
+//     fenced on the Redis clock).
 //
 // CHAOSTEST_VERBOSE=1 shows the adapter's info and debug logs; by default only its first 10
 // errors per scenario are shown.

@@ -27,6 +27,10 @@ var (
 // the message had been claimed again, or was cancelled (fencing). Nothing was changed.
 var ErrLeaseLost = errors.New("lease lost")
 
+// ErrTooLate means a fenced publishing call (Call.NotAfterUs) reached Redis after its fence;
+// nothing was stored.
+var ErrTooLate = errors.New("call reached Redis after its fence; nothing stored")
+
 // StaleGroupsError means the caller's view of a topic partition's consumer groups was out of
 // date; Groups are the ones registered now. Nothing was changed.
 type StaleGroupsError struct{ Groups []string }

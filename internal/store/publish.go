@@ -105,6 +105,17 @@ func PublishOutcome(letters string, i int) Outcome {
 type Call struct {
 	Token string
 	TTL   time.Duration
+	// NotAfterUs, when not 0, fences a publishing call: run after this Unix time in µs on the
+	// Redis clock, it stores nothing and returns ErrTooLate (see publish_to).
+	NotAfterUs int64
+}
+
+// ttlArg is the call's first publish_to argument: its TTL in ms, with its fence.
+func (c Call) ttlArg() any {
+	if c.NotAfterUs == 0 {
+		return c.TTL.Milliseconds()
+	}
+	return strconv.FormatInt(c.TTL.Milliseconds(), 10) + "<" + strconv.FormatInt(c.NotAfterUs, 10)
 }
 
 // NewToken returns a random token of 16 characters that names one publish or claim call, so
@@ -121,7 +132,7 @@ func NewToken() string {
 func (s Store) publishTarget(keys []string, args []any, p Partition, call Call, groups []string, msgs []Outgoing) ([]string, []any) {
 	tk := s.keys.topic(p)
 	keys = append(keys, s.keys.call(p, call.Token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches, tk.window, tk.debounce)
-	keys, args = s.groupTargets(keys, append(args, call.TTL.Milliseconds()), p, groups, false, true)
+	keys, args = s.groupTargets(keys, append(args, call.ttlArg()), p, groups, false, true)
 	for _, m := range msgs {
 		args = append(args, m.Data, m.scheduleArg(), m.KeySpec)
 	}
@@ -173,6 +184,8 @@ func publishReply(sc *script, reply any) (string, error) {
 		}
 	case -1:
 		return "", ErrLeaseLost
+	case -2:
+		return "", ErrTooLate
 	case 0:
 		stale := &StaleGroupsError{}
 		for _, g := range res[1:] {

@@ -8,7 +8,10 @@
 -- while the topic's new-group window is open, "" holding its cap; see register.lua), the prefix
 -- of debounce caps (see below), then one due sorted set per group, then one keyed hash per
 -- group. Its arguments start at
--- ARGV[a]: how long the call's token is kept (ms), G, G group names, their G wake channels,
+-- ARGV[a]: how long the call's token is kept (ms; with "<" and a Unix time in µs after it, the
+-- call's fence: a call that runs after that time on the Redis clock stores nothing and returns
+-- {-2}, so that a call held up in the network cannot act once its sender may have been
+-- replaced), G, G group names, their G wake channels,
 -- then triples of marshaled message, schedule (a delay in µs after now; or "@" and a Unix time
 -- in µs, due at once if past; or a delay, "<" and a Unix time in µs it must not pass, due at once
 -- if past) and key spec: "" for a message without a key, else the policy
@@ -76,12 +79,17 @@ local function publish_to(k, a)
     local space = string.find(done, ' ', 1, true)
     return {1, string.sub(done, 1, space - 1), string.sub(done, space + 1)}
   end
+  local now = now_us()
+  local fence = string.find(ttl, '<', 1, true)
+  if fence then
+    if now > tonumber(string.sub(ttl, fence + 1)) then return {-2} end
+    ttl = string.sub(ttl, 1, fence - 1)
+  end
   local wrong = stale(groups, a + 2, ngroups)
   if wrong then return wrong end
 
   local first = a + 2 + 2 * ngroups
   local count = (#ARGV - first + 1) / 3
-  local now = now_us()
 
   -- parking: the messages go to the parked set too (see above); holders is how many sets hold
   -- each message, which refs counts while it is more than one.
