@@ -225,4 +225,3 @@ func (b *bench) runSchedules(sys system) error {
 	b.res.set("schedules_idle", sys.name(), float64(after-before-1)/time.Since(start).Seconds(), "1,000 daily schedules, none due in the window, 2 Schedulers (Concurrency 4 each); Lua-internal commands count")
 	return nil
 }
-
