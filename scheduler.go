@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -137,7 +138,12 @@ type Scheduler struct {
 	subscriber *Subscriber
 	closed     bool
 	compiled   sync.Map // version -> *compiledSchedule
+	// compiledCount bounds compiled: past maxCompiled versions it starts again from empty.
+	compiledCount atomic.Int64
 }
+
+// maxCompiled bounds the definitions a Scheduler keeps compiled.
+const maxCompiled = 10_000
 
 // NewScheduler returns a Scheduler. A nil logger means watermill.NopLogger. It makes no Redis
 // call; an invalid config is returned as an error naming the field.
@@ -468,6 +474,10 @@ func (s *Scheduler) compiledOf(st store.ScheduleState) (*compiledSchedule, error
 	c, err := decodeSchedule(st.Name, st.Fields["def"])
 	if err != nil {
 		return nil, err
+	}
+	if s.compiledCount.Add(1) > maxCompiled {
+		s.compiled.Clear()
+		s.compiledCount.Store(1)
 	}
 	s.compiled.Store(ver, c)
 	return c, nil

@@ -203,6 +203,12 @@ func TestScheduleOperationsAndCleanup(t *testing.T) {
 		info, err := e.inspector(t).Schedule(ctx, "daily")
 		require.NoError(t, err)
 		assert.True(t, info.Paused)
+		page, more, err := e.inspector(t).Schedules(ctx, "", 10)
+		require.NoError(t, err)
+		assert.False(t, more)
+		require.Len(t, page, 1)
+		assert.Equal(t, "daily", page[0].Schedule.Name)
+		assert.True(t, page[0].Paused)
 		assert.True(t, info.Pending.IsZero())
 		changed, err = s.Resume(ctx, "daily")
 		require.NoError(t, err)
@@ -373,4 +379,32 @@ func TestScheduleCatchUp(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInspectorSchedulesReadsOnePageAtATime pages through schedules in name order.
+func TestInspectorSchedulesReadsOnePageAtATime(t *testing.T) {
+	e := newSchedulerEnv(t, embeddedRedis(t))
+	ctx := context.Background()
+	s := e.scheduler(t, nil)
+	for _, name := range []string{"e", "a", "d", "b", "c"} {
+		_, err := s.Put(ctx, redisdelay.Schedule{Name: name, Spec: "@hourly", Topic: "t"})
+		require.NoError(t, err)
+	}
+	in := e.inspector(t)
+	var names []string
+	after := ""
+	for pages := 1; ; pages++ {
+		page, more, err := in.Schedules(ctx, after, 2)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(page), 2)
+		for _, info := range page {
+			names = append(names, info.Schedule.Name)
+		}
+		if !more {
+			assert.Equal(t, 3, pages)
+			break
+		}
+		after = page[len(page)-1].Schedule.Name
+	}
+	assert.Equal(t, []string{"a", "b", "c", "d", "e"}, names)
 }
