@@ -192,7 +192,9 @@ func TestScheduleOperationsAndCleanup(t *testing.T) {
 		e := newSchedulerEnv(t, b)
 		ctx := context.Background()
 		msgs := e.subscribe(t, "reports", "mailer")
-		s := e.scheduler(t, func(c *redisdelay.SchedulerConfig) { c.TickKeyRetention, c.OperationTimeout = 3*time.Second, time.Second })
+		s := e.scheduler(t, func(c *redisdelay.SchedulerConfig) {
+			c.TickKeyRetention, c.OperationTimeout = 3*time.Second, time.Second
+		})
 		e.run(t, s)
 		_, err := s.Put(ctx, redisdelay.Schedule{Name: "daily", Spec: "0 0 9 * * *", Topic: "reports"})
 		require.NoError(t, err)
