@@ -8,6 +8,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -358,12 +359,23 @@ func (s *Scheduler) dropTick(ctx context.Context, st store.ScheduleState) {
 	}
 	key = TickKey(name, msTime(pending))
 	part := store.Partition{Topic: c.Topic, N: keyPartition(key, s.config.Publisher.Partitions)}
-	err = s.publisher.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) error {
-		_, err := s.store.Cancel(ctx, part, key, s.call(), groups)
+	var res store.KeyResult
+	err = s.publisher.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) (err error) {
+		res, err = s.store.Cancel(ctx, part, key, s.call(), groups)
 		return err
 	})
 	if err != nil {
 		s.logger.Error("Could not cancel the message a schedule stored ahead; it is delivered at its time", err, watermill.LogFields{"schedule": name, "topic": c.Topic, "key": key})
+		return
+	}
+	// The tick did not happen: free its key, so that the tick armed again at the same instant
+	// (Resume, an update that keeps the next tick, Delete and Put) stores its message. A
+	// message in flight somewhere did happen: its key stays taken.
+	if slices.Contains(res.Groups, store.InFlight) {
+		return
+	}
+	if _, err := s.store.ForgetKey(ctx, part, key); err != nil {
+		s.logger.Error("Could not free the key of a cancelled message stored ahead; the tick armed again at its instant is stored once the key's retention ends", err, watermill.LogFields{"schedule": name, "topic": c.Topic, "key": key})
 	}
 }
 

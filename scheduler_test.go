@@ -410,3 +410,37 @@ func TestInspectorSchedulesReadsOnePageAtATime(t *testing.T) {
 	}
 	assert.Equal(t, []string{"a", "b", "c", "d", "e"}, names)
 }
+
+// TestSchedulePausedAndResumedAtOnceKeepsItsNextTick pauses and resumes a schedule within one
+// tick: the message stored ahead is cancelled and stored again for the same tick, which is
+// delivered once.
+func TestSchedulePausedAndResumedAtOnceKeepsItsNextTick(t *testing.T) {
+	b := embeddedRedis(t)
+	start := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
+	b.miniredis.SetTime(start)
+	e := newSchedulerEnv(t, b)
+	ctx := context.Background()
+	s := e.scheduler(t, nil)
+	_, err := s.Put(ctx, redisdelay.Schedule{Name: "job", Spec: "@every 10s", Topic: "jobs"})
+	require.NoError(t, err)
+	_, err = s.Pause(ctx, "job")
+	require.NoError(t, err)
+	_, err = s.Resume(ctx, "job")
+	require.NoError(t, err)
+	b.miniredis.SetTime(start.Add(10*time.Second + 100*time.Millisecond))
+	msgs := e.subscribe(t, "jobs", "worker")
+	e.run(t, s)
+	msg := receive(t, msgs, 5*time.Second)
+	assert.Equal(t, start.Add(10*time.Second), tickOf(t, msg).UTC())
+	msg.Ack()
+	require.Eventually(t, func() bool {
+		info, err := e.inspector(t).Schedule(ctx, "job")
+		require.NoError(t, err)
+		return info.Published == 1
+	}, 5*time.Second, 10*time.Millisecond)
+	select {
+	case msg := <-msgs:
+		t.Fatalf("tick %s delivered twice or out of turn", tickOf(t, msg))
+	default:
+	}
+}

@@ -103,6 +103,19 @@ func byKeyReply(sc *script, reply any, groups int, done byte) (KeyResult, error)
 	return r, nil
 }
 
+var forgetKeyScript = mustScript(scriptSpec{file: "forgetkey", allowOOM: true})
+
+// ForgetKey runs forgetkey.lua: it frees key on partition p at once, deleting its history, when
+// no message with the key is stored, and reports whether it did.
+func (s Store) ForgetKey(ctx context.Context, p Partition, key string) (bool, error) {
+	tk := s.keys.topic(p)
+	res, err := s.run(ctx, s.client, forgetKeyScript, []string{tk.messages, tk.history + key}, key)
+	if err != nil {
+		return false, err
+	}
+	return asInt(res) == 1, nil
+}
+
 // KeyState is where one consumer group stands with a keyed message (see Status).
 type KeyState int
 
