@@ -95,3 +95,7 @@ func RegistryKeysForTest(prefix, topic string) (registry, groups string) {
 
 // ExpiredAtClaimForTest is the deadline decision of a claimed message (see expiredAtClaim).
 var ExpiredAtClaimForTest = expiredAtClaim
+
+// PrearmedTickDelayForTest is how long after a prearmed schedule's tick its tick message falls
+// due (see prearmedTickDelay).
+const PrearmedTickDelayForTest = prearmedTickDelay

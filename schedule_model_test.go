@@ -350,6 +350,15 @@ func (r *smRun) dropPending(i int) {
 	s.pending = time.Time{}
 }
 
+// smActsAt is when a Scheduler acts on a schedule's tick: at the tick, or, when the schedule
+// stores its messages ahead (OverlapAllowAll), a little after it.
+func smActsAt(def redisdelay.Schedule, tick time.Time) time.Time {
+	if def.Overlap == redisdelay.OverlapAllowAll || def.Overlap == "" {
+		return tick.Add(redisdelay.PrearmedTickDelayForTest)
+	}
+	return tick
+}
+
 // fire is what acting on schedule i's pending tick, due by now, does.
 func (r *smRun) fire(i int) {
 	s, name := r.scheds[i], smName(i)
@@ -540,7 +549,7 @@ func (r *smRun) runSchedulers(n int, crashAfter time.Duration) {
 		stop(x.s, x.cancel, x.done)
 	}
 	for i, s := range r.scheds {
-		if s != nil && !s.paused && !s.pending.IsZero() && !s.pending.After(r.now) {
+		if s != nil && !s.paused && !s.pending.IsZero() && !smActsAt(smDef(smName(i), s.def), s.pending).After(r.now) {
 			r.fire(i)
 		}
 	}
@@ -559,7 +568,7 @@ func (r *smRun) waitIdle() {
 			busy = err.Error()
 		}
 		for _, info := range infos {
-			if !info.Paused && !info.Pending.IsZero() && !info.Pending.After(r.now) {
+			if !info.Paused && !info.Pending.IsZero() && !smActsAt(info.Schedule, info.Pending).After(r.now) {
 				busy = fmt.Sprintf("%s pending %s", info.Schedule.Name, info.Pending.UTC().Format(smTimeLayout))
 			}
 		}

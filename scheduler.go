@@ -301,7 +301,7 @@ func (s *Scheduler) Put(ctx context.Context, sch Schedule) (PutOutcome, error) {
 	first, jitter := c.next(time.UnixMicro(nowUs)), c.jitter()
 	var firstMsg *store.Outgoing
 	if !first.IsZero() {
-		m, err := s.tickOutgoing(c.Name, ver, first, jitter, tickKindTick)
+		m, err := s.tickOutgoing(c, ver, first, jitter)
 		if err != nil {
 			return "", err
 		}
@@ -443,7 +443,7 @@ func (s *Scheduler) Resume(ctx context.Context, name string) (bool, error) {
 	var msgs []store.Outgoing
 	a := store.Advance{Mode: store.AdvanceResume, Version: st.Fields["ver"], Next: ""}
 	if !next.IsZero() {
-		m, err := s.tickOutgoing(name, a.Version, next, jitter, tickKindTick)
+		m, err := s.tickOutgoing(c, a.Version, next, jitter)
 		if err != nil {
 			return false, err
 		}

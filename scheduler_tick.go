@@ -81,10 +81,20 @@ func (c *compiledSchedule) tickMessage(tick time.Time, key string) *message.Mess
 	return msg
 }
 
-// tickOutgoing prepares the tick message of schedule name's version ver for the tick at
-// nominal time tick, due jitter after it.
-func (s *Scheduler) tickOutgoing(name, ver string, tick time.Time, jitter time.Duration, kind string) (store.Outgoing, error) {
-	return s.tickOutgoingAt(name, ver, tick, tick.Add(jitter), kind)
+// prearmedTickDelay is how long after its message a prearmed schedule's tick message falls
+// due: the message, stored ahead, is delivered at its time without a Scheduler, and the
+// Schedulers' work for the tick (recording it, arming the next) does not compete with that
+// delivery for the machine at the same instant.
+const prearmedTickDelay = 10 * time.Millisecond
+
+// tickOutgoing prepares the tick message of c's version ver for the tick at nominal time tick,
+// due jitter after it (and prearmedTickDelay more for a prearmed schedule).
+func (s *Scheduler) tickOutgoing(c *compiledSchedule, ver string, tick time.Time, jitter time.Duration) (store.Outgoing, error) {
+	due := tick.Add(jitter)
+	if c.prearmed() {
+		due = due.Add(prearmedTickDelay)
+	}
+	return s.tickOutgoingAt(c.Name, ver, tick, due, tickKindTick)
 }
 
 // tickOutgoingAt prepares a tick message due at due.
@@ -216,7 +226,7 @@ func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compile
 	jitter := c.jitter()
 	var msgs []store.Outgoing
 	if !next.IsZero() {
-		m, err := s.tickOutgoing(c.Name, ver, next, jitter, tickKindTick)
+		m, err := s.tickOutgoing(c, ver, next, jitter)
 		if err != nil {
 			return err
 		}
