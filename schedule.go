@@ -142,6 +142,19 @@ func (s Schedule) compile() (*compiledSchedule, error) {
 	if s.Topic == ScheduleTickTopic {
 		return nil, scheduleError(s.Name, "Topic", quote(s.Topic), errors.New("is the schedules' own tick topic"))
 	}
+	for k, v := range s.Metadata {
+		if strings.HasPrefix(k, ReservedMetadataPrefix) {
+			return nil, scheduleError(s.Name, "Metadata key", quote(k), fmt.Errorf("starts with the reserved prefix %s (value %s)", ReservedMetadataPrefix, quote(v)))
+		}
+	}
+	if err := s.setPolicies(); err != nil {
+		return nil, err
+	}
+	return s.parse()
+}
+
+// parse parses the spec and the time zone.
+func (s Schedule) parse() (*compiledSchedule, error) {
 	spec := strings.TrimSpace(s.Spec)
 	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
 		return nil, scheduleError(s.Name, "Spec", quote(s.Spec), errors.New("has a time zone prefix: set TimeZone instead"))
@@ -162,38 +175,38 @@ func (s Schedule) compile() (*compiledSchedule, error) {
 			return nil, scheduleError(s.Name, "TimeZone", quote(s.TimeZone), err)
 		}
 	}
+	s.Spec = spec
+	return &compiledSchedule{Schedule: s, cron: sched, loc: loc}, nil
+}
+
+// setPolicies checks the policies, the catch-up window and the jitter, filling in defaults.
+func (s *Schedule) setPolicies() error {
 	switch s.Overlap {
 	case "":
 		s.Overlap = OverlapAllowAll
 	case OverlapAllowAll, OverlapSkip, OverlapBufferOne:
 	default:
-		return nil, scheduleError(s.Name, "Overlap", quote(string(s.Overlap)), errors.New(`want "allow-all", "skip" or "buffer-one"`))
+		return scheduleError(s.Name, "Overlap", quote(string(s.Overlap)), errors.New(`want "allow-all", "skip" or "buffer-one"`))
 	}
 	switch s.CatchUp {
 	case "":
 		s.CatchUp = CatchUpAll
 	case CatchUpAll, CatchUpLatest:
 	default:
-		return nil, scheduleError(s.Name, "CatchUp", quote(string(s.CatchUp)), errors.New(`want "all" or "latest"`))
+		return scheduleError(s.Name, "CatchUp", quote(string(s.CatchUp)), errors.New(`want "all" or "latest"`))
 	}
 	if s.CatchUpWindow == 0 {
 		s.CatchUpWindow = DefaultCatchUpWindow
 	}
 	switch {
 	case s.CatchUpWindow < time.Millisecond:
-		return nil, scheduleError(s.Name, "CatchUpWindow", s.CatchUpWindow, errors.New("must be at least 1ms"))
+		return scheduleError(s.Name, "CatchUpWindow", s.CatchUpWindow, errors.New("must be at least 1ms"))
 	case s.Jitter < 0:
-		return nil, scheduleError(s.Name, "Jitter", s.Jitter, errors.New("is negative"))
+		return scheduleError(s.Name, "Jitter", s.Jitter, errors.New("is negative"))
 	case s.Jitter >= s.CatchUpWindow:
-		return nil, scheduleError(s.Name, "Jitter", s.Jitter, fmt.Errorf("is not less than the catch-up window %s", s.CatchUpWindow))
+		return scheduleError(s.Name, "Jitter", s.Jitter, fmt.Errorf("is not less than the catch-up window %s", s.CatchUpWindow))
 	}
-	for k, v := range s.Metadata {
-		if strings.HasPrefix(k, ReservedMetadataPrefix) {
-			return nil, scheduleError(s.Name, "Metadata key", quote(k), fmt.Errorf("starts with the reserved prefix %s (value %s)", ReservedMetadataPrefix, quote(v)))
-		}
-	}
-	s.Spec = spec
-	return &compiledSchedule{Schedule: s, cron: sched, loc: loc}, nil
+	return nil
 }
 
 // def is the stored form of the compiled schedule.

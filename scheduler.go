@@ -277,15 +277,9 @@ const (
 // names the schedule and the field for a bad definition (nothing stored), ErrSchedulerClosed
 // after Close, or the Redis error; within OperationTimeout (two calls).
 func (s *Scheduler) Put(ctx context.Context, sch Schedule) (PutOutcome, error) {
-	if s.isClosed() {
-		return "", ErrSchedulerClosed
-	}
-	c, err := sch.compile()
+	c, err := s.check(sch)
 	if err != nil {
 		return "", err
-	}
-	if _, _, err := s.publisher.outgoing(c.Topic, c.tickMessage(time.Now(), TickKey(c.Name, time.Now())), time.Now(), false, 0); err != nil {
-		return "", fmt.Errorf("redisdelay: %w: schedule %s: %w", ErrInvalidSchedule, quote(c.Name), err)
 	}
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
@@ -319,13 +313,41 @@ func (s *Scheduler) Put(ctx context.Context, sch Schedule) (PutOutcome, error) {
 		s.dropTick(ctx, old)
 	}
 	s.publisher.topics.ensure(ctx, s.store, ScheduleTickTopic, 1, s.logger)
-	if !first.IsZero() && c.prearmed() && states[0].Fields["paused"] != "1" {
-		// Stored ahead; should this fail, the tick publishes it when it falls due.
-		if err := s.publishTicks(ctx, c, []time.Time{first}, []time.Time{first.Add(jitter)}, s.fence(time.UnixMicro(nowUs))); err != nil {
-			return PutOutcome(outcome), s.errorf("put", c.Name, fmt.Errorf("stored, but its first message not yet (the tick publishes it at its time): %w", err))
+	if outcome != string(ScheduleUnchanged) && states[0].Fields["paused"] != "1" {
+		if err := s.storeAhead(ctx, c, first, jitter, time.UnixMicro(nowUs)); err != nil {
+			return PutOutcome(outcome), s.errorf("put", c.Name, err)
 		}
 	}
 	return PutOutcome(outcome), nil
+}
+
+// check compiles sch and checks that its message can be published (reserved metadata, size).
+func (s *Scheduler) check(sch Schedule) (*compiledSchedule, error) {
+	if s.isClosed() {
+		return nil, ErrSchedulerClosed
+	}
+	c, err := sch.compile()
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	if _, _, err := s.publisher.outgoing(c.Topic, c.tickMessage(now, TickKey(c.Name, now)), now, false, 0); err != nil {
+		return nil, fmt.Errorf("redisdelay: %w: schedule %s: %w", ErrInvalidSchedule, quote(c.Name), err)
+	}
+	return c, nil
+}
+
+// storeAhead stores the message of a prearmed schedule's tick at first, armed at now (Redis
+// clock), due jitter after it. Should it fail, the tick publishes the message when it falls
+// due; the error says so.
+func (s *Scheduler) storeAhead(ctx context.Context, c *compiledSchedule, first time.Time, jitter time.Duration, now time.Time) error {
+	if first.IsZero() || !c.prearmed() {
+		return nil
+	}
+	if err := s.publishTicks(ctx, c, []time.Time{first}, []time.Time{first.Add(jitter)}, s.fence(now)); err != nil {
+		return fmt.Errorf("stored, but the message of its tick %s not yet (the tick publishes it at its time): %w", first.UTC().Format(time.RFC3339Nano), err)
+	}
+	return nil
 }
 
 // call returns a new token for a script call that publishes.
@@ -453,10 +475,9 @@ func (s *Scheduler) Resume(ctx context.Context, name string) (bool, error) {
 	if err != nil {
 		return false, s.errorf("resume", name, err)
 	}
-	if done && !next.IsZero() && c.prearmed() {
-		// Stored ahead; should this fail, the tick publishes it when it falls due.
-		if err := s.publishTicks(ctx, c, []time.Time{next}, []time.Time{next.Add(jitter)}, s.fence(now)); err != nil {
-			return true, s.errorf("resume", name, fmt.Errorf("resumed, but the next message not yet stored (the tick publishes it at its time): %w", err))
+	if done {
+		if err := s.storeAhead(ctx, c, next, jitter, now); err != nil {
+			return true, s.errorf("resume", name, err)
 		}
 	}
 	return done, nil

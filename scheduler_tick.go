@@ -235,26 +235,9 @@ func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compile
 	if c.prearmed() {
 		return s.firePrearmed(ctx, c, a, msgs, tick, now, publish, next, jitter)
 	}
-	if len(publish) > 0 {
-		if len(publish) > 1 { // only the latest of a catch-up; the others overlap it
-			a.Skipped += len(publish) - 1
-			publish = publish[len(publish)-1:]
-		}
-		held, err := s.held(ctx, c, st.Fields["last_key"])
-		if err != nil {
-			return err
-		}
-		switch {
-		case held && (c.Overlap == OverlapSkip || st.Fields["buffered"] != ""):
-			a.Skipped, publish, a.Outcome = a.Skipped+1, nil, string(TickSkippedOverlap)
-		case held: // OverlapBufferOne, nothing held back yet
-			m, err := s.tickOutgoingAt(c.Name, ver, publish[0], now.Add(s.config.BufferRecheckInterval), tickKindBuffer)
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, m)
-			a.Buffered, a.Outcome, publish = strconv.FormatInt(publish[0].UnixMilli(), 10), string(TickBuffered), nil
-		}
+	publish, msgs, err := s.overlap(ctx, st, c, &a, publish, msgs, now)
+	if err != nil {
+		return err
 	}
 	if len(publish) > 0 {
 		if err := s.publishTicks(ctx, c, publish, nil, s.fence(now)); err != nil {
@@ -263,8 +246,36 @@ func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compile
 		last := publish[len(publish)-1]
 		a.LastMs, a.LastKey, a.Published, a.Outcome = last.UnixMilli(), TickKey(c.Name, last), len(publish), string(TickPublished)
 	}
-	_, err := s.advance(ctx, c.Name, a, msgs)
+	_, err = s.advance(ctx, c.Name, a, msgs)
 	return err
+}
+
+// overlap applies the overlap policy (OverlapSkip or OverlapBufferOne) to the ticks due: one at
+// most is published (the latest; the others overlap it), and none while the previous tick's
+// message is held: skipped, or held back (a recheck message joins msgs). It records its
+// decision in a and returns the ticks to publish and the messages to arm.
+func (s *Scheduler) overlap(ctx context.Context, st store.ScheduleState, c *compiledSchedule, a *store.Advance, publish []time.Time, msgs []store.Outgoing, now time.Time) ([]time.Time, []store.Outgoing, error) {
+	if len(publish) == 0 {
+		return nil, msgs, nil
+	}
+	a.Skipped += len(publish) - 1
+	publish = publish[len(publish)-1:]
+	held, err := s.held(ctx, c, st.Fields["last_key"])
+	switch {
+	case err != nil:
+		return nil, nil, err
+	case held && (c.Overlap == OverlapSkip || st.Fields["buffered"] != ""):
+		a.Skipped, a.Outcome = a.Skipped+1, string(TickSkippedOverlap)
+		return nil, msgs, nil
+	case held: // OverlapBufferOne, nothing held back yet
+		m, err := s.tickOutgoingAt(c.Name, a.Version, publish[0], now.Add(s.config.BufferRecheckInterval), tickKindBuffer)
+		if err != nil {
+			return nil, nil, err
+		}
+		a.Buffered, a.Outcome = strconv.FormatInt(publish[0].UnixMilli(), 10), string(TickBuffered)
+		return nil, append(msgs, m), nil
+	}
+	return publish, msgs, nil
 }
 
 // firePrearmed acts on a tick of a prearmed schedule: the tick's own message was stored ahead;
