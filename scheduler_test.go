@@ -14,6 +14,11 @@ import (
 	"github.com/watermill-redisdelay/redisdelay"
 )
 
+// schedWait bounds the waits of the schedule tests for an event (a tick acted on, a message
+// received): generous, since a loaded CI machine with -race can be slow; a passing test waits
+// only as long as the event takes.
+const schedWait = 15 * time.Second
+
 // schedulerEnv is a key prefix of its own on a backend, with the Publisher, Subscriber config
 // and Inspector of that prefix.
 type schedulerEnv struct {
@@ -90,7 +95,7 @@ func TestSchedulerPublishesEachTickOnceWithSeveralInstances(t *testing.T) {
 
 		var ticks []time.Time
 		for len(ticks) < 4 {
-			msg := receive(t, msgs, 5*time.Second)
+			msg := receive(t, msgs, schedWait)
 			at := time.Now()
 			tick := tickOf(t, msg)
 			assert.False(t, at.Before(tick), "tick %s delivered early at %s", tick, at)
@@ -108,9 +113,11 @@ func TestSchedulerPublishesEachTickOnceWithSeveralInstances(t *testing.T) {
 		require.Eventually(t, func() bool {
 			var err error
 			info, err = e.inspector(t).Schedule(context.Background(), "every-second")
-			require.NoError(t, err)
+			if err != nil { // the condition runs in a goroutine of its own: no require here
+				return false
+			}
 			return info.Published >= 4
-		}, 5*time.Second, 10*time.Millisecond, "the count follows the messages")
+		}, schedWait, 10*time.Millisecond, "the count follows the messages")
 		assert.Zero(t, info.Skipped)
 		assert.Len(t, info.NextTicks, redisdelay.DefaultNextTicks)
 	})
@@ -222,7 +229,7 @@ func TestScheduleOperationsAndCleanup(t *testing.T) {
 
 		id, err := s.Trigger(ctx, "daily")
 		require.NoError(t, err)
-		got := receive(t, msgs, 5*time.Second)
+		got := receive(t, msgs, schedWait)
 		assert.Equal(t, id, got.UUID)
 		got.Ack()
 
@@ -231,7 +238,7 @@ func TestScheduleOperationsAndCleanup(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.BackfillResult{Published: 3}, res)
 		for i := 0; i < 3; i++ {
-			msg := receive(t, msgs, 5*time.Second)
+			msg := receive(t, msgs, schedWait)
 			assert.Equal(t, day.Add(time.Duration(i)*24*time.Hour+9*time.Hour), tickOf(t, msg).UTC())
 			msg.Ack()
 		}
@@ -291,16 +298,18 @@ func TestScheduleOverlapPolicies(t *testing.T) {
 			e.run(t, s)
 			_, err := s.Put(ctx, redisdelay.Schedule{Name: "job", Spec: "@every 1s", Topic: "jobs", Overlap: policy})
 			require.NoError(t, err)
-			first := receive(t, msgs, 5*time.Second)
+			first := receive(t, msgs, schedWait)
 			firstTick := tickOf(t, first)
 
 			in := e.inspector(t)
 			var info redisdelay.ScheduleInfo
 			require.Eventually(t, func() bool {
 				info, err = in.Schedule(ctx, "job")
-				require.NoError(t, err)
+				if err != nil { // the condition runs in a goroutine of its own: no require here
+					return false
+				}
 				return info.Skipped >= 1
-			}, 5*time.Second, 20*time.Millisecond, "a tick is skipped while the first is held")
+			}, schedWait, 20*time.Millisecond, "a tick is skipped while the first is held")
 			select {
 			case msg := <-msgs:
 				t.Fatalf("tick %s delivered while the first was held", tickOf(t, msg))
@@ -311,10 +320,10 @@ func TestScheduleOverlapPolicies(t *testing.T) {
 			}
 			ackedAt := time.Now()
 			first.Ack()
-			next := receive(t, msgs, 5*time.Second)
+			next := receive(t, msgs, schedWait)
 			if policy == redisdelay.OverlapBufferOne {
 				assert.Equal(t, firstTick.Add(time.Second).UTC(), tickOf(t, next).UTC(), "the held tick follows the ack")
-				assert.Less(t, time.Since(ackedAt), time.Second, "within a recheck interval and lateness")
+				assert.Less(t, time.Since(ackedAt), 3*time.Second, "within a few recheck intervals")
 			} else {
 				assert.True(t, tickOf(t, next).After(firstTick.Add(time.Second)), "the skipped tick never comes")
 			}
@@ -360,7 +369,7 @@ func TestScheduleCatchUp(t *testing.T) {
 				want = append(want, start.Add(time.Duration(sec)*time.Second))
 			}
 			for range want {
-				msg := receive(t, msgs, 5*time.Second)
+				msg := receive(t, msgs, schedWait)
 				got = append(got, tickOf(t, msg).UTC())
 				msg.Ack()
 			}
@@ -369,9 +378,11 @@ func TestScheduleCatchUp(t *testing.T) {
 			var info redisdelay.ScheduleInfo
 			require.Eventually(t, func() bool {
 				info, err = e.inspector(t).Schedule(ctx, "job")
-				require.NoError(t, err)
+				if err != nil { // the condition runs in a goroutine of its own: no require here
+					return false
+				}
 				return info.Published == int64(len(want))
-			}, 5*time.Second, 10*time.Millisecond)
+			}, schedWait, 10*time.Millisecond)
 			assert.Equal(t, int64(10-len(want)), info.Skipped)
 			assert.Equal(t, start.Add(110*time.Second), info.Pending.UTC())
 			select {
@@ -430,14 +441,16 @@ func TestSchedulePausedAndResumedAtOnceKeepsItsNextTick(t *testing.T) {
 	b.miniredis.SetTime(start.Add(10*time.Second + 100*time.Millisecond))
 	msgs := e.subscribe(t, "jobs", "worker")
 	e.run(t, s)
-	msg := receive(t, msgs, 5*time.Second)
+	msg := receive(t, msgs, schedWait)
 	assert.Equal(t, start.Add(10*time.Second), tickOf(t, msg).UTC())
 	msg.Ack()
 	require.Eventually(t, func() bool {
 		info, err := e.inspector(t).Schedule(ctx, "job")
-		require.NoError(t, err)
+		if err != nil { // the condition runs in a goroutine of its own: no require here
+			return false
+		}
 		return info.Published == 1
-	}, 5*time.Second, 10*time.Millisecond)
+	}, schedWait, 10*time.Millisecond)
 	select {
 	case msg := <-msgs:
 		t.Fatalf("tick %s delivered twice or out of turn", tickOf(t, msg))
