@@ -390,10 +390,13 @@ func (s *Scheduler) dropTick(ctx context.Context, st store.ScheduleState) {
 		s.logger.Error("Could not cancel the message a schedule stored ahead; it is delivered at its time", err, watermill.LogFields{"schedule": name, "topic": c.Topic, "key": key})
 		return
 	}
-	// The tick did not happen: free its key, so that the tick armed again at the same instant
-	// (Resume, an update that keeps the next tick, Delete and Put) stores its message. A
-	// message in flight somewhere did happen: its key stays taken.
-	if slices.Contains(res.Groups, store.InFlight) {
+	// A message cancelled while it waited everywhere never happened: free its key, so that the
+	// tick armed again at the same instant (Resume, an update that keeps the next tick, Delete
+	// and Put) stores its message. One that some group holds in flight or has finished did
+	// happen (a Scheduler acting on its tick may even be publishing it again): its key stays
+	// taken.
+	waited := res.Parked == store.Applied || slices.Contains(res.Groups, store.Applied)
+	if !waited || slices.Contains(res.Groups, store.InFlight) || slices.Contains(res.Groups, store.Finished) {
 		return
 	}
 	if _, err := s.store.ForgetKey(ctx, part, key); err != nil {

@@ -457,3 +457,47 @@ func TestSchedulePausedAndResumedAtOnceKeepsItsNextTick(t *testing.T) {
 	default:
 	}
 }
+
+// TestSchedulesOnAPartitionedTopic runs a schedule whose topic has 3 partitions (each tick's
+// message goes to its key's partition): ticks arrive once each, in order, and a pause and
+// resume within a tick keeps the next tick (its message, stored ahead on its key's partition,
+// is cancelled and its key freed there).
+func TestSchedulesOnAPartitionedTopic(t *testing.T) {
+	for _, be := range []struct {
+		name  string
+		start func(*testing.T) backend
+	}{{"redis", realRedis}, {"cluster", clusterBackend}} {
+		t.Run(be.name, func(t *testing.T) {
+			t.Parallel()
+			e := newSchedulerEnv(t, be.start(t))
+			ctx := context.Background()
+			sub := newSubscriber(t, e.b, func(c *redisdelay.SubscriberConfig) {
+				c.KeyPrefix, c.ConsumerGroup, c.Partitions = e.prefix, "worker", 3
+			})
+			require.NoError(t, sub.SubscribeInitialize("parts"))
+			msgs := subscribe(t, sub, "parts")
+			partitioned := func(c *redisdelay.SchedulerConfig) { c.Publisher.Partitions = 3 }
+			s := e.scheduler(t, partitioned)
+			e.run(t, s)
+			e.run(t, e.scheduler(t, partitioned))
+			_, err := s.Put(ctx, redisdelay.Schedule{Name: "p", Spec: "@every 1s", Topic: "parts"})
+			require.NoError(t, err)
+			seen := map[time.Time]bool{}
+			var last time.Time
+			for len(seen) < 6 {
+				msg := receive(t, msgs, schedWait)
+				tick := tickOf(t, msg).UTC()
+				msg.Ack()
+				require.False(t, seen[tick], "tick %s delivered twice", tick)
+				require.True(t, last.IsZero() || tick.Equal(last.Add(time.Second)), "tick %s after %s", tick, last)
+				seen[tick], last = true, tick
+				if len(seen) == 3 {
+					_, err := s.Pause(ctx, "p")
+					require.NoError(t, err)
+					_, err = s.Resume(ctx, "p")
+					require.NoError(t, err)
+				}
+			}
+		})
+	}
+}
