@@ -45,6 +45,14 @@ const (
 	// UnlimitedAttempts as MaxAttempts means a message is delivered until it is acked and never
 	// becomes a dead letter.
 	UnlimitedAttempts = -1
+	// DefaultCompactHorizon is the compact tier's horizon when PublisherConfig.CompactHorizon
+	// is zero.
+	DefaultCompactHorizon = time.Hour
+	// MinCompactHorizon and MaxCompactHorizon bound PublisherConfig.CompactHorizon. A bucket
+	// entry keeps its due time as a 5-byte offset in µs from the bucket's start, so a bucket
+	// spans at most 2^40 µs (about 12.7 days).
+	MinCompactHorizon = time.Minute
+	MaxCompactHorizon = store.MaxHorizon
 	// DefaultNewGroupWindow is the new-group window when NewGroupWindow is zero.
 	DefaultNewGroupWindow = time.Minute
 	// NewGroupWindowMaxMessages caps the messages a topic partition keeps for its new-group
@@ -138,7 +146,24 @@ type PublisherConfig struct {
 	// (SubscriberConfig.OnExpired). Batch items get none (a released batch has no deadline).
 	// Microsecond precision, at least 1µs; a topic not in the map gets no deadline.
 	DeliverWithin map[string]time.Duration
+	// CompactHorizon is how far ahead a message must fall due to wait in the compact tier
+	// (docs/how-it-works.md): a time bucket of this width per consumer group, a Redis list
+	// whose entries cost a few bytes beyond the marshaled message, instead of the group's due
+	// set (a sorted-set entry, about 120 bytes of Redis bookkeeping). A bucket covers
+	// [S, S+CompactHorizon) with S a multiple of CompactHorizon (Unix time on the Redis
+	// clock) and takes a message when S is at least CompactHorizon after now, so messages due
+	// between one and two horizons ahead go to the due set at once. The subscribers' claims move
+	// a bucket into the due set from CompactHorizon before its start, at most 500 messages per
+	// claim, so delivery times and order are those of the due set. Messages with a key
+	// (WithKey, batches) always go to the due set, since their key operations find them there.
+	// DefaultCompactHorizon when zero; negative turns the tier off for this Publisher. Else
+	// from MinCompactHorizon to MaxCompactHorizon. Publishers of one topic may differ.
+	CompactHorizon time.Duration
 }
+
+// compactHorizonFloor is MinCompactHorizon, lowered by the package's tests so that they can
+// watch buckets move in real time.
+var compactHorizonFloor = MinCompactHorizon
 
 func (c *PublisherConfig) setDefaults() {
 	if c.KeyPrefix == "" {
@@ -158,6 +183,9 @@ func (c *PublisherConfig) setDefaults() {
 	}
 	if c.DurableTimeout == 0 {
 		c.DurableTimeout = DefaultDurableTimeout
+	}
+	if c.CompactHorizon == 0 {
+		c.CompactHorizon = DefaultCompactHorizon
 	}
 }
 
@@ -196,6 +224,9 @@ func (c PublisherConfig) Validate() error {
 	}
 	if err := validateDeliverWithin(c.DeliverWithin); err != nil {
 		return err
+	}
+	if c.CompactHorizon > 0 && (c.CompactHorizon < compactHorizonFloor || c.CompactHorizon > MaxCompactHorizon) {
+		return fmt.Errorf("redisdelay: PublisherConfig.CompactHorizon is %s, want negative (off) or %s to %s", c.CompactHorizon, MinCompactHorizon, MaxCompactHorizon)
 	}
 	if c.DurableReplicas < 0 {
 		return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas is %d, want >= 0", c.DurableReplicas)

@@ -2,6 +2,7 @@ package redisdelay
 
 import (
 	"context"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
@@ -99,3 +100,6 @@ var ExpiredAtClaimForTest = expiredAtClaim
 // PrearmedTickDelayForTest is how long after a prearmed schedule's tick its tick message falls
 // due (see prearmedTickDelay).
 const PrearmedTickDelayForTest = prearmedTickDelay
+
+// The tests watch compact-tier buckets move in real time, with horizons of milliseconds.
+func init() { compactHorizonFloor = 10 * time.Millisecond }

@@ -19,6 +19,9 @@ type GroupStats struct {
 	// Scheduled are due later; Due are due now and not claimed; InFlight are leased to a
 	// consumer.
 	Scheduled, Due, InFlight int64
+	// Compact are those of Scheduled that wait in the compact tier (see
+	// PublisherConfig.CompactHorizon); they count in Scheduled too.
+	Compact int64
 	// DeadLetters are the group's dead letters that wait on its dead-letter topic
 	// (DefaultDeadLetterTopic) for a first consumer group there: those List shows with
 	// StateDeadLettered and Requeue moves back. Dead letters that a consumer group of the dead-letter
@@ -27,7 +30,9 @@ type GroupStats struct {
 	DeadLetters int64
 	// OldestDueAge is how long the oldest message that is due now has been due; 0 when none is.
 	OldestDueAge time.Duration
-	// NextDue is the earliest due time after now; zero when nothing is scheduled.
+	// NextDue is the earliest due time after now; zero when nothing is scheduled. For the
+	// compact tier it is the start of its earliest time bucket, at or before the earliest due
+	// time there.
 	NextDue time.Time
 	// Paused is set while the group is paused (see Inspector.Pause).
 	Paused bool
@@ -158,6 +163,7 @@ func (j *statsJob) addCounts() {
 	for k, c := range j.counts {
 		st := j.stats[k]
 		st.Scheduled += c.Scheduled
+		st.Compact += c.Compact
 		st.Due += c.Due
 		st.InFlight += c.InFlight
 		st.DeadLetters += c.Dead

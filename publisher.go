@@ -295,7 +295,7 @@ func (p *Publisher) forgetIdleQueues() {
 // consumer groups, bounded by ctx. The batch gets one call token, so that a script run that
 // the client repeats stores nothing more.
 func (p *Publisher) storeBatch(ctx context.Context, part store.Partition, batch []store.Outgoing) (string, error) {
-	call := store.Call{Token: store.NewToken(), TTL: p.callTTL}
+	call := store.Call{Token: store.NewToken(), TTL: p.callTTL, Horizon: p.config.CompactHorizon}
 	// The round's calls bound their own wait, and the round frees its slot at its deadline
 	// (see groupcommit.Committer): the script runs on the round's goroutine.
 	st := p.store.Directly()

@@ -94,7 +94,7 @@ func (s Store) RemoveGroup(ctx context.Context, g Group, first bool, limit int) 
 	if first {
 		op = "remove"
 	}
-	keys := []string{tk.groups, tk.messages, tk.refs, gk.due, gk.lease, gk.keyed, gk.paused, tk.history, gk.epoch, gk.removedDue, gk.removedLease, tk.batches, tk.parked, tk.window, tk.removedParked}
+	keys := []string{tk.groups, tk.messages, tk.refs, gk.due, gk.lease, gk.keyed, gk.paused, tk.history, gk.epoch, gk.removedDue, gk.removedLease, tk.batches, tk.parked, tk.window, tk.removedParked, gk.far, gk.removedFar}
 	res, err := s.run(ctx, s.client, removeGroupScript, keys, g.Name, limit, op, gk.wakeChannel)
 	if err != nil {
 		return false, 0, 0, err
@@ -115,28 +115,29 @@ type GroupCounts struct {
 	HeadUs                   int64 // due time of the oldest message due now, -1 if none
 	NextDueUs                int64 // the earliest due time after now, -1 if none
 	Paused                   bool
+	Compact                  int64 // of Scheduled, those in the compact tier (see far.lua)
 }
 
 // Stats runs stats.lua for the groups of partition p; dead are the partitions of their
 // dead-letter topics, in the same order.
 func (s Store) Stats(ctx context.Context, p Partition, groups []string, dead []Partition) ([]GroupCounts, error) {
-	keys := make([]string, 0, 4*len(groups))
+	keys := make([]string, 0, 5*len(groups))
 	for n, g := range groups {
 		gk := s.keys.group(p.Of(g))
-		keys = append(keys, gk.due, gk.lease, gk.paused, s.keys.topic(dead[n]).parked)
+		keys = append(keys, gk.due, gk.lease, gk.paused, s.keys.topic(dead[n]).parked, gk.far)
 	}
 	res, err := s.run(ctx, s.client, statsScript, keys)
 	if err != nil {
 		return nil, err
 	}
 	r, _ := res.([]any)
-	if len(r) != 1+7*len(groups) {
+	if len(r) != 1+8*len(groups) {
 		return nil, fmt.Errorf("script %s: unexpected reply of %d values for %d groups", statsScript.name, len(r), len(groups))
 	}
 	out := make([]GroupCounts, len(groups))
 	for n := range out {
-		v := r[1+7*n:]
-		out[n] = GroupCounts{NowUs: asInt(r[0]), Due: asInt(v[0]), Scheduled: asInt(v[1]), InFlight: asInt(v[2]), Dead: asInt(v[3]), HeadUs: asInt(v[4]), NextDueUs: asInt(v[5]), Paused: asInt(v[6]) == 1}
+		v := r[1+8*n:]
+		out[n] = GroupCounts{NowUs: asInt(r[0]), Due: asInt(v[0]), Scheduled: asInt(v[1]), InFlight: asInt(v[2]), Dead: asInt(v[3]), HeadUs: asInt(v[4]), NextDueUs: asInt(v[5]), Paused: asInt(v[6]) == 1, Compact: asInt(v[7])}
 	}
 	return out, nil
 }
@@ -204,7 +205,7 @@ func (s Store) Clock(ctx context.Context) (int64, error) {
 }
 
 // Purge runs purge.lua once on set, a group's due or lease set: it drops up to limit messages
-// of the span for the group, closing the batches it drops, and returns how many it dropped and
+// of the span for the group (of a due set's Later and All spans, its compact tier's too), closing the batches it drops, and returns how many it dropped and
 // how many are left. It returns an error wrapping ErrNotFound, having changed nothing, when the
 // group is not registered on the topic partition.
 func (s Store) Purge(ctx context.Context, set Set, span Span, limit int) (int64, int64, error) {
@@ -213,7 +214,11 @@ func (s Store) Purge(ctx context.Context, set Set, span Span, limit int) (int64,
 	}
 	g := set.Group
 	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
-	res, err := s.run(ctx, s.client, purgeScript, []string{s.keys.set(set), tk.messages, tk.refs, gk.keyed, tk.history, tk.groups, tk.batches}, string(span), limit, g.Name)
+	tier := ""
+	if set.Kind == DueSet {
+		tier = "far"
+	}
+	res, err := s.run(ctx, s.client, purgeScript, []string{s.keys.set(set), tk.messages, tk.refs, gk.keyed, tk.history, tk.groups, tk.batches, gk.far}, string(span), limit, g.Name, tier)
 	if err != nil {
 		return 0, 0, err
 	}

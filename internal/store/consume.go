@@ -127,7 +127,7 @@ func (s Store) Claim(ctx context.Context, g Group, epoch string, call ClaimCall,
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
-	keys := []string{gk.due, gk.lease, tk.messages, tk.refs, s.keys.claimRecord(g, call.Subscription), gk.keyed, tk.history, gk.paused, tk.batches, gk.epoch}
+	keys := []string{gk.due, gk.lease, tk.messages, tk.refs, s.keys.claimRecord(g, call.Subscription), gk.keyed, tk.history, gk.paused, tk.batches, gk.epoch, gk.far}
 	reply, err := s.run(ctx, s.client, claimScript, keys, args...)
 	if err != nil {
 		return ClaimResult{}, err

@@ -140,6 +140,14 @@ const DeadLetterInfix = ".dead-letter."
 //	P{T}:g:G:due:removed    zset  a removed group's due and lease sets, renamed there by the
 //	P{T}:g:G:lease:removed  zset  removal's first step and emptied in chunks (removegroup.lua);
 //	                              no other key of any group ends in ":removed"
+//	P{T}:g:G:far       zset    the group's compact tier: one member "E:S" per time bucket, E the
+//	                           group's epoch and S the bucket's start (Unix µs), scored by the
+//	                           time the bucket is moved to the due set (see lua/lib/promote.lua)
+//	P{T}:g:G:far:E:S   list    the bucket's messages, each its due time's offset from S (5 bytes)
+//	                           and its due-set member; the name is the index key, ":" and the
+//	                           member, so that the scripts build it from the index key
+//	P{T}:g:G:far:n     string  how many messages the compact tier holds
+//	P{T}:g:G:far:removed zset  a removed group's bucket index, emptied in chunks by its removal
 //
 //	Ptopics            hash    topic -> partitions, every topic published to or subscribed
 //
@@ -187,6 +195,9 @@ type groupKeys struct {
 	// removedDue and removedLease hold the messages of a removed group until its removal has
 	// dropped them (see removegroup.lua).
 	removedDue, removedLease string
+	// far is the index of the group's compact tier, and the prefix of its buckets and count
+	// (see promote.lua); removedFar is the index a removal took over.
+	far, removedFar string
 }
 
 // tag is the key prefix of a topic partition (see Partition.name), with its hash tag in braces:
@@ -256,6 +267,8 @@ func (k keySpace) group(g Group) groupKeys {
 		epoch:        prefix + ":epoch",
 		removedDue:   prefix + ":due:removed",
 		removedLease: prefix + ":lease:removed",
+		far:          prefix + ":far",
+		removedFar:   prefix + ":far:removed",
 	}
 }
 

@@ -108,14 +108,29 @@ type Call struct {
 	// NotAfterUs, when not 0, fences a publishing call: run after this Unix time in µs on the
 	// Redis clock, it stores nothing and returns ErrTooLate (see publish_to).
 	NotAfterUs int64
+	// Horizon, when positive, is the compact tier's horizon (µs precision): a message without
+	// a key that falls due in a time bucket of this width which moves to the due set no
+	// earlier than now (so at least one horizon ahead) waits in the compact tier (see
+	// lua/lib/far.lua). At most MaxHorizon.
+	Horizon time.Duration
 }
 
-// ttlArg is the call's first publish_to argument: its TTL in ms, with its fence.
+// MaxHorizon is the longest compact-tier horizon: a bucket entry's 5-byte offset holds 2^40 µs.
+const MaxHorizon = 12 * 24 * time.Hour
+
+// ttlArg is the call's first publish_to argument: its TTL in ms, with its horizon and fence.
 func (c Call) ttlArg() any {
-	if c.NotAfterUs == 0 {
+	if c.NotAfterUs == 0 && c.Horizon <= 0 {
 		return c.TTL.Milliseconds()
 	}
-	return strconv.FormatInt(c.TTL.Milliseconds(), 10) + "<" + strconv.FormatInt(c.NotAfterUs, 10)
+	arg := strconv.FormatInt(c.TTL.Milliseconds(), 10)
+	if c.Horizon > 0 {
+		arg += ">" + strconv.FormatInt(min(c.Horizon, MaxHorizon).Microseconds(), 10)
+	}
+	if c.NotAfterUs != 0 {
+		arg += "<" + strconv.FormatInt(c.NotAfterUs, 10)
+	}
+	return arg
 }
 
 // NewToken returns a random token of 16 characters that names one publish or claim call, so
@@ -128,11 +143,20 @@ func NewToken() string {
 }
 
 // publishTarget appends the keys and arguments that publish_to expects for partition p: its
-// keys, then the call key lifetime, the groups, their wake channels and the messages.
+// keys (the topic's, the groups' due sets and keyed hashes, their compact-tier indexes and
+// epochs), then the call key lifetime with the horizon and fence, the groups, their wake
+// channels and the messages.
 func (s Store) publishTarget(keys []string, args []any, p Partition, call Call, groups []string, msgs []Outgoing) ([]string, []any) {
 	tk := s.keys.topic(p)
 	keys = append(keys, s.keys.call(p, call.Token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches, tk.window, tk.debounce)
 	keys, args = s.groupTargets(keys, append(args, call.ttlArg()), p, groups, false, true)
+	// Then every group's compact-tier index, then every group's epoch.
+	n := len(keys)
+	keys = append(keys, make([]string, 2*len(groups))...)
+	for i, g := range groups {
+		gk := s.keys.group(p.Of(g))
+		keys[n+i], keys[n+len(groups)+i] = gk.far, gk.epoch
+	}
 	for _, m := range msgs {
 		args = append(args, m.Data, m.scheduleArg(), m.KeySpec)
 	}
@@ -203,7 +227,7 @@ func publishReply(sc *script, reply any) (string, error) {
 // view is wrong; nothing is stored then. A second run of the same call stores nothing and
 // returns the first run's outcomes. With DurableReplicas, see publishDurably.
 func (s Store) Publish(ctx context.Context, p Partition, call Call, groups []string, msgs []Outgoing) (string, error) {
-	keys, args := s.publishTarget(make([]string, 0, 10+2*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), p, call, groups, msgs)
+	keys, args := s.publishTarget(make([]string, 0, 10+4*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), p, call, groups, msgs)
 	if s.opts.DurableReplicas > 0 {
 		return s.publishDurably(ctx, keys, args)
 	}

@@ -127,9 +127,9 @@ func TestScriptsIncludeOnlyTheFragmentsTheyNeedOnce(t *testing.T) {
 }
 
 func TestScriptCallWithTheWrongNumberOfKeysIsRefused(t *testing.T) {
-	assert.ErrorContains(t, claimScript.checkKeys([]string{"a"}), "script claim: 1 keys, want 10")
-	assert.Error(t, claimScript.checkKeys(make([]string, 11)))
-	assert.NoError(t, claimScript.checkKeys(make([]string, 10)))
+	assert.ErrorContains(t, claimScript.checkKeys([]string{"a"}), "script claim: 1 keys, want 11")
+	assert.Error(t, claimScript.checkKeys(make([]string, 12)))
+	assert.NoError(t, claimScript.checkKeys(make([]string, 11)))
 	assert.NoError(t, publishScript.checkKeys(make([]string, 10)))
 	assert.NoError(t, publishScript.checkKeys(make([]string, 14)))
 	assert.Error(t, publishScript.checkKeys(make([]string, 9)))

@@ -12,7 +12,7 @@
 -- deadline to the microsecond; a replay would then hand out its message too: a duplicate at
 -- worst, never a loss.)
 --
--- fragments: now_us, split, member, each_chunk, stored, head, drop, ack, close_batch
+-- fragments: now_us, split, member, each_chunk, far, stored, head, drop, ack, close_batch
 -- KEYS[1] due       zset    member (see scripts.go) -> due time (µs)
 -- KEYS[2] lease     zset    ID:attempt -> lease deadline (µs)
 -- KEYS[3] messages  hash    field (see scripts.go) -> marshaled message
@@ -25,6 +25,8 @@
 -- KEYS[9] batches   hash    batch key -> "hex count bytes due" of its open batch: a claimed
 --                           batch is closed (close_batch)
 -- KEYS[10] epoch    string  the group's registration (see register.lua)
+-- KEYS[11] far      zset    the group's compact tier (see far): each claim first moves up to
+--                           FAR_STEP messages whose bucket's time has come into the due set
 -- ARGV[1] N, the most messages to claim
 -- ARGV[2] lease timeout in µs
 -- ARGV[3] the claim's token
@@ -51,8 +53,17 @@ local token = ARGV[3]
 local group = {keyed = KEYS[6], history = KEYS[7], name = ARGV[4]}
 local now = now_us()
 
+-- FAR_STEP is the most messages a claim moves from the compact tier into the due set: a bucket
+-- moves at least one horizon before its first message is due, in as many claims as it takes
+-- (a claim that leaves some asks for the next at once, see finish).
+local FAR_STEP = 500
+
+-- finish gives the next due time: the due set's earliest, or the compact tier's next bucket
+-- move when that comes first, so that the subscription claims (and moves it) then.
 local function finish(result)
-  result[2] = head(KEYS[1]) or -1
+  local due, move = head(KEYS[1]), head(KEYS[11])
+  if move and (due == nil or move < due) then due = move end
+  result[2] = due or -1
   result[3] = head(KEYS[2]) or -1
   return result
 end
@@ -99,8 +110,14 @@ if #expired > 0 then
   each_chunk('ZADD', KEYS[1], back)
 end
 
+-- A bucket left unfinished holds messages due from its start on: until it is moved, only
+-- messages due before that are claimed, so that claims keep due-time order.
+local unmoved = far_promote(KEYS[1], KEYS[11], now, FAR_STEP)
+local upto = now
+if unmoved and unmoved <= now then upto = '(' .. string.format('%d', unmoved) end
+
 local result = {now, -1, -1, refused, 0, #expired / 2, now}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'WITHSCORES', 'LIMIT', 0, limit)
 if #due == 0 then return finish(result) end
 
 local ids, attempts, scores, embedded, moved, malformed = {}, {}, {}, {}, {}, 0

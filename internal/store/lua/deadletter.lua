@@ -23,6 +23,8 @@
 -- KEYS[15]         debounce  prefix  of the debounce caps (unused: a dead letter has no key spec)
 -- KEYS[16..15+G]   due       zset    one per dead-letter group in ARGV[6..5+G]
 -- KEYS[16+G..15+2G] keyed    hash    one per dead-letter group: key -> member, once claimed
+-- KEYS[16+2G..15+3G] far      zset    one per group: its compact tier's index, prefix of its buckets
+-- KEYS[16+3G..15+4G] epoch    string  one per group: its registration (see register.lua)
 -- ARGV[1]          lease member (ID:attempt, the fencing token)
 -- ARGV[2]          the source group's name
 -- ARGV[3]          the dead-letter reason

@@ -24,6 +24,8 @@
 -- KEYS[11]          debounce  prefix  of the debounce caps (none on the tick topic)
 -- KEYS[12..11+G]    due       zset    one per group of the tick topic
 -- KEYS[12+G..11+2G] keyed     hash    one per group: key -> member, once claimed
+-- KEYS[12+2G..11+3G] far      zset    one per group: its compact tier's index, prefix of its buckets
+-- KEYS[12+3G..11+4G] epoch    string  one per group: its registration (see register.lua)
 -- ARGV[1]           mode: tick, resume or buffer
 -- ARGV[2]           the version the caller read: any other makes the call stale
 -- ARGV[3]           the expected tick (tick, buffer), Unix ms

@@ -20,6 +20,8 @@
 -- KEYS[12]          debounce  prefix  of the debounce caps (none on the tick topic)
 -- KEYS[13..12+G]    due       zset    one per group of the tick topic
 -- KEYS[13+G..12+2G] keyed     hash    one per group: key -> member, once claimed
+-- KEYS[13+2G..12+3G] far      zset    one per group: its compact tier's index, prefix of its buckets
+-- KEYS[13+3G..12+4G] epoch    string  one per group: its registration (see register.lua)
 -- ARGV[1]           the schedule's name
 -- ARGV[2]           its definition (JSON)
 -- ARGV[3]           the new version: a random token

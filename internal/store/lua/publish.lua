@@ -15,6 +15,8 @@
 -- KEYS[10]           debounce  prefix  of the debounce caps of keep-later messages (see publish_to)
 -- KEYS[11..10+G]     due       zset    one per group in ARGV[3..2+G]; members as in scripts.go
 -- KEYS[11+G..10+2G]  keyed     hash    one per group: key -> member, once claimed
+-- KEYS[11+2G..10+3G] far      zset    one per group: its compact tier's index, prefix of its buckets
+-- KEYS[11+3G..10+4G] epoch    string  one per group: its registration (see register.lua)
 -- ARGV[1]            how long the call key is kept, ms
 -- ARGV[2]            G, the number of groups the caller believes are registered
 -- ARGV[3..2+G]       group names

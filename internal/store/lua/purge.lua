@@ -2,7 +2,7 @@
 -- each stored message goes once no other group holds it. A batch it drops is closed (see
 -- close_batch), so the next item of its batch key opens a new batch.
 --
--- fragments: now_us, split, each_chunk, drop, close_batch
+-- fragments: now_us, split, each_chunk, far, drop, close_batch
 -- KEYS[1] set       zset    the group's due or lease set
 -- KEYS[2] messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[3] refs      hash    field -> groups still holding it
@@ -10,9 +10,12 @@
 -- KEYS[5] history   prefix  of the history keys of keyed messages
 -- KEYS[6] groups    set     registered consumer groups
 -- KEYS[7] batches   hash    batch key -> "hex count bytes due" of its open batch
+-- KEYS[8] far       zset    the group's compact-tier index (see far in lib)
 -- ARGV[1] which part: due (score <= now), scheduled (score > now) or all
 -- ARGV[2] N, the most messages to drop in this call
 -- ARGV[3] the group's name
+-- ARGV[4] "far" when KEYS[1] is the due set: the scheduled part then includes the compact
+--         tier, whose buckets are emptied once the due set's part is, one after another
 --
 -- Returns {messages dropped, messages of that part left}, or -1 when the group is not
 -- registered (nothing changed).
@@ -34,5 +37,23 @@ for i, m in ipairs(members) do
   end
 end
 if #members > 0 then each_chunk('ZREM', KEYS[1], members) end
+local far = ARGV[4] == 'far' and ARGV[1] ~= 'due'
+local dropped, left = #members, tonumber(ARGV[2]) - #members
+local tiered = 0
+while far and left > 0 do
+  local bucket = redis.call('ZRANGE', KEYS[8], 0, 0)[1]
+  if not bucket then break end
+  local entries = redis.call('LPOP', KEYS[8] .. ':' .. bucket, left)
+  local n = entries and #entries or 0
+  for i = 1, n do
+    local _, m = far_read(entries[i])
+    ids[#ids + 1] = (split(m))
+  end
+  if n < left then redis.call('ZREM', KEYS[8], bucket) end
+  left, tiered = left - n, tiered + n
+end
+if tiered > 0 and redis.call('DECRBY', KEYS[8] .. ':n', tiered) <= 0 then redis.call('DEL', KEYS[8] .. ':n') end
 drop(KEYS[2], KEYS[3], ids, KEYS[5])
-return {#members, redis.call('ZCOUNT', KEYS[1], min, max)}
+local remaining = redis.call('ZCOUNT', KEYS[1], min, max)
+if far then remaining = remaining + tonumber(redis.call('GET', KEYS[8] .. ':n') or 0) end
+return {dropped + tiered, remaining}

@@ -7,7 +7,7 @@
 -- steps. Every step (ARGV[3] drain) drops up to N of the messages the removal holds, each stored
 -- message once no other group holds it, until none is left.
 --
--- fragments: split, each_chunk, drop, close_batch, wake, drop_parked, move_set
+-- fragments: split, each_chunk, far, drop, close_batch, wake, drop_parked, move_set
 -- KEYS[1]  groups    set     registered consumer groups
 -- KEYS[2]  messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[3]  refs      hash    field -> groups still holding it
@@ -23,13 +23,19 @@
 -- KEYS[13] parked    zset    the topic's parked set
 -- KEYS[14] window    hash    the topic's new-group window (see register.lua)
 -- KEYS[15] rparked   zset    the parked set as the removal of the topic's last group left it
+-- KEYS[16] far       zset    the group's compact-tier index, and the prefix of its buckets
+--                            (see far in lib): the first step moves the index to rfar and
+--                            deletes the count; the buckets keep their names (their members
+--                            carry the group's epoch, so a group registered again writes others)
+-- KEYS[17] rfar      zset    the removal's compact-tier index
 -- ARGV[1] the group's name
 -- ARGV[2] N, the most messages to drop in this call
 -- ARGV[3] remove (the first step) or drain
 -- ARGV[4] the group's wake channel: the first step wakes its sleeping subscriptions, so they
 --         claim, are refused, and stop at once
 --
--- Returns {1 if this call unregistered the group else 0, messages dropped, messages left}.
+-- Returns {1 if this call unregistered the group else 0, messages dropped, messages left (a
+-- bucket of the compact tier left counts as one)}.
 
 local removed = 0
 if ARGV[3] == 'remove' and redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
@@ -39,6 +45,8 @@ if ARGV[3] == 'remove' and redis.call('SISMEMBER', KEYS[1], ARGV[1]) == 1 then
   -- messages this one takes over.
   move_set(KEYS[4], KEYS[10])
   move_set(KEYS[5], KEYS[11])
+  move_set(KEYS[16], KEYS[17])
+  redis.call('DEL', KEYS[16] .. ':n')
   -- With no group left, the parked set holds only what the new-group window kept (messages
   -- parked before the first group were copied to it then): its groups are gone, so it goes
   -- with them, and a group that registers next starts with what is published from now on.
@@ -61,11 +69,25 @@ for _, set in ipairs({KEYS[10], KEYS[11]}) do
     end
   end
 end
+-- Then the compact tier's buckets, one after another.
+while left > 0 do
+  local bucket = redis.call('ZRANGE', KEYS[17], 0, 0)[1]
+  if not bucket then break end
+  local entries = redis.call('LPOP', KEYS[16] .. ':' .. bucket, left)
+  local n = entries and #entries or 0
+  for i = 1, n do
+    local _, m = far_read(entries[i])
+    ids[#ids + 1] = (split(m))
+  end
+  if n < left then redis.call('ZREM', KEYS[17], bucket) end
+  left = left - n
+end
 for _, id in ipairs(ids) do close_batch(KEYS[12], KEYS[2], id) end
 drop(KEYS[2], KEYS[3], ids, KEYS[8])
 -- What the window kept is not the group's: it is dropped in the same budget, but not counted.
 if left > 0 then drop_parked(KEYS[15], KEYS[2], KEYS[3], KEYS[8], left) end
 -- The lease set's marker (see scripts.go) is not a message: ZCOUNT below +inf leaves it out.
-local remaining = redis.call('ZCARD', KEYS[10]) + redis.call('ZCOUNT', KEYS[11], '-inf', '(1e300') + redis.call('ZCARD', KEYS[15])
+-- A bucket left counts as one message: how many it holds would take a read per bucket.
+local remaining = redis.call('ZCARD', KEYS[10]) + redis.call('ZCOUNT', KEYS[11], '-inf', '(1e300') + redis.call('ZCARD', KEYS[15]) + redis.call('ZCARD', KEYS[17])
 if remaining == 0 then redis.call('DEL', KEYS[10], KEYS[11], KEYS[15]) end
 return {removed, #ids, remaining}

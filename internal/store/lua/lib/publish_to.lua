@@ -1,4 +1,4 @@
--- fragment publish_to; needs: now_us, each_chunk, schedule, wake, locate, stale, drop_parked, seal_batch
+-- fragment publish_to; needs: now_us, each_chunk, far, head, schedule, wake, locate, stale, drop_parked, seal_batch
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic: in the messages hash, or, with one group and at most MAX_EMBEDDED bytes, in the due
 -- member itself (a larger member would make every ZRANGE of the set's head copy it). The
@@ -85,6 +85,11 @@ local function publish_to(k, a)
     if now > tonumber(string.sub(ttl, fence + 1)) then return {-2} end
     ttl = string.sub(ttl, 1, fence - 1)
   end
+  local horizon, cut = nil, string.find(ttl, '>', 1, true)
+  if cut then
+    horizon = tonumber(string.sub(ttl, cut + 1))
+    ttl = string.sub(ttl, 1, cut - 1)
+  end
   local wrong = stale(groups, a + 2, ngroups)
   if wrong then return wrong end
 
@@ -105,7 +110,8 @@ local function publish_to(k, a)
   end
 
   -- fresh[key] is the index in scheduled of the score of a keyed message this call stores.
-  local hashed, scheduled, counted, fresh, outcomes = {}, {}, {}, {}, {}
+  -- later holds the score/member pairs for the compact tier.
+  local hashed, scheduled, counted, fresh, outcomes, later = {}, {}, {}, {}, {}, {}
 
   -- set_cap records cap (Unix µs) as the debounce cap of the message with key and hex ID, kept
   -- max_wait µs past the cap, and returns it.
@@ -259,15 +265,19 @@ local function publish_to(k, a)
       if plain < 0 then outcomes[#outcomes + 1] = 's' end
       -- A score of now goes as the one string now_s: Redis converts each number argument of a
       -- command to text anew (about 0.3 µs of a batch's time per message).
-      if score == now then
-        scheduled[#scheduled + 1] = now_s
+      local to = scheduled
+      if horizon and score - score % horizon - horizon >= now and ngroups > 0 then
+        to = later
+        to[#to + 1] = score
+      elseif score == now then
+        to[#to + 1] = now_s
       else
-        scheduled[#scheduled + 1] = score
+        to[#to + 1] = score
       end
       if embed and #data <= MAX_EMBEDDED then
-        scheduled[#scheduled + 1] = id .. '|' .. data
+        to[#to + 1] = id .. '|' .. data
       else
-        scheduled[#scheduled + 1] = id
+        to[#to + 1] = id
         hashed[#hashed + 1] = id
         hashed[#hashed + 1] = data
         if holders > 1 then
@@ -323,6 +333,25 @@ local function publish_to(k, a)
     if parking then each_chunk('ZADD', parked, scheduled) end
     for g = 1, ngroups do
       schedule(KEYS[k + 9 + g], ARGV[a + 1 + ngroups + g], scheduled, min_score)
+    end
+  end
+  if #later > 0 then
+    if parking then each_chunk('ZADD', parked, later) end
+    for g = 1, ngroups do
+      local epoch = redis.call('GET', KEYS[k + 9 + 3 * ngroups + g])
+      local due, far = KEYS[k + 9 + g], KEYS[k + 9 + 2 * ngroups + g]
+      if epoch then
+        -- The group's subscriptions sleep until its next due time or bucket move: a bucket
+        -- that moves before both wakes them (claim.lua moves it).
+        local before, move = head(due), head(far)
+        if move and (before == nil or move < before) then before = move end
+        wake(ARGV[a + 1 + ngroups + g], before, far_put(far, epoch, horizon, later))
+      else
+        -- A group registered before epochs existed has none: its due set takes them.
+        local min_score = later[1]
+        for i = 3, #later, 2 do min_score = math.min(min_score, later[i]) end
+        schedule(due, ARGV[a + 1 + ngroups + g], later, min_score)
+      end
     end
   end
   local reply = plain >= 0 and string.rep('s', plain) or table.concat(outcomes)
