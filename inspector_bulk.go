@@ -146,12 +146,12 @@ func (i *Inspector) purge(ctx context.Context, info TopicInfo, group string, sta
 			return dropped, err
 		}
 		for {
-			n, left, err := i.store.Purge(ctx, set, span, removeGroupChunk)
+			n, left, more, err := i.store.Purge(ctx, set, span, removeGroupChunk)
 			dropped += n
 			if err != nil {
 				return dropped, fmt.Errorf("redisdelay: purge group %s on topic %s: %w", quote(group), quote(topic), err)
 			}
-			if left == 0 || n == 0 {
+			if !more && (left == 0 || n == 0) {
 				break
 			}
 		}

@@ -64,6 +64,9 @@ const (
 	// millisecond; 2 ms leaves room.
 	modelClockSkew = 2 * time.Millisecond
 	modelFarAhead  = 30 * time.Second // a due time beyond this is "still scheduled" at the drain
+	// modelCompactHorizon is the Publisher's compact-tier horizon: the tests' floor, so that
+	// the tier takes messages of both delays the model publishes with (up to 30 ms, an hour).
+	modelCompactHorizon = 10 * time.Millisecond
 )
 
 type expectation int
@@ -691,6 +694,8 @@ func runSequence(t *testing.T, b backend, cfg modelConfig, ops []op) []violation
 		KeyPrefix:  prefix,
 		Partitions: cfg.partitions,
 		Batching:   map[string]redisdelay.BatchConfig{topic: {MaxItems: modelBatchMaxItems, MaxWait: modelFar}},
+		// Messages without a key published 20 ms or more ahead go through the compact tier.
+		CompactHorizon: modelCompactHorizon,
 	}, errorLogger{})
 	if err != nil {
 		t.Fatal(err)

@@ -205,12 +205,13 @@ func (s Store) Clock(ctx context.Context) (int64, error) {
 }
 
 // Purge runs purge.lua once on set, a group's due or lease set: it drops up to limit messages
-// of the span for the group (of a due set's Later and All spans, its compact tier's too), closing the batches it drops, and returns how many it dropped and
+// of the span for the group (of a due set's Later and All spans, its compact tier's too, after
+// moving what is due to move; more reports a bucket still to move, so call again), closing the batches it drops, and returns how many it dropped and
 // how many are left. It returns an error wrapping ErrNotFound, having changed nothing, when the
 // group is not registered on the topic partition.
-func (s Store) Purge(ctx context.Context, set Set, span Span, limit int) (int64, int64, error) {
+func (s Store) Purge(ctx context.Context, set Set, span Span, limit int) (dropped, left int64, more bool, err error) {
 	if set.Kind == ParkedSet {
-		return 0, 0, errors.New("purge: a parked set belongs to no group")
+		return 0, 0, false, errors.New("purge: a parked set belongs to no group")
 	}
 	g := set.Group
 	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
@@ -220,16 +221,16 @@ func (s Store) Purge(ctx context.Context, set Set, span Span, limit int) (int64,
 	}
 	res, err := s.run(ctx, s.client, purgeScript, []string{s.keys.set(set), tk.messages, tk.refs, gk.keyed, tk.history, tk.groups, tk.batches, gk.far}, string(span), limit, g.Name, tier)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, false, err
 	}
 	if n, ok := res.(int64); ok && n == -1 {
-		return 0, 0, fmt.Errorf("consumer group %s: %w", Quote(g.Name), ErrNotFound)
+		return 0, 0, false, fmt.Errorf("consumer group %s: %w", Quote(g.Name), ErrNotFound)
 	}
 	r, _ := res.([]any)
-	if len(r) != 2 {
-		return 0, 0, unexpected(purgeScript, res)
+	if len(r) != 3 {
+		return 0, 0, false, unexpected(purgeScript, res)
 	}
-	return asInt(r[0]), asInt(r[1]), nil
+	return asInt(r[0]), asInt(r[1]), asInt(r[2]) == 1, nil
 }
 
 // Requeue runs requeue.lua: members of the parked set of the dead-letter partition dead go back

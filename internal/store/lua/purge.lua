@@ -14,14 +14,21 @@
 -- ARGV[1] which part: due (score <= now), scheduled (score > now) or all
 -- ARGV[2] N, the most messages to drop in this call
 -- ARGV[3] the group's name
--- ARGV[4] "far" when KEYS[1] is the due set: the scheduled part then includes the compact
---         tier, whose buckets are emptied once the due set's part is, one after another
+-- ARGV[4] "far" when KEYS[1] is the due set: first the compact tier's buckets whose move time
+--         has come move into the due set (up to N messages, see far_promote), so that every
+--         message left in the tier is due later; the scheduled part then includes the tier,
+--         whose buckets are emptied once the due set's part is, one after another
 --
--- Returns {messages dropped, messages of that part left}, or -1 when the group is not
+-- Returns {messages dropped, messages of that part left, 1 when a bucket of the compact tier
+-- is still to move (its messages may be of any part) else 0}, or -1 when the group is not
 -- registered (nothing changed).
 
 if redis.call('SISMEMBER', KEYS[6], ARGV[3]) == 0 then return -1 end
 local now = now_us()
+local far = ARGV[4] == 'far'
+-- unmoved: a bucket whose move time has come is left, which may hold messages due now.
+local unmoved = far and far_promote(KEYS[1], KEYS[8], now, tonumber(ARGV[2]))
+far = far and ARGV[1] ~= 'due'
 -- '(1e300' leaves out the lease set's marker (see scripts.go).
 local min, max = '-inf', '(1e300'
 if ARGV[1] == 'due' then max = now elseif ARGV[1] == 'scheduled' then min = '(' .. now end
@@ -37,11 +44,12 @@ for i, m in ipairs(members) do
   end
 end
 if #members > 0 then each_chunk('ZREM', KEYS[1], members) end
-local far = ARGV[4] == 'far' and ARGV[1] ~= 'due'
 local dropped, left = #members, tonumber(ARGV[2]) - #members
 local tiered = 0
+-- The scheduled part takes only buckets that move later: their messages are all due later.
+local from = ARGV[1] == 'all' and '-inf' or '(' .. now
 while far and left > 0 do
-  local bucket = redis.call('ZRANGE', KEYS[8], 0, 0)[1]
+  local bucket = redis.call('ZRANGEBYSCORE', KEYS[8], from, '+inf', 'LIMIT', 0, 1)[1]
   if not bucket then break end
   local entries = redis.call('LPOP', KEYS[8] .. ':' .. bucket, left)
   local n = entries and #entries or 0
@@ -56,4 +64,5 @@ if tiered > 0 and redis.call('DECRBY', KEYS[8] .. ':n', tiered) <= 0 then redis.
 drop(KEYS[2], KEYS[3], ids, KEYS[5])
 local remaining = redis.call('ZCOUNT', KEYS[1], min, max)
 if far then remaining = remaining + tonumber(redis.call('GET', KEYS[8] .. ':n') or 0) end
-return {dropped + tiered, remaining}
+-- A bucket still to move holds messages of any part: the caller calls again.
+return {dropped + tiered, remaining, unmoved and 1 or 0}

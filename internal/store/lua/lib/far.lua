@@ -18,12 +18,14 @@ local FAR_OFFSET_BYTES = 5
 
 -- far_entry is a bucket entry: the offset (µs, 0 <= offset < 2^40) and the member m.
 local function far_entry(offset, m)
-  local b = {}
-  for i = FAR_OFFSET_BYTES, 1, -1 do
-    b[i] = offset % 256
-    offset = (offset - b[i]) / 256
-  end
-  return string.char(unpack(b)) .. m
+  local e = offset % 256
+  offset = (offset - e) / 256
+  local d = offset % 256
+  offset = (offset - d) / 256
+  local c = offset % 256
+  offset = (offset - c) / 256
+  local b = offset % 256
+  return string.char((offset - b) / 256, b, c, d, e) .. m
 end
 
 -- far_read returns a bucket entry's offset (µs) and member.
