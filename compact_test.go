@@ -4,11 +4,13 @@ import (
 	"context"
 	"math/rand/v2"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -171,5 +173,59 @@ func TestCompactTierIsEmptiedByRemoveGroupAndPurge(t *testing.T) {
 			assert.NotContains(t, k, ":far", "compact-tier key left")
 			assert.NotContains(t, k, ":msg", "stored messages left")
 		}
+	})
+}
+
+// TestCompactTierStoresAndMovesOnceWhenScriptsRunTwice: every publish and every claim script
+// runs twice, as when go-redis repeats a command whose reply was lost. The publish's call key
+// and the claim's record make the second run act no more: each message is stored once in the
+// compact tier, moved once, and delivered once, never early.
+func TestCompactTierStoresAndMovesOnceWhenScriptsRunTwice(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		var reruns atomic.Int64
+		twice := func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			if err := next(ctx, cmd); err != nil {
+				return err
+			}
+			reruns.Add(1)
+			return next(ctx, cmd)
+		}
+		client := faultyClient(t, b, scriptFault{match: func(keys []string) bool { return isPublishCall(keys) || isClaimCall(keys) }, around: twice})
+		const n = 200
+		topic := "compact-twice-" + b.name
+		pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, CompactHorizon: 50 * time.Millisecond}, errorLogger{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = pub.Close() })
+		sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, ClaimBatchSize: 20}, errorLogger{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close() })
+		require.NoError(t, sub.SubscribeInitialize(topic))
+		in := newInspector(t, b, 1)
+
+		start := time.Now().Add(300 * time.Millisecond)
+		due := make([]time.Time, n)
+		var batch []*message.Message
+		for _, i := range rand.Perm(n) {
+			due[i] = start.Add(time.Duration(i) * 3 * time.Millisecond)
+			batch = append(batch, dueAt(i, due[i]))
+		}
+		require.NoError(t, pub.Publish(topic, batch...))
+		st := statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
+		require.Equal(t, int64(n), st.Scheduled, "each message stored once")
+		require.Greater(t, st.Compact, int64(n/2), "in the compact tier")
+
+		msgs := subscribe(t, sub, topic)
+		seen := map[string]bool{}
+		for range n {
+			msg := receive(t, msgs, 10*time.Second)
+			i, err := strconv.Atoi(msg.UUID)
+			require.NoError(t, err)
+			assert.False(t, seen[msg.UUID], "message %d delivered twice", i)
+			seen[msg.UUID] = true
+			assert.False(t, time.Now().Before(due[i]), "message %d delivered early", i)
+			msg.Ack()
+		}
+		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
+		assert.Greater(t, reruns.Load(), int64(10), "scripts run twice")
 	})
 }
