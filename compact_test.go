@@ -229,3 +229,33 @@ func TestCompactTierStoresAndMovesOnceWhenScriptsRunTwice(t *testing.T) {
 		assert.Greater(t, reruns.Load(), int64(10), "scripts run twice")
 	})
 }
+
+// TestForecastCountsTheCompactTier: Inspector.Forecast counts the messages of the compact tier
+// in the bucket of their time bucket's start, which with a short horizon is their due time's.
+func TestForecastCountsTheCompactTier(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := "compact-forecast-" + b.name
+		pub := compactPublisher(t, b, 20*time.Millisecond)
+		sub := newSubscriber(t, b, nil)
+		require.NoError(t, sub.SubscribeInitialize(topic))
+		in := newInspector(t, b, 1)
+		// 240 messages, one every 5 minutes from 90 s ahead on: 12 per hour.
+		start := time.Now().Add(90 * time.Second)
+		var batch []*message.Message
+		for i := range 240 {
+			batch = append(batch, dueAt(i, start.Add(time.Duration(i)*5*time.Minute)))
+		}
+		require.NoError(t, pub.Publish(topic, batch...))
+		require.Equal(t, int64(240), statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).Compact, "in the compact tier")
+
+		f, err := in.Forecast(context.Background(), topic, redisdelay.DefaultConsumerGroup, time.Hour, 10)
+		require.NoError(t, err)
+		var counted int64
+		for k, c := range f.Counts {
+			counted += c
+			assert.InDelta(t, 12, c, 1, "hour %d", k)
+		}
+		assert.Equal(t, int64(240), counted+f.Later+f.Due, "every message counted once")
+		assert.Zero(t, f.Due, "none due yet")
+	})
+}

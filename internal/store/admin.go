@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -159,7 +160,9 @@ type DueCounts struct {
 // those in each of n buckets [fromUs+k·widthUs, fromUs+(k+1)·widthUs), and those after the
 // last; with the earliest due time and the earliest from fromUs. It sends n+4 commands of
 // O(log N) each (ZCOUNT, ZRANGE and ZRANGEBYSCORE of one member) in one pipelined round trip.
-// The counts are not one snapshot: each command sees the set as it is when it runs.
+// The counts are not one snapshot: each command sees the set as it is when it runs. Of a due
+// set, the group's compact tier counts too (see countTier: each of its time buckets at its
+// start), in two more round trips; the earliest due times are the due set's only.
 func (s Store) CountByDue(ctx context.Context, set Set, fromUs, widthUs int64, n int) (DueCounts, error) {
 	if set.Kind == LeaseSet {
 		return DueCounts{}, errors.New("count by due time: a lease set holds lease deadlines")
@@ -189,8 +192,62 @@ func (s Store) CountByDue(ctx context.Context, set Set, fromUs, widthUs int64, n
 		if z := firstFrom.Val(); len(z) == 1 {
 			c.FirstFromUs = int64(z[0].Score)
 		}
+		if set.Kind == DueSet {
+			return c, s.countTier(ctx, s.keys.group(set.Group).far, fromUs, widthUs, &c)
+		}
 		return c, nil
 	})
+}
+
+// MaxTierBucketsCounted bounds the compact-tier buckets CountByDue reads one by one; the
+// messages of those after them count as due after the last bucket.
+const MaxTierBucketsCounted = 1000
+
+// countTier adds the compact tier with index far to c: each of its first MaxTierBucketsCounted
+// time buckets counts at its start (its messages are due within one horizon after it), a
+// bucket whose start has passed counts as due before fromUs, and the rest of the tier's
+// messages count as due after the last bucket. Two pipelined round trips.
+func (s Store) countTier(ctx context.Context, far string, fromUs, widthUs int64, c *DueCounts) error {
+	pipe := s.client.Pipeline()
+	total := pipe.Get(ctx, far+":n")
+	index := pipe.ZRange(ctx, far, 0, MaxTierBucketsCounted-1)
+	if _, err := pipe.Exec(ctx); err != nil && !errors.Is(err, redis.Nil) {
+		return err
+	}
+	n, _ := total.Int64()
+	if n == 0 {
+		return nil
+	}
+	starts := make([]int64, 0, len(index.Val()))
+	lens := make([]*redis.IntCmd, 0, len(index.Val()))
+	pipe = s.client.Pipeline()
+	for _, m := range index.Val() {
+		start, err := strconv.ParseInt(m[strings.LastIndexByte(m, ':')+1:], 10, 64)
+		if err != nil {
+			continue
+		}
+		starts = append(starts, start)
+		lens = append(lens, pipe.LLen(ctx, far+":"+m))
+	}
+	if len(lens) > 0 {
+		if _, err := pipe.Exec(ctx); err != nil {
+			return err
+		}
+	}
+	for i, start := range starts {
+		l := lens[i].Val()
+		n -= l
+		switch k := (start - fromUs) / widthUs; {
+		case start < fromUs:
+			c.Before += l
+		case k < int64(len(c.Buckets)):
+			c.Buckets[k] += l
+		default:
+			c.After += l
+		}
+	}
+	c.After += max(n, 0)
+	return nil
 }
 
 // Clock reads the Redis clock (TIME), in Unix µs. On a cluster, one node answers.
