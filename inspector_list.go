@@ -106,7 +106,7 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 		after := c.in(p)
 		for len(page.Messages) < limit {
 			want := min(limit-len(page.Messages), listCallLimit)
-			rows, _, cut, err := i.store.List(ctx, set, span, after, want, ListReadBytes, listReadBudget)
+			rows, next, cut, err := i.store.List(ctx, set, span, after, want, ListReadBytes, listReadBudget)
 			if err != nil {
 				return ListPage{}, fmt.Errorf("redisdelay: list group %s on topic %s: %w", quote(group), quote(topic), err)
 			}
@@ -117,10 +117,7 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 				}
 				page.Messages = append(page.Messages, m)
 			}
-			if len(rows) > 0 {
-				last := rows[len(rows)-1]
-				after = store.Cursor{ScoreUs: last.ScoreUs, Member: last.Member, After: true}
-			}
+			after = next
 			if cut || len(page.Messages) == limit {
 				page.NextCursor = encodeCursor(cursor{partition: p, at: after})
 				return page, nil
@@ -168,7 +165,11 @@ func dueSet(g store.Group) store.Set {
 // its first bytes (List) or all of it (Message, full).
 func (i *Inspector) describe(topic, group string, partition int, r store.Listed, leased bool, full bool) MessageInfo {
 	id, attempt, _ := store.ParseMember(r.Member)
-	m := MessageInfo{Topic: topic, Group: group, Ref: store.MakeRef(partition, r.Member, r.ScoreUs), ID: id, Attempt: attempt, State: StateScheduled}
+	ref := store.MakeRef(partition, r.Member, r.ScoreUs)
+	if r.Far {
+		ref = store.MakeTierRef(partition, r.Member, r.ScoreUs)
+	}
+	m := MessageInfo{Topic: topic, Group: group, Ref: ref, ID: id, Attempt: attempt, State: StateScheduled}
 	if key, ok := store.KeyOf(id); ok {
 		m.Key = key
 	}
