@@ -80,7 +80,14 @@ const listReadBudget = 8 << 20
 // offset, so a page costs the same with 1M messages of one due time, whatever the cursor says.
 // Messages added or removed between pages do not shift the others; a message whose due time
 // changes between pages may be missed or seen twice. A page may hold fewer than Limit messages
-// and still have a NextCursor, when its messages are large (see ListReadBytes). For
+// and still have a NextCursor, when its messages are large (see ListReadBytes). With
+// StateScheduled, the messages of the group's compact tier (see PublisherConfig.CompactHorizon)
+// follow those of its due set, in each partition: its time buckets in the order they move into
+// the due set, and within a bucket the messages in the order they were stored, not by due
+// time; a cursor there holds the bucket and a position in it. A page that resumes in a bucket
+// that has moved into the due set meanwhile starts at the next bucket, and one whose bucket has
+// moved in part may skip messages; a message that moved is not listed again, since it now
+// waits in the due set, before the cursor. For
 // ParkedGroup, it lists the parked messages of a topic that has no consumer group, in
 // StateScheduled or StateDue. Errors: an error wrapping ErrNotFound for an unknown topic or
 // group (or ParkedGroup on a topic with a group), a bad cursor or state, or the Redis error,
@@ -266,8 +273,11 @@ func preview(payload []byte) string {
 }
 
 // Message returns the message that ref (MessageInfo.Ref) names in its consumer group, with its
-// whole payload; for ParkedGroup, a parked message of a topic that has no consumer group.
-// Errors: an error wrapping ErrNotFound when the group no longer holds it (or the topic or
+// whole payload; for ParkedGroup, a parked message of a topic that has no consumer group. A
+// message List showed in the compact tier is found there by its due time, which its ref holds,
+// among the first 10,000 entries of the buckets that could hold it (more only with a bucket of
+// more messages than that: a message beyond them is found once its bucket has moved into the
+// due set). Errors: an error wrapping ErrNotFound when the group no longer holds it (or the topic or
 // group is unknown), or the Redis error, within OperationTimeout.
 func (i *Inspector) Message(ctx context.Context, topic, group, ref string) (MessageInfo, error) {
 	return i.oneByRef(ctx, topic, group, ref, false)
