@@ -3,10 +3,9 @@
 local FAR_FIND_ENTRIES = 10000
 
 -- far_find returns the member of the compact tier (index far) due at score (µs, a decimal
--- string, which Redis reads exactly) that is m or,
--- when m is a short form "ID|", whose short form it is; nil when the buckets that could hold it
--- (those that start at or before score, latest move time first) do not within their first
--- FAR_FIND_ENTRIES entries.
+-- string, which Redis reads exactly) that is m or, when m is a short form "ID|", whose short
+-- form it is; nil when the buckets that could hold it (the 16 of latest move time up to score
+-- that start at or before it) do not within their first FAR_FIND_ENTRIES entries in all.
 local function far_find(far, score, m)
   local short, us = is_short(m), tonumber(score)
   local left = FAR_FIND_ENTRIES
