@@ -80,7 +80,14 @@ const listReadBudget = 8 << 20
 // offset, so a page costs the same with 1M messages of one due time, whatever the cursor says.
 // Messages added or removed between pages do not shift the others; a message whose due time
 // changes between pages may be missed or seen twice. A page may hold fewer than Limit messages
-// and still have a NextCursor, when its messages are large (see ListReadBytes). For
+// and still have a NextCursor, when its messages are large (see ListReadBytes). With
+// StateScheduled, the messages of the group's compact tier (see PublisherConfig.CompactHorizon)
+// follow those of its due set, in each partition: its time buckets in the order they move into
+// the due set, and within a bucket the messages in the order they were stored, not by due
+// time; a cursor there holds the bucket and a position in it. A page that resumes in a bucket
+// that has moved into the due set meanwhile starts at the next bucket, and one whose bucket has
+// moved in part may skip messages; a message that moved is not listed again, since it now
+// waits in the due set, before the cursor. For
 // ParkedGroup, it lists the parked messages of a topic that has no consumer group, in
 // StateScheduled or StateDue. Errors: an error wrapping ErrNotFound for an unknown topic or
 // group (or ParkedGroup on a topic with a group), a bad cursor or state, or the Redis error,
@@ -106,7 +113,7 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 		after := c.in(p)
 		for len(page.Messages) < limit {
 			want := min(limit-len(page.Messages), listCallLimit)
-			rows, _, cut, err := i.store.List(ctx, set, span, after, want, ListReadBytes, listReadBudget)
+			rows, next, cut, err := i.store.List(ctx, set, span, after, want, ListReadBytes, listReadBudget)
 			if err != nil {
 				return ListPage{}, fmt.Errorf("redisdelay: list group %s on topic %s: %w", quote(group), quote(topic), err)
 			}
@@ -117,10 +124,7 @@ func (i *Inspector) List(ctx context.Context, topic, group string, opts ListOpti
 				}
 				page.Messages = append(page.Messages, m)
 			}
-			if len(rows) > 0 {
-				last := rows[len(rows)-1]
-				after = store.Cursor{ScoreUs: last.ScoreUs, Member: last.Member, After: true}
-			}
+			after = next
 			if cut || len(page.Messages) == limit {
 				page.NextCursor = encodeCursor(cursor{partition: p, at: after})
 				return page, nil
@@ -168,7 +172,11 @@ func dueSet(g store.Group) store.Set {
 // its first bytes (List) or all of it (Message, full).
 func (i *Inspector) describe(topic, group string, partition int, r store.Listed, leased bool, full bool) MessageInfo {
 	id, attempt, _ := store.ParseMember(r.Member)
-	m := MessageInfo{Topic: topic, Group: group, Ref: store.MakeRef(partition, r.Member, r.ScoreUs), ID: id, Attempt: attempt, State: StateScheduled}
+	ref := store.MakeRef(partition, r.Member, r.ScoreUs)
+	if r.Far {
+		ref = store.MakeTierRef(partition, r.Member, r.ScoreUs)
+	}
+	m := MessageInfo{Topic: topic, Group: group, Ref: ref, ID: id, Attempt: attempt, State: StateScheduled}
 	if key, ok := store.KeyOf(id); ok {
 		m.Key = key
 	}
@@ -265,8 +273,11 @@ func preview(payload []byte) string {
 }
 
 // Message returns the message that ref (MessageInfo.Ref) names in its consumer group, with its
-// whole payload; for ParkedGroup, a parked message of a topic that has no consumer group.
-// Errors: an error wrapping ErrNotFound when the group no longer holds it (or the topic or
+// whole payload; for ParkedGroup, a parked message of a topic that has no consumer group. A
+// message List showed in the compact tier is found there by its due time, which its ref holds,
+// among the first 10,000 entries of the buckets that could hold it (more only with a bucket of
+// more messages than that: a message beyond them is found once its bucket has moved into the
+// due set). Errors: an error wrapping ErrNotFound when the group no longer holds it (or the topic or
 // group is unknown), or the Redis error, within OperationTimeout.
 func (i *Inspector) Message(ctx context.Context, topic, group, ref string) (MessageInfo, error) {
 	return i.oneByRef(ctx, topic, group, ref, false)

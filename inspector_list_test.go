@@ -3,6 +3,7 @@ package redisdelay_test
 import (
 	"context"
 	"encoding/base64"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -478,4 +479,106 @@ func TestDeadLettersSayTheirAttemptsReasonAndTimeOfDeath(t *testing.T) {
 		}
 		assert.Equal(t, int64(1), statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).DeadLetters)
 	})
+}
+
+// TestListPagesThroughTheCompactTierAfterTheDueSet: a scheduled listing shows the due set's
+// scheduled messages, then those of the group's compact tier, bucket by bucket and in the order
+// they were stored within a bucket, each exactly once across pages that resume inside a
+// bucket, with its due time and preview; Message reads a tier message by its ref, and CancelRef
+// says that the message waits in the compact tier.
+func TestListPagesThroughTheCompactTierAfterTheDueSet(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const n, horizon, big = 250, 20 * time.Millisecond, 7
+		topic := newTopic()
+		pub := compactPublisher(t, b, horizon)
+		in := newInspector(t, b, 1)
+		require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
+		// Keyed messages wait in the due set whatever their due time.
+		var keyed []*message.Message
+		for i := range 3 {
+			msg := dueAt(n+i, time.Now().Add(2*time.Hour+time.Duration(i)*time.Second))
+			msg.Metadata.Set(redisdelay.KeyMetadataKey, "key-"+strconv.Itoa(i))
+			keyed = append(keyed, msg)
+		}
+		require.NoError(t, pub.Publish(topic, keyed...))
+		start := time.Now().Add(time.Hour)
+		due, stored := make([]time.Time, n), make([]int, n) // stored: position in the batch
+		var batch []*message.Message
+		for pos, i := range rand.Perm(n) {
+			due[i], stored[i] = start.Add(time.Duration(i)*time.Millisecond), pos
+			msg := dueAt(i, due[i])
+			if i == big {
+				msg.Payload = []byte(strings.Repeat("x", 3000)) // stored in the messages hash
+			}
+			batch = append(batch, msg)
+		}
+		require.NoError(t, pub.Publish(topic, batch...))
+		require.Equal(t, int64(n), statsOf(t, in, topic, redisdelay.DefaultConsumerGroup).Compact, "messages in the compact tier")
+
+		all := listAll(t, in, topic, 40)
+		require.Len(t, all, n+3)
+		for k, m := range all[:3] {
+			assert.Equal(t, strconv.Itoa(n+k), m.UUID, "the due set's messages first")
+		}
+		seen := map[string]bool{}
+		for k, m := range all[3:] {
+			i, err := strconv.Atoi(m.UUID)
+			require.NoError(t, err)
+			require.Less(t, i, n)
+			assert.False(t, seen[m.UUID], "message %d listed twice", i)
+			seen[m.UUID] = true
+			assert.WithinDuration(t, due[i], m.DueAt, time.Second, "due time of message %d", i)
+			if i == big {
+				assert.Equal(t, strings.Repeat("x", redisdelay.PreviewLength), m.Preview)
+				assert.Equal(t, 3000, m.PayloadSize)
+			} else {
+				assert.Equal(t, "payload "+m.UUID, m.Preview)
+			}
+			if k > 0 {
+				prev := all[2+k]
+				j, _ := strconv.Atoi(prev.UUID)
+				bucket, prevBucket := m.DueAt.UnixMicro()/horizon.Microseconds(), prev.DueAt.UnixMicro()/horizon.Microseconds()
+				assert.True(t, bucket > prevBucket || bucket == prevBucket && stored[i] > stored[j], "message %d listed after %d", i, j)
+			}
+		}
+
+		for _, m := range all[3:] {
+			want := "payload " + m.UUID
+			switch m.UUID {
+			case strconv.Itoa(big):
+				want = strings.Repeat("x", 3000) // a whole member "ID" in the tier
+			case "3": // a member "ID|message"
+			default:
+				continue
+			}
+			got, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, m.Ref)
+			require.NoError(t, err, "message %s by ref", m.UUID)
+			assert.Equal(t, m.UUID, got.UUID)
+			assert.Equal(t, m.DueAt, got.DueAt)
+			assert.Equal(t, m.Ref, got.Ref)
+			assert.Equal(t, want, string(got.Payload))
+			_, err = in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, m.Ref)
+			require.ErrorIs(t, err, redisdelay.ErrNotFound)
+			assert.Contains(t, err.Error(), "compact tier")
+		}
+	})
+}
+
+// listAll lists the scheduled messages of the default group on topic in pages of limit.
+func listAll(t *testing.T, in *redisdelay.Inspector, topic string, limit int) []redisdelay.MessageInfo {
+	t.Helper()
+	var all []redisdelay.MessageInfo
+	opts := redisdelay.ListOptions{State: redisdelay.StateScheduled, Limit: limit}
+	for range 100 {
+		page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, opts)
+		require.NoError(t, err)
+		require.LessOrEqual(t, len(page.Messages), limit)
+		all = append(all, page.Messages...)
+		if page.NextCursor == "" {
+			return all
+		}
+		opts.Cursor = page.NextCursor
+	}
+	t.Fatal("more than 100 pages")
+	return nil
 }

@@ -150,3 +150,20 @@ func TestGroupPagePagesThroughEveryMessageWithItsCursor(t *testing.T) {
 	assert.IsIncreasing(t, order, "IDs sort in publish order, which is due-time order here")
 	assert.Contains(t, res.body, ">First page</a>")
 }
+
+// The Scheduled tab says how many of its messages wait in the compact tier (due more than the
+// publisher's compact horizon, 1 h by default, ahead).
+func TestGroupPageSaysHowManyScheduledMessagesWaitInTheCompactTier(t *testing.T) {
+	q := newQueue(t)
+	q.register("orders", "billing")
+	q.publishIn("orders", 1, 2*time.Minute)
+	q.publishIn("orders", 2, 5*time.Hour)
+	srv := q.serve(dashboard.Options{})
+
+	res := get(t, srv.URL+"/topic/orders/group/billing?state=scheduled")
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	assert.Contains(t, res.body, `<p class="muted" id="compact">2 of them in compact tier`)
+	assert.Equal(t, 3, strings.Count(res.body, "<tr data-id="), "every scheduled message listed")
+	res = get(t, srv.URL+"/topic/orders/group/billing?state=due")
+	assert.NotContains(t, res.body, `id="compact"`)
+}

@@ -64,8 +64,8 @@ func TestStatsCountsScheduledMessages(t *testing.T) {
 	assert.WithinDuration(t, time.Now().Add(time.Hour), nextDue, time.Minute)
 
 	out := q.ok("stats")
-	assert.Regexp(t, `(?m)^TOPIC\s+GROUP\s+SCHEDULED\s+DUE\s+IN FLIGHT\s+DEAD LETTERS\s+OLDEST DUE AGE\s+NEXT DUE\s+PAUSED$`, out)
-	assert.Regexp(t, `(?m)^orders\s+default\s+3\s+0\s+0\s+0\s+-\s+\S+\s+false$`, out)
+	assert.Regexp(t, `(?m)^TOPIC\s+GROUP\s+SCHEDULED\s+IN COMPACT TIER\s+DUE\s+IN FLIGHT\s+DEAD LETTERS\s+OLDEST DUE AGE\s+NEXT DUE\s+PAUSED$`, out)
+	assert.Regexp(t, `(?m)^orders\s+default\s+3\s+\d+\s+0\s+0\s+0\s+-\s+\S+\s+false$`, out)
 }
 
 func TestStatsWatchReprintsUntilInterrupted(t *testing.T) {
@@ -498,7 +498,7 @@ func TestStatsListAndShowTheParkedMessagesOfATopicWithNoGroup(t *testing.T) {
 	q.schedule("signups", newMessage("", "later"))
 
 	out := q.ok("stats", "--topic", "signups")
-	assert.Regexp(t, `(?m)^signups\s+\(parked\)\s+1\s+2\s+0\s+0\s+\S+\s+\S+\s+false$`, out)
+	assert.Regexp(t, `(?m)^signups\s+\(parked\)\s+1\s+0\s+2\s+0\s+0\s+\S+\s+\S+\s+false$`, out)
 	assert.Contains(t, out, "(parked): the topic has no consumer group")
 	var stats []statsView
 	q.json(&stats, "stats", "--topic", "signups")

@@ -55,9 +55,11 @@ func (a *app) topicsCommand() *cobra.Command {
 }
 
 type statsView struct {
-	Topic               string     `json:"topic"`
-	Group               string     `json:"group"`
-	Scheduled           int64      `json:"scheduled"`
+	Topic     string `json:"topic"`
+	Group     string `json:"group"`
+	Scheduled int64  `json:"scheduled"`
+	// InCompactTier are those of Scheduled in the compact tier (GroupStats.Compact).
+	InCompactTier       int64      `json:"in_compact_tier"`
 	Due                 int64      `json:"due"`
 	InFlight            int64      `json:"in_flight"`
 	DeadLetters         int64      `json:"dead_letters"`
@@ -124,7 +126,7 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 	views := make([]statsView, len(stats))
 	for n, s := range stats {
 		views[n] = statsView{
-			Topic: s.Topic, Group: s.Group, Scheduled: s.Scheduled, Due: s.Due, InFlight: s.InFlight,
+			Topic: s.Topic, Group: s.Group, Scheduled: s.Scheduled, InCompactTier: s.Compact, Due: s.Due, InFlight: s.InFlight,
 			DeadLetters: s.DeadLetters, OldestDueAgeSeconds: s.OldestDueAge.Seconds(), NextDue: optionalTime(s.NextDue), Paused: s.Paused,
 			Parked: s.Group == redisdelay.ParkedGroup,
 		}
@@ -133,7 +135,7 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 		if len(views) == 0 && len(topics) == 0 {
 			a.hintNoTopics()
 		}
-		row(w, "TOPIC", "GROUP", "SCHEDULED", "DUE", "IN FLIGHT", "DEAD LETTERS", "OLDEST DUE AGE", "NEXT DUE", "PAUSED")
+		row(w, "TOPIC", "GROUP", "SCHEDULED", "IN COMPACT TIER", "DUE", "IN FLIGHT", "DEAD LETTERS", "OLDEST DUE AGE", "NEXT DUE", "PAUSED")
 		for n, v := range views {
 			age := "-"
 			if v.Due > 0 {
@@ -143,7 +145,7 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 			if v.Parked {
 				group = parkedLabel
 			}
-			row(w, v.Topic, group, itoa(v.Scheduled), itoa(v.Due), itoa(v.InFlight), itoa(v.DeadLetters),
+			row(w, v.Topic, group, itoa(v.Scheduled), itoa(v.InCompactTier), itoa(v.Due), itoa(v.InFlight), itoa(v.DeadLetters),
 				age, formatTime(stats[n].NextDue), strconv.FormatBool(v.Paused))
 		}
 		if slices.ContainsFunc(views, func(v statsView) bool { return v.Parked }) {

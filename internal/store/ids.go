@@ -128,6 +128,9 @@ type Ref struct {
 	Member  string
 	Short   bool
 	ScoreUs int64
+	// Dated is set for a whole member with its due time, ScoreUs, as a ref of a message in a
+	// group's compact tier names it (see MakeTierRef): Show looks for it there too.
+	Dated bool
 }
 
 // RefOf returns the Ref of a member of partition p scored scoreUs, as a list returned it: a
@@ -149,7 +152,17 @@ func MakeRef(p int, member string, scoreUs int64) string {
 	return ref + base64.RawURLEncoding.EncodeToString([]byte(member))
 }
 
-// ParseRef reads a ref of MakeRef, checking its partition against partitions. Only a message's
+// MakeTierRef names a member of partition p due at dueUs in its group's compact tier, as
+// MakeRef does, but a whole member too with "." and its due time, the position Show finds it
+// by in the tier.
+func MakeTierRef(p int, member string, dueUs int64) string {
+	if _, ok := shortForm(member); ok {
+		return MakeRef(p, member, dueUs)
+	}
+	return MakeRef(p, member, 0) + "." + strconv.FormatInt(dueUs, 10)
+}
+
+// ParseRef reads a ref of MakeRef or MakeTierRef, checking its partition against partitions. Only a message's
 // member is a ref: never the lease set's marker, nor anything else that is not hex digits and
 // a well-formed rest.
 func ParseRef(ref string, partitions int) (Ref, bool) {
@@ -161,17 +174,29 @@ func ParseRef(ref string, partitions int) (Ref, bool) {
 	if encoded, score, short := strings.Cut(encoded, "."); short {
 		us, err := strconv.ParseInt(score, 10, 64)
 		member, err2 := base64.RawURLEncoding.DecodeString(encoded)
-		if err != nil || err2 != nil || !isShort(string(member)) {
+		if err != nil || err2 != nil {
 			return Ref{}, false
 		}
-		return Ref{Partition: p, Member: string(member), Short: true, ScoreUs: us}, true
+		if isShort(string(member)) {
+			return Ref{Partition: p, Member: string(member), Short: true, ScoreUs: us}, true
+		}
+		if !isMember(member) {
+			return Ref{}, false
+		}
+		return Ref{Partition: p, Member: string(member), Dated: true, ScoreUs: us}, true
 	}
 	member, err := base64.RawURLEncoding.DecodeString(encoded)
 	if err != nil {
 		return Ref{}, false
 	}
-	if _, _, ok := ParseMember(string(member)); !ok || !isHex(string(member[:seqDigits])) {
+	if !isMember(member) {
 		return Ref{}, false
 	}
 	return Ref{Partition: p, Member: string(member)}, true
+}
+
+// isMember reports whether m is a message's member whose ID starts with hex digits.
+func isMember(m []byte) bool {
+	_, _, ok := ParseMember(string(m))
+	return ok && isHex(string(m[:seqDigits]))
 }

@@ -83,6 +83,7 @@ var (
 	removeGroupScript = mustScript(scriptSpec{file: "removegroup", allowOOM: true})
 	statsScript       = mustScript(scriptSpec{file: "stats", allowOOM: true})
 	listScript        = mustScript(scriptSpec{file: "list", allowOOM: true})
+	listFarScript     = mustScript(scriptSpec{file: "listfar", allowOOM: true})
 	showScript        = mustScript(scriptSpec{file: "show", allowOOM: true})
 	resolveScript     = mustScript(scriptSpec{file: "resolve", allowOOM: true})
 	purgeScript       = mustScript(scriptSpec{file: "purge", allowOOM: true})
@@ -134,7 +135,7 @@ type fragment struct {
 }
 
 // fragmentOrder is the order fragments are put together in: each after those it needs.
-var fragmentOrder = []string{"now_us", "split", "position", "member", "each_chunk", "far", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "seal_batch", "close_batch", "drop_parked", "move_set", "publish_to"}
+var fragmentOrder = []string{"now_us", "split", "position", "member", "each_chunk", "far", "far_find", "list_row", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "seal_batch", "close_batch", "drop_parked", "move_set", "publish_to"}
 
 // scriptHeader is what the header of a script declares.
 type scriptHeader struct {

@@ -1,7 +1,7 @@
 -- list.lua: one page of a sorted set's messages, in score order, after a cursor, with a preview
 -- of each: the first bytes of its stored message and its size, never the whole message.
 --
--- fragments: now_us, split, position
+-- fragments: now_us, position, list_row
 -- KEYS[1] set       zset  a due, lease or parked set: member (see scripts.go) -> score (µs)
 -- KEYS[2] messages  hash  field (see scripts.go) -> marshaled message
 -- ARGV[1] which part: due (score <= now), scheduled (score > now) or all
@@ -39,33 +39,8 @@ if rank < stop then
 end
 local read = 0
 for i = 1, #page, 2 do
-  local m = page[i]
-  local id, _, data = split(m)
-  local size = -1
-  if data then
-    m = string.sub(m, 1, 13)
-  else
-    local f = field(id)
-    local keyed = f ~= id
-    size = redis.call('HSTRLEN', KEYS[2], f)
-    if keyed then size = size - 12 end
-    if i > 1 and read + size > budget then
-      result[2] = 1
-      break
-    end
-    data = redis.call('HGET', KEYS[2], f)
-    if data and keyed then
-      -- A keyed field that holds another message with the key counts as none (see stored).
-      if string.sub(data, 1, 12) == string.sub(id, 1, 12) then data = string.sub(data, 13) else data = false end
-    end
-  end
-  if data then size = #data else size = -1 end
-  result[#result + 1] = m
-  result[#result + 1] = tonumber(page[i + 1])
-  result[#result + 1] = size
-  result[#result + 1] = data and string.sub(data, 1, prefix) or false
-  if size > 0 then read = read + size end
-  if read >= budget and i + 1 < #page then
+  read = list_row(result, KEYS[2], page[i], page[i + 1], prefix, read, budget, i == 1)
+  if not read or read >= budget and i + 1 < #page then
     result[2] = 1
     break
   end
