@@ -146,7 +146,11 @@ func run() int {
 	if *claimBatch > 0 {
 		claimNote = strconv.Itoa(*claimBatch)
 	}
-	b.res.note("redis-server %s on loopback; redisdelay ClaimBatchSize: %s; payload 100 B; GOMAXPROCS %d", version, claimNote, runtime.GOMAXPROCS(0))
+	horizonNote := "library default " + redisdelay.DefaultCompactHorizon.String()
+	if *compactHorizon != 0 {
+		horizonNote = compactHorizon.String()
+	}
+	b.res.note("redis-server %s on loopback; redisdelay ClaimBatchSize: %s; CompactHorizon: %s; payload 100 B; GOMAXPROCS %d", version, claimNote, horizonNote, runtime.GOMAXPROCS(0))
 
 	failed := false
 	for _, sc := range scenarios {

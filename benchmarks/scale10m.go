@@ -21,6 +21,7 @@ import (
 
 var (
 	scaleNFlag       = flag.Int("scale-n", 10_000_000, "scale: messages scheduled a year ahead (with -quick: 20,000 unless given)")
+	compactHorizon   = flag.Duration("compact-horizon", 0, "redisdelay PublisherConfig.CompactHorizon (0 = library default; negative = no compact tier: messages far ahead go to the due set, as before it existed)")
 	scaleBatchFlag   = flag.Int("scale-batch", 100, "scale: messages per Publish call while scheduling")
 	scaleWorkersFlag = flag.Int("scale-workers", 16, "scale: publishing goroutines while scheduling")
 	scalePubsFlag    = flag.Int("scale-publishers", 1, "scale: Publisher instances (each on its own client) the goroutines share while scheduling")

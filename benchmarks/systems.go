@@ -108,7 +108,7 @@ func (s *wmSystem) newProducer(addr string) (producer, error) {
 	)
 	switch s.kind {
 	case sysRedisDelay:
-		pub, err = redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client}, watermill.NopLogger{})
+		pub, err = redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, CompactHorizon: *compactHorizon}, watermill.NopLogger{})
 	default:
 		pub, err = redisstream.NewPublisher(redisstream.PublisherConfig{Client: client}, watermill.NopLogger{})
 	}
