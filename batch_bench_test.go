@@ -20,9 +20,10 @@ import (
 //	go test -run '^$' -bench 'BatchAdd|BatchTime' -benchtime 20000x .
 
 // BenchmarkBatchAdd publishes single items into batches (100 batch keys, MaxItems 50) from 16
-// goroutines; compare with BenchmarkPublishKeys/without-key.
+// goroutines; compare with BenchmarkPublishKeys/without-key. It reports the script time per item
+// (redis-µs/msg, INFO commandstats) and the items per script call (msgs/call).
 func BenchmarkBatchAdd(b *testing.B) {
-	be, _ := benchBackend(b)
+	be, c := benchBackend(b)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: be.client,
 		Batching: map[string]redisdelay.BatchConfig{"bench": {MaxItems: 50, MaxWait: time.Hour}}}, nil)
 	require.NoError(b, err)
@@ -34,6 +35,7 @@ func BenchmarkBatchAdd(b *testing.B) {
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(8)
+	before := scriptCPU(b, c)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
@@ -44,6 +46,8 @@ func BenchmarkBatchAdd(b *testing.B) {
 			}
 		}
 	})
+	b.StopTimer()
+	reportScriptCPU(b, c, before, b.N)
 }
 
 // BenchmarkBatchTimeReleaseLateness releases 500 batches by time (one item each, MaxWait
