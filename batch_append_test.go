@@ -93,6 +93,41 @@ func TestBatchItemsAddedOneByOneArriveInOrderAndLeaveNoFields(t *testing.T) {
 	})
 }
 
+// The items of one publish call are written together at its end (one HSET), or before a batch
+// they fill closes: a call whose items join batches opened by an earlier call, fill one, open
+// the next batch of the same key and join another key's batch delivers every item once, in
+// order, in the batch it joined.
+func TestOneCallsItemsFillAndOpenBatchesInOrder(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		topic := newTopic()
+		pub := batchingPublisher(t, b, topic, redisdelay.BatchConfig{MaxItems: 3, MaxWait: time.Hour})
+		in := newInspector(t, b, 1)
+		ch := subscribe(t, newSubscriber(t, b, inGroupWithoutWindow("a")), topic)
+
+		publishScheduled(t, pub, topic, item("a", "a1"), item("b", "b1"))
+		publishScheduled(t, pub, topic, item("a", "a2"), item("b", "b2"), item("a", "a3"), item("a", "a4"), item("b", "b3"), item("a", "a5"))
+		n, err := in.FlushBatch(ctx, topic, "a")
+		require.NoError(t, err)
+		assert.Equal(t, 2, n, "the batch that a4 opened")
+		got := map[string][]string{}
+		for range 3 {
+			batch := receive(t, ch, 5*time.Second)
+			got[batch.Metadata.Get(redisdelay.BatchKeyMetadataKey)+" "+batch.Metadata.Get(redisdelay.BatchTriggerMetadataKey)] = itemsOf(t, batch)
+			batch.Ack()
+		}
+		assert.Equal(t, map[string][]string{
+			"a " + redisdelay.BatchTriggerSize:  {"a1", "a2", "a3"},
+			"b " + redisdelay.BatchTriggerSize:  {"b1", "b2", "b3"},
+			"a " + redisdelay.BatchTriggerFlush: {"a4", "a5"},
+		}, got)
+		waitDrained(t, in, topic, "a")
+		messages := redisdelay.MessagesKeyForTest("", topic)
+		require.Eventually(t, func() bool { return b.client.HLen(ctx, messages).Val() == 0 }, 5*time.Second, 10*time.Millisecond,
+			"fields left: %v", b.client.HKeys(ctx, messages).Val())
+	})
+}
+
 // Adding an item to a batch of 10,000 items costs about what a publish without a batch costs
 // (on redis-server, by INFO commandstats): nothing rewrites the stored batch. The batch then
 // arrives with every item in order.

@@ -17,14 +17,29 @@ import (
 
 // The cost and precision of keyed batching, against a dedicated redis-server:
 //
-//	go test -run '^$' -bench 'BatchAdd|BatchTime' -benchtime 20000x .
+//	go test -run '^$' -bench 'BatchAdd|BatchTime|PublishKeys/without' -benchtime 20000x -count 3 .
 
 // BenchmarkBatchAdd publishes single items into batches (100 batch keys, MaxItems 50) from 16
-// goroutines; compare with BenchmarkPublishKeys/without-key.
+// goroutines; compare with BenchmarkPublishKeys/without-key. It reports the script time per item
+// (redis-µs/msg, INFO commandstats), the items per script call (msgs/call) and the commands the
+// scripts run per item (cmds/msg).
 func BenchmarkBatchAdd(b *testing.B) {
-	be, _ := benchBackend(b)
+	benchmarkBatchAdd(b, 50, 100)
+}
+
+// BenchmarkBatchAddFillingLargeBatches is BenchmarkBatchAdd with MaxItems 1,000 over 10 batch
+// keys and 10,000 over 2, so that with -benchtime 20000x each batch fills (and is sealed, O(batch)
+// once) 2 times or once: the cost per item must not grow with the batch.
+func BenchmarkBatchAddFillingLargeBatches(b *testing.B) {
+	for _, tc := range []struct{ maxItems, keys int }{{1000, 10}, {10_000, 2}} {
+		b.Run("max-items-"+strconv.Itoa(tc.maxItems), func(b *testing.B) { benchmarkBatchAdd(b, tc.maxItems, tc.keys) })
+	}
+}
+
+func benchmarkBatchAdd(b *testing.B, maxItems, keys int) {
+	be, c := benchBackend(b)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: be.client,
-		Batching: map[string]redisdelay.BatchConfig{"bench": {MaxItems: 50, MaxWait: time.Hour}}}, nil)
+		Batching: map[string]redisdelay.BatchConfig{"bench": {MaxItems: maxItems, MaxWait: time.Hour}}}, nil)
 	require.NoError(b, err)
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: be.client}, nil)
 	require.NoError(b, err)
@@ -34,16 +49,19 @@ func BenchmarkBatchAdd(b *testing.B) {
 	var n atomic.Int64
 	b.ReportAllocs()
 	b.SetParallelism(8)
+	before := scriptCPU(b, c)
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			msg := redisdelay.WithBatchKey(message.NewMessage(watermill.NewUUID(), payload), "area-"+strconv.FormatInt(n.Add(1)%100, 10))
+			msg := redisdelay.WithBatchKey(message.NewMessage(watermill.NewUUID(), payload), "area-"+strconv.FormatInt(n.Add(1)%int64(keys), 10))
 			if err := pub.Publish("bench", msg); err != nil {
 				b.Error(err)
 				return
 			}
 		}
 	})
+	b.StopTimer()
+	reportScriptCPU(b, c, before, b.N)
 }
 
 // BenchmarkBatchTimeReleaseLateness releases 500 batches by time (one item each, MaxWait

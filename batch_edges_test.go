@@ -223,12 +223,12 @@ func TestReleasedBatchesLeaveNoBookkeeping(t *testing.T) {
 		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ClaimBatchSize, c.NewGroupWindow = 100, -1 }), topic)
 		require.NoError(t, pub.Publish(topic, message.NewMessage("warm-up", nil)))
 		receive(t, ch, 5*time.Second).Ack()
-		baseline := keysOfTopic(t, b, topic, true)
-		// Wait for the warm-up's ack to land: the baseline holds no stored message.
+		// Wait for the warm-up's ack to land: the baseline holds no stored message (read after
+		// the check, so that an ack landing in between cannot leave one in it).
 		require.Eventually(t, func() bool {
-			baseline = keysOfTopic(t, b, topic, true)
 			return b.client.HLen(context.Background(), redisdelay.MessagesKeyForTest("", topic)).Val() == 0
 		}, 5*time.Second, 10*time.Millisecond)
+		baseline := keysOfTopic(t, b, topic, true)
 
 		var msgs []*message.Message
 		for i := range keys {

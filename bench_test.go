@@ -33,9 +33,10 @@ func benchBackend(b *testing.B) (backend, *redis.Client) {
 }
 
 // scriptStats is the Redis time (INFO commandstats usec) and call count of the script commands
-// (EVAL, EVALSHA and their _RO forms) so far. The commands a script runs are left out: Redis 7
-// counts them under their own names, and their time is inside the script's already.
-type scriptStats struct{ usec, calls int64 }
+// (EVAL, EVALSHA and their _RO forms) so far, and the count of every other command but INFO
+// (cmds): those the scripts run, which Redis 7 counts under their own names, with their time
+// inside the script's already.
+type scriptStats struct{ usec, calls, cmds int64 }
 
 func scriptCPU(b testing.TB, c *redis.Client) scriptStats {
 	info, err := c.Info(context.Background(), "commandstats").Result()
@@ -43,25 +44,29 @@ func scriptCPU(b testing.TB, c *redis.Client) scriptStats {
 	var s scriptStats
 	for _, line := range strings.Split(info, "\n") {
 		name, rest, ok := strings.Cut(strings.TrimSpace(line), ":")
-		if !ok || !strings.HasPrefix(name, "cmdstat_eval") {
+		if !ok || !strings.HasPrefix(name, "cmdstat_") || name == "cmdstat_info" {
 			continue
 		}
+		script := strings.HasPrefix(name, "cmdstat_eval")
 		for _, field := range strings.Split(rest, ",") {
 			k, v, _ := strings.Cut(field, "=")
 			n, _ := strconv.ParseInt(v, 10, 64)
-			switch k {
-			case "usec":
+			switch {
+			case script && k == "usec":
 				s.usec += n
-			case "calls":
+			case script && k == "calls":
 				s.calls += n
+			case !script && k == "calls":
+				s.cmds += n
 			}
 		}
 	}
 	return s
 }
 
-// reportScriptCPU reports the script time per message (redis-µs/msg) and messages per script
-// call (msgs/call) since before, for n messages.
+// reportScriptCPU reports the script time per message (redis-µs/msg), messages per script call
+// (msgs/call) and the other commands per message (cmds/msg: those the scripts run, and any a
+// subscriber sends) since before, for n messages.
 func reportScriptCPU(b *testing.B, c *redis.Client, before scriptStats, n int) {
 	after := scriptCPU(b, c)
 	if n == 0 || after.calls == before.calls {
@@ -69,6 +74,7 @@ func reportScriptCPU(b *testing.B, c *redis.Client, before scriptStats, n int) {
 	}
 	b.ReportMetric(float64(after.usec-before.usec)/float64(n), "redis-µs/msg")
 	b.ReportMetric(float64(n)/float64(after.calls-before.calls), "msgs/call")
+	b.ReportMetric(float64(after.cmds-before.cmds)/float64(n), "cmds/msg")
 }
 
 // BenchmarkPublish publishes one message per call from 16 goroutines (8 per GOMAXPROCS on this

@@ -26,11 +26,11 @@ import (
 // BenchmarkRedisMemoryPerScheduledMessage measures Redis memory over 100k messages.
 
 // BenchmarkPublishKeys compares single-message publishing with and without a key, from 16
-// goroutines, to a topic with one consumer group.
+// goroutines, to a topic with one consumer group, with the script time per message (redis-µs/msg).
 func BenchmarkPublishKeys(b *testing.B) {
 	for _, withKey := range []bool{false, true} {
 		b.Run(map[bool]string{false: "without-key", true: "with-key"}[withKey], func(b *testing.B) {
-			be, _ := benchBackend(b)
+			be, c := benchBackend(b)
 			pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: be.client}, nil)
 			require.NoError(b, err)
 			sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: be.client}, nil)
@@ -41,6 +41,7 @@ func BenchmarkPublishKeys(b *testing.B) {
 			var n atomic.Int64
 			b.ReportAllocs()
 			b.SetParallelism(8)
+			before := scriptCPU(b, c)
 			b.ResetTimer()
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
@@ -55,6 +56,8 @@ func BenchmarkPublishKeys(b *testing.B) {
 					}
 				}
 			})
+			b.StopTimer()
+			reportScriptCPU(b, c, before, b.N)
 		})
 	}
 }

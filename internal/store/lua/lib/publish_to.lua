@@ -1,4 +1,4 @@
--- fragment publish_to; needs: now_us, each_chunk, far, head, schedule, wake, locate, stale, drop_parked, seal_batch
+-- fragment publish_to; needs: now_us, each_chunk, hmget, far, head, schedule, wake, locate, stale, drop_parked, seal_batch
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic: in the messages hash, or, with one group and at most MAX_EMBEDDED bytes, in the due
 -- member itself (a larger member would make every ZRANGE of the set's head copy it). The
@@ -7,11 +7,14 @@
 -- batches (hash: batch key -> "hex count bytes due" of its open batch), window (hash: exists
 -- while the topic's new-group window is open, "" holding its cap; see register.lua), the prefix
 -- of debounce caps (see below), then one due sorted set per group, then one keyed hash per
--- group. Its arguments start at
--- ARGV[a]: how long the call's token is kept (ms; with "<" and a Unix time in µs after it, the
--- call's fence: a call that runs after that time on the Redis clock stores nothing and returns
--- {-2}, so that a call held up in the network cannot act once its sender may have been
--- replaced), G, G group names, their G wake channels,
+-- group, then one compact-tier index per group (see far), then one epoch per group. Its
+-- arguments start at
+-- ARGV[a]: how long the call's token is kept (ms; then optionally ">" and the compact tier's
+-- horizon in µs: a message without a key whose time bucket moves no earlier than now goes to
+-- the group's compact tier, see far; then optionally "<" and a Unix time in µs, the call's
+-- fence: a call that runs after that time on the Redis clock stores nothing and returns {-2},
+-- so that a call held up in the network cannot act once its sender may have been replaced), G,
+-- G group names, their G wake channels,
 -- then triples of marshaled message, schedule (a delay in µs after now; or "@" and a Unix time
 -- in µs, due at once if past; or a delay, "<" and a Unix time in µs it must not pass, due at once
 -- if past) and key spec: "" for a message without a key, else the policy
@@ -166,7 +169,59 @@ local function publish_to(k, a)
 
   -- open_batches[bk] is the open batch of batch key bk once this call has looked at it (false:
   -- none): {hex, hfield, n items, size bytes, due µs, slot in scheduled if opened here}.
-  local open_batches = {}
+  -- found[bk] is bk's batches entry as the call found it, parsed, with live set when its batch
+  -- was still open (due later, its field there): read for all the call's batch keys at once by
+  -- find_batches, two HMGETs per call rather than two reads per item. pending holds the
+  -- field/value pairs of items (and of batches opened) not written yet: one HSET per call, or
+  -- before a batch closes (write_pending), since sealing reads them.
+  local open_batches, found, pending = {}, nil, {}
+
+  local function write_pending()
+    if #pending > 0 then each_chunk('HSET', messages, pending) end
+    pending = {}
+  end
+
+  local function find_batches()
+    found = {}
+    local keys, entries, live, fields = {}, {}, {}, {}
+    for i = 0, count - 1 do
+      local spec = ARGV[first + 3 * i + 2]
+      if string.sub(spec, 1, 1) == 'B' then
+        local bk = string.sub(spec, string.find(spec, '=', 2, true) + 1)
+        if entries[bk] == nil then entries[bk], keys[#keys + 1] = true, bk end
+      end
+    end
+    for i, entry in ipairs(hmget(batches, keys)) do
+      local hex, n, size, due = string.match(entry or '', '^(%x+) (%d+) (%d+) (%d+)$')
+      if hex then
+        local bk = keys[i]
+        local b = {hex = hex, hfield = '=' .. BATCH .. bk .. BATCH .. hex, n = tonumber(n), size = tonumber(size), due = tonumber(due)}
+        found[bk] = b
+        if b.due > now then live[#live + 1], fields[#fields + 1] = b, b.hfield end
+      end
+    end
+    for i, value in ipairs(hmget(messages, fields)) do live[i].live = value ~= false end
+  end
+
+  -- release_full releases batch b of batch key bk, full, now (trigger s), and ends its open
+  -- state.
+  local function release_full(bk, b)
+    seal_batch(messages, b.hfield, b.n, 's')
+    if b.slot then
+      scheduled[b.slot] = now
+    else
+      -- The batch goes to the groups registered when it opened, which its reference count
+      -- covers: it moves where it is (XX), and a group that registered since gets nothing.
+      local m = b.hex .. b.hfield .. ':0'
+      redis.call('ZADD', parked, 'XX', now, m)
+      for g = 1, ngroups do
+        if redis.call('ZADD', KEYS[k + 9 + g], 'XX', 'CH', now, m) == 1 then
+          wake(ARGV[a + 1 + ngroups + g], nil, now)
+        end
+      end
+    end
+    redis.call('HDEL', batches, bk)
+  end
 
   -- batch_item adds an item to its batch key's open batch, opening one (scheduled MaxWait from
   -- now, with the item's ID) when there is none, and releasing it now when it is full. The item
@@ -180,25 +235,17 @@ local function publish_to(k, a)
     local bk = string.sub(spec, eq + 1)
     local b = open_batches[bk]
     if b == nil then
-      b = false
-      local entry = redis.call('HGET', batches, bk)
-      if entry then
-        local hex, n, size, due = string.match(entry, '^(%x+) (%d+) (%d+) (%d+)$')
-        local hfield = hex and '=' .. BATCH .. bk .. BATCH .. hex
-        if hex and tonumber(due) > now then
-          if redis.call('HEXISTS', messages, hfield) == 1 then
-            b = {hex = hex, hfield = hfield, n = tonumber(n), size = tonumber(size), due = tonumber(due)}
-          else
-            seal_batch(messages, hfield, tonumber(n), 't')
-          end
-        elseif hex then
-          seal_batch(messages, hfield, tonumber(n), 't')
-        end
+      if not found then find_batches() end
+      b = found[bk] or false
+      if b and not b.live then
+        seal_batch(messages, b.hfield, b.n, 't')
+        b = false
       end
     end
     if not b then
       b = {hex = id, hfield = '=' .. BATCH .. bk .. BATCH .. id, n = 0, size = 0, due = now + max_wait}
-      redis.call('HSET', messages, b.hfield, id .. 't')
+      pending[#pending + 1] = b.hfield
+      pending[#pending + 1] = id .. 't'
       if holders > 1 then
         counted[#counted + 1] = b.hfield
         counted[#counted + 1] = holders
@@ -208,23 +255,11 @@ local function publish_to(k, a)
       scheduled[#scheduled + 1] = b.hex .. b.hfield .. ':0'
     end
     b.n, b.size = b.n + 1, b.size + #data
-    redis.call('HSET', messages, b.hfield .. BATCH .. b.n, #data .. ':' .. data)
+    pending[#pending + 1] = b.hfield .. BATCH .. b.n
+    pending[#pending + 1] = #data .. ':' .. data
     if b.n >= max_items or (max_bytes > 0 and b.size >= max_bytes) then
-      seal_batch(messages, b.hfield, b.n, 's')
-      if b.slot then
-        scheduled[b.slot] = now
-      else
-        -- The batch goes to the groups registered when it opened, which its reference count
-        -- covers: it moves where it is (XX), and a group that registered since gets nothing.
-        local m = b.hex .. b.hfield .. ':0'
-        redis.call('ZADD', parked, 'XX', now, m)
-        for g = 1, ngroups do
-          if redis.call('ZADD', KEYS[k + 9 + g], 'XX', 'CH', now, m) == 1 then
-            wake(ARGV[a + 1 + ngroups + g], nil, now)
-          end
-        end
-      end
-      redis.call('HDEL', batches, bk)
+      write_pending()
+      release_full(bk, b)
       b = false
     end
     open_batches[bk] = b
@@ -316,11 +351,15 @@ local function publish_to(k, a)
       end
     end
   end
+  local entries = {}
   for bk, b in pairs(open_batches) do
     if b then
-      redis.call('HSET', batches, bk, b.hex .. ' ' .. b.n .. ' ' .. b.size .. ' ' .. string.format('%d', b.due))
+      entries[#entries + 1] = bk
+      entries[#entries + 1] = b.hex .. ' ' .. b.n .. ' ' .. b.size .. ' ' .. string.format('%d', b.due)
     end
   end
+  if #entries > 0 then each_chunk('HSET', batches, entries) end
+  write_pending()
   if #hashed > 0 then each_chunk('HSET', messages, hashed) end
   if #counted > 0 then each_chunk('HSET', refs, counted) end
   if #scheduled > 0 then
