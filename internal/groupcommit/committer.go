@@ -35,6 +35,7 @@ type Committer[T any] struct {
 
 	mu           sync.Mutex
 	pending      []*call[T] // in call order
+	calls        sync.Pool  // of *call[T] whose result was received, to reuse
 	pendingItems int        // items of the pending calls
 	inFlight     int        // rounds under way
 	// callsInFlight is how many calls the rounds under way hold.
@@ -47,9 +48,17 @@ type Committer[T any] struct {
 	target int
 	// lingered is set when lingerMax has passed since pending calls began to wait for
 	// target (the timer linger sets it) and cleared when a round starts.
-	lingered  bool
-	linger    *time.Timer
-	lingerMax time.Duration // lingerMax unless a test sets it
+	lingered bool
+	// linger is created once and reset; lingerArmed says it is armed, to fire at lingerAt.
+	linger      *time.Timer
+	lingerArmed bool
+	lingerAt    time.Time
+	lingerMax   time.Duration // lingerMax unless a test sets it
+	// work hands rounds to the idleRunners runners parked on it (see runner); a nil round
+	// ends a runner. Its buffer holds maxInFlight, the most runners that park.
+	work        chan []*call[T]
+	idleRunners int
+	runners     int // the runner goroutines, idle or not
 }
 
 // call is one commit call.
@@ -71,7 +80,7 @@ type result struct {
 // store all of them or none, and return one outcome byte per item. outcomeUnknown is the error
 // that a Commit wraps when its context ends while its round is under way.
 func New[T any](store StoreFunc[T], outcomeUnknown error) *Committer[T] {
-	return &Committer[T]{store: store, outcomeUnknown: outcomeUnknown, lingerMax: lingerMax}
+	return &Committer[T]{store: store, outcomeUnknown: outcomeUnknown, lingerMax: lingerMax, work: make(chan []*call[T], maxInFlight)}
 }
 
 // Commit stores items in a round shared with concurrent calls and returns within ctx's
@@ -82,7 +91,11 @@ func New[T any](store StoreFunc[T], outcomeUnknown error) *Committer[T] {
 // then either all stored or none is. The cancellation of ctx never aborts a round under way,
 // since other calls share it.
 func (g *Committer[T]) Commit(ctx context.Context, items []T) (string, error) {
-	c := &call[T]{ctx: ctx, items: items, done: make(chan result, 1)}
+	c, _ := g.calls.Get().(*call[T])
+	if c == nil {
+		c = &call[T]{done: make(chan result, 1)}
+	}
+	c.ctx, c.items = ctx, items
 	g.mu.Lock()
 	g.pending = append(g.pending, c)
 	g.pendingItems += len(items)
@@ -91,6 +104,9 @@ func (g *Committer[T]) Commit(ctx context.Context, items []T) (string, error) {
 
 	select {
 	case r := <-c.done:
+		// The round let go of c when it sent r: c serves another call.
+		*c = call[T]{done: c.done}
+		g.calls.Put(c)
 		return r.outcomes, r.err
 	case <-ctx.Done():
 	}
@@ -100,6 +116,7 @@ func (g *Committer[T]) Commit(ctx context.Context, items []T) (string, error) {
 		if i := slices.Index(g.pending, c); i >= 0 {
 			g.pending = slices.Delete(g.pending, i, i+1)
 			g.pendingItems -= len(c.items)
+			g.retireIfIdle()
 		}
 		return "", fmt.Errorf("%w: %w", ErrNotStored, ctx.Err())
 	}
@@ -116,5 +133,5 @@ func (g *Committer[T]) Commit(ctx context.Context, items []T) (string, error) {
 func (g *Committer[T]) Idle() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return len(g.pending) == 0 && g.inFlight == 0
+	return g.isIdle()
 }
