@@ -130,7 +130,7 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 			return nil, &MessageError{Topic: topic, Err: fmt.Errorf("message %d of %d is nil", i+1, len(msgs))}
 		}
 	}
-	if err := delayApplier.Publish(topic, msgs...); err != nil {
+	if err := applyContextDelays(topic, msgs); err != nil {
 		return nil, err
 	}
 	outcomes, err := p.publish(topic, msgs...)
@@ -151,6 +151,18 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 // publishes the messages. AllowNoDelay keeps messages without a delay due at once. It is
 // stateless, so one serves every call (a delay.NewPublisher per call cost allocations).
 var delayApplier, _ = delay.NewPublisher(publishFunc(func(string, ...*message.Message) error { return nil }), delay.PublisherConfig{AllowNoDelay: true})
+
+// applyContextDelays runs delayApplier on msgs unless none has a context of its own: reading a
+// context value costs delay.NewPublisher an allocation per message, and a message without a
+// context (context.Background) carries no delay there.
+func applyContextDelays(topic string, msgs []*message.Message) error {
+	for _, msg := range msgs {
+		if msg.Context() != context.Background() {
+			return delayApplier.Publish(topic, msgs...)
+		}
+	}
+	return nil
+}
 
 func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, error) {
 	return p.publishAt(topic, nil, msgs...)
