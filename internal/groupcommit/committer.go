@@ -25,9 +25,10 @@ type StoreFunc[T any] func(ctx context.Context, items []T) (outcomes string, err
 // whole and contiguous, in call order, into exactly one round, so each call stays atomic. A round
 // starts when a slot is free (smallInFlight, or maxInFlight while overlapAt items wait) and its
 // share of the active callers is pending (see target), or lingerMax after it began waiting for
-// them. A slot belongs to a round, never to a caller: the round runs on its own goroutine and,
-// when its store call returns, gives its result to its calls and starts the next round from the
-// calls still pending. It is safe for concurrent use.
+// them. A slot belongs to a round, never to a caller: the round runs on a goroutine of the
+// Committer's (a runner, which serves round after round while calls keep coming, and ends once
+// the Committer is idle) and, when its store call returns, gives its result to its calls and
+// starts the next round from the calls still pending. It is safe for concurrent use.
 type Committer[T any] struct {
 	store StoreFunc[T]
 	// outcomeUnknown is wrapped by a call whose context ended while its round was under way.
