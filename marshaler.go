@@ -5,6 +5,7 @@ package redisdelay
 
 import (
 	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"slices"
 	"time"
@@ -185,10 +186,21 @@ func canonicalUUID(s string) (uuid.UUID, bool) {
 		return uuid.UUID{}, false
 	}
 	id, err := uuid.Parse(s)
-	if err != nil || id.String() != s {
+	if err != nil {
 		return uuid.UUID{}, false
 	}
-	return id, true
+	// The canonical form, compared without allocating a string for it.
+	var canon [36]byte
+	hex.Encode(canon[:8], id[:4])
+	canon[8] = '-'
+	hex.Encode(canon[9:13], id[4:6])
+	canon[13] = '-'
+	hex.Encode(canon[14:18], id[6:8])
+	canon[18] = '-'
+	hex.Encode(canon[19:23], id[8:10])
+	canon[23] = '-'
+	hex.Encode(canon[24:], id[10:])
+	return id, string(canon[:]) == s
 }
 
 // appendString appends a uvarint length and s.

@@ -130,12 +130,11 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 			return nil, &MessageError{Topic: topic, Err: fmt.Errorf("message %d of %d is nil", i+1, len(msgs))}
 		}
 	}
-	var outcomes []Outcome
-	delayed, _ := delay.NewPublisher(publishFunc(func(topic string, msgs ...*message.Message) (err error) {
-		outcomes, err = p.publish(topic, msgs...)
-		return err
-	}), delayConfig)
-	if err := delayed.Publish(topic, msgs...); err != nil {
+	if err := applyContextDelays(topic, msgs); err != nil {
+		return nil, err
+	}
+	outcomes, err := p.publish(topic, msgs...)
+	if err != nil {
 		return nil, err
 	}
 	p.config.Metrics.publishedOutcomes(topic, outcomes)
@@ -147,10 +146,23 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 	return outcomes, nil
 }
 
-// delayConfig makes delay.NewPublisher turn a delay set with delay.WithContext on a message's
-// context into delay metadata, as Watermill's own delayed publishers do; AllowNoDelay keeps
-// messages without a delay due at once.
-var delayConfig = delay.PublisherConfig{AllowNoDelay: true}
+// delayApplier turns a delay set with delay.WithContext on a message's context into delay
+// metadata, as Watermill's own delayed publishers do, and publishes nothing: Publish then
+// publishes the messages. AllowNoDelay keeps messages without a delay due at once. It is
+// stateless, so one serves every call (a delay.NewPublisher per call cost allocations).
+var delayApplier, _ = delay.NewPublisher(publishFunc(func(string, ...*message.Message) error { return nil }), delay.PublisherConfig{AllowNoDelay: true})
+
+// applyContextDelays runs delayApplier on msgs unless none has a context of its own: reading a
+// context value costs delay.NewPublisher an allocation per message, and a message without a
+// context (context.Background) carries no delay there.
+func applyContextDelays(topic string, msgs []*message.Message) error {
+	for _, msg := range msgs {
+		if msg.Context() != context.Background() {
+			return delayApplier.Publish(topic, msgs...)
+		}
+	}
+	return nil
+}
 
 func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, error) {
 	return p.publishAt(topic, nil, msgs...)

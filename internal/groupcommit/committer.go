@@ -25,9 +25,10 @@ type StoreFunc[T any] func(ctx context.Context, items []T) (outcomes string, err
 // whole and contiguous, in call order, into exactly one round, so each call stays atomic. A round
 // starts when a slot is free (smallInFlight, or maxInFlight while overlapAt items wait) and its
 // share of the active callers is pending (see target), or lingerMax after it began waiting for
-// them. A slot belongs to a round, never to a caller: the round runs on its own goroutine and,
-// when its store call returns, gives its result to its calls and starts the next round from the
-// calls still pending. It is safe for concurrent use.
+// them. A slot belongs to a round, never to a caller: the round runs on a goroutine of the
+// Committer's (a runner, which serves round after round while calls keep coming, and ends once
+// the Committer is idle) and, when its store call returns, gives its result to its calls and
+// starts the next round from the calls still pending. It is safe for concurrent use.
 type Committer[T any] struct {
 	store StoreFunc[T]
 	// outcomeUnknown is wrapped by a call whose context ended while its round was under way.
@@ -35,6 +36,7 @@ type Committer[T any] struct {
 
 	mu           sync.Mutex
 	pending      []*call[T] // in call order
+	calls        sync.Pool  // of *call[T] whose result was received, to reuse
 	pendingItems int        // items of the pending calls
 	inFlight     int        // rounds under way
 	// callsInFlight is how many calls the rounds under way hold.
@@ -47,9 +49,17 @@ type Committer[T any] struct {
 	target int
 	// lingered is set when lingerMax has passed since pending calls began to wait for
 	// target (the timer linger sets it) and cleared when a round starts.
-	lingered  bool
-	linger    *time.Timer
-	lingerMax time.Duration // lingerMax unless a test sets it
+	lingered bool
+	// linger is created once and reset; lingerArmed says it is armed, to fire at lingerAt.
+	linger      *time.Timer
+	lingerArmed bool
+	lingerAt    time.Time
+	lingerMax   time.Duration // lingerMax unless a test sets it
+	// work hands rounds to the idleRunners runners parked on it (see runner); a nil round
+	// ends a runner. Its buffer holds maxInFlight, the most runners that park.
+	work        chan []*call[T]
+	idleRunners int
+	runners     int // the runner goroutines, idle or not
 }
 
 // call is one commit call.
@@ -71,7 +81,7 @@ type result struct {
 // store all of them or none, and return one outcome byte per item. outcomeUnknown is the error
 // that a Commit wraps when its context ends while its round is under way.
 func New[T any](store StoreFunc[T], outcomeUnknown error) *Committer[T] {
-	return &Committer[T]{store: store, outcomeUnknown: outcomeUnknown, lingerMax: lingerMax}
+	return &Committer[T]{store: store, outcomeUnknown: outcomeUnknown, lingerMax: lingerMax, work: make(chan []*call[T], maxInFlight)}
 }
 
 // Commit stores items in a round shared with concurrent calls and returns within ctx's
@@ -82,7 +92,11 @@ func New[T any](store StoreFunc[T], outcomeUnknown error) *Committer[T] {
 // then either all stored or none is. The cancellation of ctx never aborts a round under way,
 // since other calls share it.
 func (g *Committer[T]) Commit(ctx context.Context, items []T) (string, error) {
-	c := &call[T]{ctx: ctx, items: items, done: make(chan result, 1)}
+	c, _ := g.calls.Get().(*call[T])
+	if c == nil {
+		c = &call[T]{done: make(chan result, 1)}
+	}
+	c.ctx, c.items = ctx, items
 	g.mu.Lock()
 	g.pending = append(g.pending, c)
 	g.pendingItems += len(items)
@@ -91,6 +105,9 @@ func (g *Committer[T]) Commit(ctx context.Context, items []T) (string, error) {
 
 	select {
 	case r := <-c.done:
+		// The round let go of c when it sent r: c serves another call.
+		*c = call[T]{done: c.done}
+		g.calls.Put(c)
 		return r.outcomes, r.err
 	case <-ctx.Done():
 	}
@@ -100,6 +117,7 @@ func (g *Committer[T]) Commit(ctx context.Context, items []T) (string, error) {
 		if i := slices.Index(g.pending, c); i >= 0 {
 			g.pending = slices.Delete(g.pending, i, i+1)
 			g.pendingItems -= len(c.items)
+			g.retireIfIdle()
 		}
 		return "", fmt.Errorf("%w: %w", ErrNotStored, ctx.Err())
 	}
@@ -116,5 +134,5 @@ func (g *Committer[T]) Commit(ctx context.Context, items []T) (string, error) {
 func (g *Committer[T]) Idle() bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return len(g.pending) == 0 && g.inFlight == 0
+	return g.isIdle()
 }

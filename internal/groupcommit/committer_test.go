@@ -215,3 +215,28 @@ func TestGroupCommitIsIdleOnlyWithNothingPendingOrUnderWay(t *testing.T) {
 	require.NoError(t, collect(t, out, 1)[smallInFlight].err)
 	eventually(t, "idle once every round gave its result", g.Idle)
 }
+
+// The goroutines that run rounds serve one round after another, and end once the Committer is
+// idle: a dropped Committer leaks none, even when calls gave up or a round hung past its
+// deadline.
+func TestGroupCommitHoldsNoGoroutineOnceIdle(t *testing.T) {
+	f := newFakeStore(t)
+	g := New(f.store, errOutcomeUnknown)
+	out := make(chan outcome, 3*maxInFlight+1)
+	goCommit(g, 0, 1, 50*time.Millisecond, out)
+	waitEntered(t, f, 1) // round 0 hangs past its call's deadline
+	require.ErrorIs(t, collect(t, out, 1)[0].err, errOutcomeUnknown)
+	for id := 1; id <= 3*maxInFlight; id++ {
+		goCommit(g, id, overlapAt, time.Minute, out)
+	}
+	for i := 1; i <= 3*maxInFlight; i++ {
+		f.finish(i, nil)
+	}
+	for id, o := range collect(t, out, 3*maxInFlight) {
+		require.NoError(t, o.err, "call %d", id)
+	}
+	eventually(t, "the runners but the hung one ended", func() bool { return runners(g) == 1 })
+	f.open()
+	eventually(t, "every runner ended", func() bool { return runners(g) == 0 })
+	require.True(t, g.Idle())
+}

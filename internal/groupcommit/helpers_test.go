@@ -215,3 +215,10 @@ func fillSlots(t *testing.T, g *Committer[string], f *fakeStore, calls int) chan
 	})
 	return out
 }
+
+// runners returns how many runner goroutines g has, idle or not.
+func runners(g *Committer[string]) int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.runners
+}

@@ -50,27 +50,101 @@ func (g *Committer[T]) startRounds() {
 			return
 		}
 		if len(g.pending) < g.target && !g.lingered {
-			if g.linger == nil {
-				g.linger = time.AfterFunc(g.lingerMax, func() {
-					g.mu.Lock()
-					defer g.mu.Unlock()
-					g.linger, g.lingered = nil, true
-					g.startRounds()
-				})
-			}
+			g.armLinger()
 			return
 		}
 		if round := g.takeRound(); len(round) > 0 {
 			g.inFlight++
 			g.callsInFlight += len(round)
 			g.lingered = false
-			if g.linger != nil {
+			if g.lingerArmed {
 				g.linger.Stop()
-				g.linger = nil
+				g.lingerArmed = false
 			}
-			go g.run(round)
+			g.dispatch(round)
 		}
 	}
+	g.retireIfIdle() // the calls taken may all have given up
+}
+
+// dispatch hands round to an idle runner, or to a new one when none is idle. g.mu is held.
+func (g *Committer[T]) dispatch(round []*call[T]) {
+	if g.idleRunners > 0 {
+		g.idleRunners--
+		g.work <- round // never blocks: the buffer holds a place for each idle runner
+		return
+	}
+	g.runners++
+	go g.runner(round)
+}
+
+// runner runs round, then each round handed to it while it is idle (see dispatch). A runner
+// keeps its goroutine, whose stack has grown to the store call's depth, for the next round:
+// a goroutine per round cost the client a stack copy and a goroutine start per round. It ends
+// when the Committer is idle (and tells the idle runners to end), or when maxInFlight runners
+// are idle already.
+func (g *Committer[T]) runner(round []*call[T]) {
+	for round != nil {
+		g.run(round)
+		g.mu.Lock()
+		if g.isIdle() || g.idleRunners >= maxInFlight {
+			g.retireIfIdle()
+			g.runners--
+			g.mu.Unlock()
+			return
+		}
+		g.idleRunners++
+		g.mu.Unlock()
+		round = <-g.work
+	}
+	g.mu.Lock()
+	g.runners--
+	g.mu.Unlock()
+}
+
+// isIdle reports whether g has no call pending and no round under way. g.mu is held.
+func (g *Committer[T]) isIdle() bool {
+	return len(g.pending) == 0 && g.inFlight == 0
+}
+
+// retireIfIdle ends the idle runners when g is idle, so that an idle Committer holds no
+// goroutine. g.mu is held.
+func (g *Committer[T]) retireIfIdle() {
+	if !g.isIdle() {
+		return
+	}
+	for ; g.idleRunners > 0; g.idleRunners-- {
+		g.work <- nil
+	}
+}
+
+// armLinger arms the linger timer unless it is armed. The Committer keeps one timer and
+// resets it, since a timer per round costs the client an allocation and timer heap work. g.mu
+// is held.
+func (g *Committer[T]) armLinger() {
+	if g.lingerArmed {
+		return
+	}
+	g.lingerArmed = true
+	g.lingerAt = time.Now().Add(g.lingerMax)
+	if g.linger == nil {
+		g.linger = time.AfterFunc(g.lingerMax, g.lingerFired)
+		return
+	}
+	g.linger.Reset(g.lingerMax)
+}
+
+// lingerFired sets lingered and starts rounds. A firing that waited for g.mu while a round
+// started (the timer is disarmed), or while the timer was armed again (lingerAt is ahead), is
+// stale and does nothing.
+func (g *Committer[T]) lingerFired() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if !g.lingerArmed || time.Now().Before(g.lingerAt) {
+		return
+	}
+	g.lingerArmed, g.lingered = false, true
+	g.startRounds()
 }
 
 // takeRound removes from pending and returns the longest prefix of calls that holds at most
@@ -105,7 +179,11 @@ func (g *Committer[T]) takeRound() []*call[T] {
 // returned the outcome-unknown error by then.
 func (g *Committer[T]) run(round []*call[T]) {
 	ctx, cancel := roundContext(round)
-	var items []T
+	n := 0
+	for _, c := range round {
+		n += len(c.items)
+	}
+	items := make([]T, 0, n)
 	for _, c := range round {
 		items = append(items, c.items...)
 	}

@@ -3,6 +3,7 @@ package store
 import (
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // keys.go owns the key layout: what the store's callers name (a topic partition, a consumer
@@ -167,6 +168,42 @@ const DeadLetterInfix = ".dead-letter."
 // keys of a dead-letter topic T.dead-letter.G are P{T}.dead-letter.G:..., in T's slot.
 type keySpace struct {
 	prefix string
+	// cache keeps the key names of topics and groups, built once: a publish round names about
+	// twenty keys, each a string to build. nil builds them each time.
+	cache *keyCache
+}
+
+// maxCachedKeys bounds the topic partitions and the groups a keyCache keeps; past it, it
+// starts again empty.
+const maxCachedKeys = 10000
+
+// keyCache holds the key names built for topic partitions and groups.
+type keyCache struct {
+	mu     sync.Mutex
+	topics map[Partition]topicKeys
+	groups map[Group]groupKeys
+}
+
+func newKeyCache() *keyCache {
+	return &keyCache{topics: map[Partition]topicKeys{}, groups: map[Group]groupKeys{}}
+}
+
+// cached returns m[key], built by build and kept in m when missing; c.mu guards m.
+func cached[K comparable, V any](c *keyCache, m *map[K]V, key K, build func(K) V) V {
+	c.mu.Lock()
+	v, ok := (*m)[key]
+	c.mu.Unlock()
+	if ok {
+		return v
+	}
+	v = build(key)
+	c.mu.Lock()
+	if len(*m) >= maxCachedKeys {
+		*m = map[K]V{}
+	}
+	(*m)[key] = v
+	c.mu.Unlock()
+	return v
 }
 
 // topicKeys are the keys shared by all consumer groups of a topic.
@@ -227,6 +264,13 @@ func hashTag(key string) string {
 }
 
 func (k keySpace) topic(p Partition) topicKeys {
+	if k.cache == nil {
+		return k.buildTopic(p)
+	}
+	return cached(k.cache, &k.cache.topics, p, k.buildTopic)
+}
+
+func (k keySpace) buildTopic(p Partition) topicKeys {
 	t := k.tag(p.name())
 	return topicKeys{
 		seq:           t + ":seq",
@@ -257,6 +301,13 @@ func (k keySpace) claimRecord(g Group, id string) string {
 }
 
 func (k keySpace) group(g Group) groupKeys {
+	if k.cache == nil {
+		return k.buildGroup(g)
+	}
+	return cached(k.cache, &k.cache.groups, g, k.buildGroup)
+}
+
+func (k keySpace) buildGroup(g Group) groupKeys {
 	prefix := k.tag(g.name()) + ":g:" + g.Name
 	return groupKeys{
 		due:          prefix + ":due",

@@ -40,7 +40,7 @@ type Options struct {
 func New(client redis.UniversalClient, prefix string, opts Options) Store {
 	return Store{
 		client:          client,
-		keys:            keySpace{prefix: prefix},
+		keys:            keySpace{prefix: prefix, cache: newKeyCache()},
 		shebang:         &shebangSupport{},
 		contextTimeouts: honoursContextDeadlines(client),
 		opts:            opts,
