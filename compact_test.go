@@ -259,3 +259,52 @@ func TestForecastCountsTheCompactTier(t *testing.T) {
 		assert.Zero(t, f.Due, "none due yet")
 	})
 }
+
+// TestRunNowRefAndRescheduleRefReachTheCompactTier: operations by ref on messages that wait in
+// the compact tier move them to the due set and act there: run now delivers one at once,
+// reschedule delivers the other at its new due time, never before; the rest stay in the tier.
+func TestRunNowRefAndRescheduleRefReachTheCompactTier(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		topic := "compact-refops-" + b.name
+		pub := compactPublisher(t, b, 20*time.Millisecond)
+		in := newInspector(t, b, 1)
+		sub := newSubscriber(t, b, nil)
+		require.NoError(t, sub.SubscribeInitialize(topic))
+		var batch []*message.Message
+		for i := range 5 {
+			batch = append(batch, dueAt(i, time.Now().Add(time.Hour+time.Duration(i)*time.Minute)))
+		}
+		require.NoError(t, pub.Publish(topic, batch...))
+		page, err := in.List(ctx, topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled})
+		require.NoError(t, err)
+		require.Len(t, page.Messages, 5)
+		refs := map[string]string{}
+		for _, m := range page.Messages {
+			refs[m.UUID] = m.Ref
+		}
+
+		o, _, err := in.RunNowRef(ctx, topic, redisdelay.DefaultConsumerGroup, refs["1"])
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.OutcomeApplied, o, "run now")
+		at := time.Now().Add(300 * time.Millisecond)
+		o, due, err := in.RescheduleRef(ctx, topic, redisdelay.DefaultConsumerGroup, refs["3"], at)
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.OutcomeApplied, o, "reschedule")
+		assert.WithinDuration(t, at, due, time.Millisecond, "the new due time")
+		st := statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
+		assert.Equal(t, int64(3), st.Compact, "left in the compact tier")
+
+		msgs := subscribe(t, sub, topic)
+		first := receive(t, msgs, 5*time.Second)
+		assert.Equal(t, "1", first.UUID, "run now first")
+		first.Ack()
+		second := receive(t, msgs, 5*time.Second)
+		assert.Equal(t, "3", second.UUID, "then the rescheduled one")
+		assert.False(t, time.Now().Before(at), "rescheduled message delivered early")
+		second.Ack()
+		waitStats(t, in, topic, redisdelay.DefaultConsumerGroup, "three scheduled, none due or in flight", func(s redisdelay.GroupStats) bool {
+			return s.Scheduled == 3 && s.Due+s.InFlight == 0
+		})
+	})
+}

@@ -331,3 +331,20 @@ func (s Store) BatchOp(ctx context.Context, p Partition, call Call, op BatchOp, 
 	}
 	return int(asInt(r[1])), nil
 }
+
+// Unfar runs unfar.lua: it moves the message that ref names from group g's compact tier into
+// the group's due set at its due time (ref.ScoreUs), so that RefOp can act on it, and returns
+// its whole member; "" when the group is not registered or its tier holds no such message
+// (within the bounds of far_find: 16 buckets, 10,000 entries).
+func (s Store) Unfar(ctx context.Context, g Group, ref Ref) (string, error) {
+	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
+	res, err := s.run(ctx, s.client, unfarScript, []string{gk.due, gk.far, tk.groups}, ref.Member, ref.ScoreUs, g.Name)
+	if errors.Is(err, redis.Nil) {
+		return "", nil // the script's false: nothing moved
+	}
+	if err != nil {
+		return "", err
+	}
+	m, _ := res.(string)
+	return m, nil
+}

@@ -85,11 +85,14 @@ var (
 	listScript        = mustScript(scriptSpec{file: "list", allowOOM: true})
 	listFarScript     = mustScript(scriptSpec{file: "listfar", allowOOM: true})
 	showScript        = mustScript(scriptSpec{file: "show", allowOOM: true})
-	resolveScript     = mustScript(scriptSpec{file: "resolve", allowOOM: true})
-	purgeScript       = mustScript(scriptSpec{file: "purge", allowOOM: true})
-	flushBatchScript  = mustScript(scriptSpec{file: "flushbatch", allowOOM: true})
-	refOpScript       = mustScript(scriptSpec{file: "refop", allowOOM: true})
-	requeueScript     = mustScript(scriptSpec{file: "requeue"})
+	// unfarScript moves one message within a group's keys, from the compact tier to the due
+	// set: it may run on a full Redis, as the operation by ref that follows may.
+	unfarScript      = mustScript(scriptSpec{file: "unfar", allowOOM: true})
+	resolveScript    = mustScript(scriptSpec{file: "resolve", allowOOM: true})
+	purgeScript      = mustScript(scriptSpec{file: "purge", allowOOM: true})
+	flushBatchScript = mustScript(scriptSpec{file: "flushbatch", allowOOM: true})
+	refOpScript      = mustScript(scriptSpec{file: "refop", allowOOM: true})
+	requeueScript    = mustScript(scriptSpec{file: "requeue"})
 )
 
 // script is one Lua script in two forms. Redis 7 reads flags from a shebang line: allow-oom lets

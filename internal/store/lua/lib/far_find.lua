@@ -4,8 +4,9 @@ local FAR_FIND_ENTRIES = 10000
 
 -- far_find returns the member of the compact tier (index far) due at score (µs, a decimal
 -- string, which Redis reads exactly) that is m or, when m is a short form "ID|", whose short
--- form it is; nil when the buckets that could hold it (the 16 of latest move time up to score
--- that start at or before it) do not within their first FAR_FIND_ENTRIES entries in all.
+-- form it is, with the index member of its bucket and its bucket entry; nil when the buckets
+-- that could hold it (the 16 of latest move time up to score that start at or before it) do
+-- not within their first FAR_FIND_ENTRIES entries in all.
 local function far_find(far, score, m)
   local short, us = is_short(m), tonumber(score)
   local left = FAR_FIND_ENTRIES
@@ -19,7 +20,7 @@ local function far_find(far, score, m)
         for _, e in ipairs(entries) do
           if e == want or short and string.sub(e, 1, #want) == want then
             local _, found = far_read(e)
-            return found
+            return found, b, e
           end
         end
         left, i = left - #entries, i + #entries
