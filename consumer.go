@@ -181,7 +181,7 @@ func (s *partitionConsumer) claimTurn(watch *wake.Watch) bool {
 	}
 	// The group had nothing more due when this claim ran, so sleep on what it said; anything
 	// published since then has sent a wake-up, which ends the sleep at once.
-	s.sleep(res, receivedAt, watch)
+	s.sleep(res, sent.Add(receivedAt.Sub(sent)/2), watch)
 	return true
 }
 
@@ -238,14 +238,16 @@ func (s *partitionConsumer) adaptLimit(delivered int, took time.Duration) {
 }
 
 // sleep waits until the group's next due time or lease deadline, a wake-up for an earlier due
-// time, the recheck interval, or the end of the subscription, whichever comes first.
-func (s *partitionConsumer) sleep(res store.ClaimResult, receivedAt time.Time, watch *wake.Watch) {
-	// The Redis clock at receivedAt was at least res.NowUs, so this never wakes early.
+// time, the recheck interval, or the end of the subscription, whichever comes first. readAt is
+// when, on the local clock, the claim most likely read the Redis clock (res.NowUs): halfway
+// through its round trip.
+func (s *partitionConsumer) sleep(res store.ClaimResult, readAt time.Time, watch *wake.Watch) {
+	// The next claim then reaches Redis about a one-way trip after the due time. Waking a little
+	// early costs an empty claim and a short sleep, never an early delivery: the claim script
+	// takes only what is due on the Redis clock.
 	until := func(dueUs int64) time.Duration {
-		return time.Duration(dueUs-res.NowUs)*time.Microsecond - time.Since(receivedAt)
+		return time.Duration(dueUs-res.NowUs)*time.Microsecond - time.Since(readAt)
 	}
-	// Acks are confirmed at once when nothing is left to hand out; batching is for busy times.
-	s.confirmAcks()
 	if due := s.woken; due >= 0 {
 		// A wake-up came while messages were handed out.
 		s.woken = -1
@@ -264,6 +266,13 @@ func (s *partitionConsumer) sleep(res store.ClaimResult, receivedAt time.Time, w
 	if !s.windowEnd.IsZero() {
 		wait = min(wait, time.Until(s.windowEnd))
 	}
+	if wait >= ackDelay {
+		// Acks are confirmed at once before a long sleep. A claim that comes sooner than the
+		// ack timer carries them, and a round trip of their own would make it late.
+		sent := time.Now()
+		s.confirmAcks()
+		wait -= time.Since(sent)
+	}
 	if wait <= 0 {
 		return
 	}
@@ -272,14 +281,17 @@ func (s *partitionConsumer) sleep(res store.ClaimResult, receivedAt time.Time, w
 
 // sleepAtMost waits wait at most, less when a wake-up comes for a due time that until (the
 // time left before a due time, Unix µs on the Redis clock) puts earlier, no more when it is a
-// "check now" or already due. It confirms the acks when the ack timer fires meanwhile.
+// "check now" or already due. It confirms the acks when the ack timer fires meanwhile. Its
+// timer fires clock.PreciseTail before the end, and the rest is slept precisely (see
+// clock.SleepPrecisely): a Go timer alone would wake up to 1 ms late.
 func (s *partitionConsumer) sleepAtMost(wait time.Duration, watch *wake.Watch, until func(dueUs int64) time.Duration) {
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
 	deadline := time.Now().Add(wait)
+	timer := time.NewTimer(wait - clock.PreciseTail)
+	defer timer.Stop()
 	for {
 		select {
 		case <-timer.C:
+			clock.SleepPrecisely(time.Until(deadline))
 			return
 		case due := <-watch.Due():
 			w := until(due)
@@ -288,7 +300,7 @@ func (s *partitionConsumer) sleepAtMost(wait time.Duration, watch *wake.Watch, u
 			}
 			if time.Now().Add(w).Before(deadline) {
 				deadline = time.Now().Add(w)
-				timer.Reset(w)
+				timer.Reset(w - clock.PreciseTail)
 			}
 		case <-s.book.ackTimer.C:
 			s.confirmAcks()

@@ -58,7 +58,11 @@ func (p *Publisher) outgoing(topic string, msg *message.Message, now time.Time, 
 		spec = store.BatchSpec(cfg.MaxItems, cfg.MaxWait, cfg.maxBytes(), bk)
 		partition = keyPartition(bk, p.config.Partitions)
 	}
-	return store.Outgoing{Data: data, Delay: d, At: at, Latest: latest, KeySpec: spec}, partition, nil
+	out := store.Outgoing{Data: data, Delay: d, At: at, Latest: latest, KeySpec: spec}
+	if !virtual {
+		out.From = now // the wait for a group commit round does not make it later
+	}
+	return out, partition, nil
 }
 
 // metadataMessageError is the *MessageError for msg on topic whose metadata e refused.

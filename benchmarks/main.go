@@ -155,7 +155,7 @@ func run() int {
 	failed := false
 	for _, sc := range scenarios {
 		for _, sys := range b.rounds(sc, systems) { // -rounds times over the systems (rounds.go)
-			if (sc == "lateness" || sc == "burst") && !sys.supportsDelay() {
+			if (sc == "lateness" || sc == "lateness_loaded" || sc == "burst") && !sys.supportsDelay() {
 				continue
 			}
 			if (sc == "scale" && sys.name() == sysRedisStream) || ((sc == "cluster" || sc == "schedules") && sys.name() != sysRedisDelay) {
@@ -174,6 +174,8 @@ func run() int {
 				err = b.runWMBench(sys)
 			case "lateness":
 				err = b.runLateness(sys)
+			case "lateness_loaded":
+				err = b.runLatenessLoaded(sys) // lateness_loaded.go
 			case "burst":
 				err = b.runBurst(sys)
 			case "idle":

@@ -218,53 +218,128 @@ func newHist() *hdrhistogram.Histogram {
 }
 
 func (b *bench) runLateness(sys system) error {
+	return b.measureLateness(sys, "lateness", nil)
+}
+
+// measureLateness runs the lateness measurement and records its figures under prefix
+// (prefix_p50, ...). When load is not nil it is started once the subscribers have settled,
+// before the first publish, and the function it returns is called (once) when the last message
+// is delivered or the wait gives up; that function stops the load and returns a note for the
+// figures.
+func (b *bench) measureLateness(sys system, prefix string, load func() (stop func() string)) error {
 	if err := b.reset(); err != nil {
 		return err
 	}
-	topic := b.topic("lateness")
-	total := b.sz.lateN
-	var (
-		mu    sync.Mutex
-		hist  = newHist()
-		early int
-		seen  = newDedup(total)
-	)
-	cnt := newCounter(total)
+	topic := b.topic(prefix)
+	rec := newLateRecorder(b.sz.lateN)
 	inst, workers := sys.group(b.sz.lateSubs)
-	stop, err := sys.startConsumers(b.addr, consumerSpec{
-		topics: []string{topic}, instances: inst, workers: workers,
-		handle: func(d delivery) {
-			late := d.at.UnixNano() - d.due
-			mu.Lock()
-			if !seen.first(d.seq) {
-				mu.Unlock()
-				return
-			}
-			if late < 0 {
-				early++
-			}
-			_ = hist.RecordValue(max(late, 0) / int64(time.Microsecond))
-			mu.Unlock()
-			cnt.add()
-		},
-	})
+	stop, err := sys.startConsumers(b.addr, consumerSpec{topics: []string{topic}, instances: inst, workers: workers, handle: rec.handle})
 	if err != nil {
 		return err
 	}
 	defer stop()
 	// Let the subscribers settle (redisdelay: wake-up channel confirmed; asynq: server up).
 	time.Sleep(500 * time.Millisecond)
-
+	var stopLoad func() string
+	if load != nil {
+		stopLoad = load()
+		defer func() {
+			if stopLoad != nil {
+				stopLoad()
+			}
+		}()
+	}
 	prod, err := sys.newProducer(b.addr)
 	if err != nil {
 		return err
 	}
 	defer prod.close()
-	// Message i is published at start + i*interval from 4 paced goroutines, with a random delay.
-	const publishers = 4
-	interval := b.sz.latePublish / time.Duration(total)
 	w := b.watch()
 	start := time.Now()
+	if err := b.publishLate(prod, topic, start); err != nil {
+		return err
+	}
+	pubTook := time.Since(start)
+	got, _, complete := rec.cnt.wait(time.Now().Add(b.sz.lateMaxD + 15*time.Second))
+	w(sys.name() + " " + prefix + " (publish + deliver)")
+
+	loadNote := ""
+	if stopLoad != nil {
+		loadNote, stopLoad = stopLoad(), nil
+	}
+	rec.report(b, sys, prefix, joinNote(b.lateNote(sys, pubTook, got, complete), loadNote))
+	return nil
+}
+
+// lateNote is the note of a lateness measurement: its subscribers, and whether publishing fell
+// behind its plan or messages were left undelivered.
+func (b *bench) lateNote(sys system, pubTook time.Duration, got int, complete bool) string {
+	note := fmt.Sprintf("%d subscriber(s)", b.sz.lateSubs)
+	if sys.name() == sysAsynq {
+		note = fmt.Sprintf("Concurrency %d, default DelayedTaskCheckInterval 5s", b.sz.lateSubs)
+	}
+	if pubTook > b.sz.latePublish+b.sz.latePublish/10 {
+		note = joinNote(note, fmt.Sprintf("publishing took %s, planned %s", pubTook.Round(time.Millisecond), b.sz.latePublish))
+	}
+	if !complete {
+		note = joinNote(note, fmt.Sprintf("only %d of %d delivered", got, b.sz.lateN))
+	}
+	return note
+}
+
+// lateRecorder collects the lateness of first deliveries: handler start minus the due time the
+// publisher recorded.
+type lateRecorder struct {
+	mu    sync.Mutex
+	hist  *hdrhistogram.Histogram
+	early int
+	seen  *dedup
+	cnt   *counter
+}
+
+func newLateRecorder(total int) *lateRecorder {
+	return &lateRecorder{hist: newHist(), seen: newDedup(total), cnt: newCounter(total)}
+}
+
+func (r *lateRecorder) handle(d delivery) {
+	late := d.at.UnixNano() - d.due
+	r.mu.Lock()
+	if !r.seen.first(d.seq) {
+		r.mu.Unlock()
+		return
+	}
+	if late < 0 {
+		r.early++
+	}
+	_ = r.hist.RecordValue(max(late, 0) / int64(time.Microsecond))
+	r.mu.Unlock()
+	r.cnt.add()
+}
+
+// report records prefix_p50, _p99, _p999, _max and _early for sys.
+func (r *lateRecorder) report(b *bench, sys system, prefix, note string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.seen.dups > 0 {
+		note = joinNote(note, fmt.Sprintf("%d duplicate deliveries ignored", r.seen.dups))
+	}
+	ms := func(q float64) float64 { return float64(r.hist.ValueAtQuantile(q)) / 1000 }
+	maxMs := float64(r.hist.Max()) / 1000
+	b.res.set(prefix+"_p50", sys.name(), ms(50), note)
+	b.res.set(prefix+"_p99", sys.name(), ms(99), "")
+	b.res.set(prefix+"_p999", sys.name(), ms(99.9), "")
+	b.res.set(prefix+"_max", sys.name(), maxMs, "")
+	b.res.set(prefix+"_early", sys.name(), float64(r.early), "")
+	progress("  %s: %s p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms, early %d", sys.name(), prefix, ms(50), ms(99), ms(99.9), maxMs, r.early)
+}
+
+// publishLate publishes sz.lateN messages with random delays in [0, sz.lateMaxD): message i at
+// start + i*interval, from 4 paced goroutines, each recording its due time as time.Now()+delay
+// just before its Publish.
+func (b *bench) publishLate(prod producer, topic string, start time.Time) error {
+	const publishers = 4
+	total := b.sz.lateN
+	interval := b.sz.latePublish / time.Duration(total)
 	var (
 		wg       sync.WaitGroup
 		firstErr error
@@ -289,36 +364,7 @@ func (b *bench) runLateness(sys system) error {
 		}()
 	}
 	wg.Wait()
-	if firstErr != nil {
-		return firstErr
-	}
-	pubTook := time.Since(start)
-	got, _, complete := cnt.wait(time.Now().Add(b.sz.lateMaxD + 15*time.Second))
-	w(sys.name() + " lateness (publish + deliver)")
-
-	mu.Lock()
-	defer mu.Unlock()
-	ms := func(q float64) float64 { return float64(hist.ValueAtQuantile(q)) / 1000 }
-	note := fmt.Sprintf("%d subscriber(s)", b.sz.lateSubs)
-	if sys.name() == sysAsynq {
-		note = fmt.Sprintf("Concurrency %d, default DelayedTaskCheckInterval 5s", b.sz.lateSubs)
-	}
-	if pubTook > b.sz.latePublish+b.sz.latePublish/10 {
-		note = joinNote(note, fmt.Sprintf("publishing took %s, planned %s", pubTook.Round(time.Millisecond), b.sz.latePublish))
-	}
-	if !complete {
-		note = joinNote(note, fmt.Sprintf("only %d of %d delivered", got, total))
-	}
-	if seen.dups > 0 {
-		note = joinNote(note, fmt.Sprintf("%d duplicate deliveries ignored", seen.dups))
-	}
-	b.res.set("lateness_p50", sys.name(), ms(50), note)
-	b.res.set("lateness_p99", sys.name(), ms(99), "")
-	b.res.set("lateness_p999", sys.name(), ms(99.9), "")
-	b.res.set("lateness_max", sys.name(), float64(hist.Max())/1000, "")
-	b.res.set("lateness_early", sys.name(), float64(early), "")
-	progress("  %s: p50 %.2f ms, p99 %.2f ms, p99.9 %.2f ms, max %.2f ms, early %d", sys.name(), ms(50), ms(99), ms(99.9), float64(hist.Max())/1000, early)
-	return nil
+	return firstErr
 }
 
 // ---- due burst ----

@@ -8,7 +8,7 @@
 // Waits stay on the real clock: a subscription's sleep, its heartbeat and its ack timer only
 // decide when to ask Redis again, and Redis (its TIME, read by every script) decides what is
 // due. The test kit (package redisdelaytest) runs Redis with a virtual clock and wakes the
-// subscriptions itself whenever it moves that clock.
+// subscriptions itself whenever it moves that clock. SleepPrecisely ends such a wait on time.
 package clock
 
 import "time"

@@ -24,6 +24,13 @@ type Outgoing struct {
 	Delay  time.Duration
 	At     time.Time
 	Latest time.Time
+	// From, when set, is the instant on the client's real clock that Delay counts from (when
+	// Publish was called): the time the message then waited for its script call, a group
+	// commit round, is taken off Delay when the call is sent, so that it is due Delay after
+	// From rather than after the script's run. It is never early: the script runs after the
+	// call is sent, and its clock has moved on at least as much. Zero keeps Delay whole (a
+	// virtual clock, whose time does not pass with the real one).
+	From time.Time
 	// KeySpec is "" for a message without a key, else what KeySpec or BatchSpec returns.
 	KeySpec string
 }
@@ -35,9 +42,17 @@ func (m Outgoing) scheduleArg() any {
 	case !m.At.IsZero():
 		return "@" + strconv.FormatInt(m.At.UnixMicro(), 10)
 	case !m.Latest.IsZero():
-		return strconv.FormatInt(m.Delay.Microseconds(), 10) + "<" + strconv.FormatInt(m.Latest.UnixMicro(), 10)
+		return strconv.FormatInt(m.delayLeft().Microseconds(), 10) + "<" + strconv.FormatInt(m.Latest.UnixMicro(), 10)
 	}
-	return m.Delay.Microseconds()
+	return m.delayLeft().Microseconds()
+}
+
+// delayLeft is what is left of Delay now (see From), never below 0.
+func (m Outgoing) delayLeft() time.Duration {
+	if m.From.IsZero() || m.Delay <= 0 {
+		return m.Delay
+	}
+	return max(m.Delay-time.Since(m.From), 0)
 }
 
 // The duplicate policies of a keyed message, as publish_to reads them (see KeySpec).
