@@ -485,7 +485,7 @@ func TestDeadLettersSayTheirAttemptsReasonAndTimeOfDeath(t *testing.T) {
 // scheduled messages, then those of the group's compact tier, bucket by bucket and in the order
 // they were stored within a bucket, each exactly once across pages that resume inside a
 // bucket, with its due time and preview; Message reads a tier message by its ref, and CancelRef
-// says that the message waits in the compact tier.
+// cancels it there (once: a second cancel finds nothing).
 func TestListPagesThroughTheCompactTierAfterTheDueSet(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		const n, horizon, big = 250, 20 * time.Millisecond, 7
