@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 )
@@ -56,7 +57,7 @@ func (s Store) Cancel(ctx context.Context, p Partition, key string, call Call, g
 // holds it due. It returns what it did and the new due time, or *StaleGroupsError.
 func (s Store) Reschedule(ctx context.Context, p Partition, key string, call Call, m Outgoing, groups []string) (KeyResult, error) {
 	tk := s.keys.topic(p)
-	keys, args := s.byKeyTarget(p, key, call, []string{tk.messages, tk.groups, tk.parked, tk.history}, []any{m.scheduleArg()}, groups, true)
+	keys, args := s.byKeyTarget(p, key, call, []string{tk.messages, tk.groups, tk.parked, tk.history}, []any{m.scheduleArg(time.Now())}, groups, true)
 	res, err := s.run(ctx, s.client, rescheduleScript, keys, args...)
 	if err != nil {
 		return KeyResult{}, err
@@ -270,7 +271,7 @@ const (
 func (s Store) RefOp(ctx context.Context, g Group, op RefOp, member string, call Call, m Outgoing) (Outcome, int64, error) {
 	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
 	keys := []string{s.keys.call(g.Partition, call.Token), gk.due, gk.lease, tk.messages, tk.refs, gk.keyed, tk.history, tk.groups, tk.batches}
-	res, err := s.run(ctx, s.client, refOpScript, keys, call.TTL.Milliseconds(), string(op), member, g.Name, m.scheduleArg(), gk.wakeChannel)
+	res, err := s.run(ctx, s.client, refOpScript, keys, call.TTL.Milliseconds(), string(op), member, g.Name, m.scheduleArg(time.Now()), gk.wakeChannel)
 	if err != nil {
 		return 0, 0, err
 	}

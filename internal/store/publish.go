@@ -36,23 +36,25 @@ type Outgoing struct {
 }
 
 // scheduleArg encodes when m is due for publish_to: a delay in µs; "@" and a Unix time in µs;
-// or a delay in µs, "<" and the latest due time as a Unix time in µs.
-func (m Outgoing) scheduleArg() any {
+// or a delay in µs, "<" and the latest due time as a Unix time in µs. sent is when the script
+// call's arguments are built, one instant for the whole call, so that messages of one Publish
+// with the same delay stay due at the same time (in publish order).
+func (m Outgoing) scheduleArg(sent time.Time) any {
 	switch {
 	case !m.At.IsZero():
 		return "@" + strconv.FormatInt(m.At.UnixMicro(), 10)
 	case !m.Latest.IsZero():
-		return strconv.FormatInt(m.delayLeft().Microseconds(), 10) + "<" + strconv.FormatInt(m.Latest.UnixMicro(), 10)
+		return strconv.FormatInt(m.delayLeft(sent).Microseconds(), 10) + "<" + strconv.FormatInt(m.Latest.UnixMicro(), 10)
 	}
-	return m.delayLeft().Microseconds()
+	return m.delayLeft(sent).Microseconds()
 }
 
-// delayLeft is what is left of Delay now (see From), never below 0.
-func (m Outgoing) delayLeft() time.Duration {
+// delayLeft is what is left of Delay at sent (see From), never below 0.
+func (m Outgoing) delayLeft(sent time.Time) time.Duration {
 	if m.From.IsZero() || m.Delay <= 0 {
 		return m.Delay
 	}
-	return max(m.Delay-time.Since(m.From), 0)
+	return max(m.Delay-sent.Sub(m.From), 0)
 }
 
 // The duplicate policies of a keyed message, as publish_to reads them (see KeySpec).
@@ -172,8 +174,9 @@ func (s Store) publishTarget(keys []string, args []any, p Partition, call Call, 
 		gk := s.keys.group(p.Of(g))
 		keys[n+i], keys[n+len(groups)+i] = gk.far, gk.epoch
 	}
+	sent := time.Now()
 	for _, m := range msgs {
-		args = append(args, m.Data, m.scheduleArg(), m.KeySpec)
+		args = append(args, m.Data, m.scheduleArg(sent), m.KeySpec)
 	}
 	return keys, args
 }

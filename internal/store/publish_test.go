@@ -14,11 +14,11 @@ import (
 // before "<" of a clamped one).
 func delayArgUs(t *testing.T, m Outgoing) int64 {
 	t.Helper()
-	v, isDelay := m.scheduleArg().(int64)
+	v, isDelay := m.scheduleArg(time.Now()).(int64)
 	if isDelay {
 		return v
 	}
-	s, _, _ := strings.Cut(m.scheduleArg().(string), "<")
+	s, _, _ := strings.Cut(m.scheduleArg(time.Now()).(string), "<")
 	us, err := strconv.ParseInt(s, 10, 64)
 	require.NoError(t, err)
 	return us
@@ -39,5 +39,5 @@ func TestADelayNeverGoesBelowZeroOrChangesWithoutFrom(t *testing.T) {
 	assert.Equal(t, int64(0), delayArgUs(t, passed), "already due: at once")
 	assert.Equal(t, int64(100_000), delayArgUs(t, Outgoing{Delay: 100 * time.Millisecond}), "no From: the whole delay")
 	at := time.UnixMicro(1_700_000_000_000_000)
-	assert.Equal(t, "@1700000000000000", Outgoing{At: at, Delay: time.Second, From: time.Now()}.scheduleArg(), "an instant is left alone")
+	assert.Equal(t, "@1700000000000000", Outgoing{At: at, Delay: time.Second, From: time.Now()}.scheduleArg(time.Now()), "an instant is left alone")
 }
