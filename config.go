@@ -161,6 +161,15 @@ type PublisherConfig struct {
 	CompactHorizon time.Duration
 }
 
+// validateCompactHorizon reports a PublisherConfig.CompactHorizon out of range (0 counts as
+// its default).
+func validateCompactHorizon(h time.Duration) error {
+	if h > 0 && (h < compactHorizonFloor || h > MaxCompactHorizon) {
+		return fmt.Errorf("redisdelay: PublisherConfig.CompactHorizon is %s, want negative (off) or %s to %s", h, MinCompactHorizon, MaxCompactHorizon)
+	}
+	return nil
+}
+
 // compactHorizonFloor is MinCompactHorizon, lowered by the package's tests so that they can
 // watch buckets move in real time.
 var compactHorizonFloor = MinCompactHorizon
@@ -225,9 +234,15 @@ func (c PublisherConfig) Validate() error {
 	if err := validateDeliverWithin(c.DeliverWithin); err != nil {
 		return err
 	}
-	if c.CompactHorizon > 0 && (c.CompactHorizon < compactHorizonFloor || c.CompactHorizon > MaxCompactHorizon) {
-		return fmt.Errorf("redisdelay: PublisherConfig.CompactHorizon is %s, want negative (off) or %s to %s", c.CompactHorizon, MinCompactHorizon, MaxCompactHorizon)
+	if err := validateCompactHorizon(c.CompactHorizon); err != nil {
+		return err
 	}
+	return c.validateDurable()
+}
+
+// validateDurable reports DurableReplicas and DurableTimeout out of range, or a client that
+// cannot wait for replicas.
+func (c PublisherConfig) validateDurable() error {
 	if c.DurableReplicas < 0 {
 		return fmt.Errorf("redisdelay: PublisherConfig.DurableReplicas is %d, want >= 0", c.DurableReplicas)
 	}

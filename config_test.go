@@ -80,6 +80,11 @@ func TestPublisherConfigValidateNamesTheFieldAndValue(t *testing.T) {
 		{"negative key retention", func(c *C) { c.KeyRetention = -time.Millisecond }, []string{"PublisherConfig.KeyRetention", "-1ms"}},
 		{"negative debounce max wait", func(c *C) { c.DebounceMaxWait = -time.Second }, []string{"PublisherConfig.DebounceMaxWait", "-1s"}},
 		{"debounce max wait under a microsecond", func(c *C) { c.DebounceMaxWait = time.Nanosecond }, []string{"PublisherConfig.DebounceMaxWait", "1ns"}},
+		{"compact tier off", func(c *C) { c.CompactHorizon = -1 }, nil},
+		{"compact horizon at its bounds", func(c *C) { c.CompactHorizon = redisdelay.MaxCompactHorizon }, nil},
+		// The package's tests lower the floor to 10 ms (export_test.go); under it is refused.
+		{"compact horizon under the floor", func(c *C) { c.CompactHorizon = time.Millisecond }, []string{"PublisherConfig.CompactHorizon", "1ms"}},
+		{"compact horizon over the maximum", func(c *C) { c.CompactHorizon = redisdelay.MaxCompactHorizon + time.Second }, []string{"PublisherConfig.CompactHorizon", "288h0m1s"}},
 		{"negative durable replicas", func(c *C) { c.DurableReplicas = -1 }, []string{"PublisherConfig.DurableReplicas", "-1"}},
 		{"durable publishes on a ring", func(c *C) { c.Client, c.DurableReplicas = ring, 1 }, []string{"PublisherConfig.DurableReplicas", "*redis.Ring"}},
 		{"negative durable timeout", func(c *C) { c.DurableReplicas, c.DurableTimeout = 1, -time.Second }, []string{"PublisherConfig.DurableTimeout", "-1s"}},
