@@ -40,10 +40,11 @@ func (f Forecast) End() time.Time { return f.Start.Add(time.Duration(len(f.Count
 // messages about to come due before it arrives. Messages in flight are not counted; a message
 // that is nacked, or rescheduled, moves to its new due time. For ParkedGroup, it counts the
 // parked messages of a topic that has no consumer group. The messages of the compact tier
-// (PublisherConfig.CompactHorizon) count at the start of their time bucket, up to one horizon
-// before their due time: buckets narrower than the horizon place them only that closely; the
-// first store.MaxTierBucketsCounted (1,000) tier buckets are read one by one (LLEN, pipelined),
-// the messages of any further ones count in Later.
+// (PublisherConfig.CompactHorizon) count too: a time bucket of the tier whose span falls in one
+// forecast bucket counts whole (LLEN), one whose span crosses forecast buckets message by
+// message by due time (LRANGE, up to store.MaxTierEntriesRead, 10,000, entries per partition;
+// past that at its start); of the first store.MaxTierBucketsCounted (1,000) tier buckets, the
+// messages of any further ones count in Later. Up to three more pipelined round trips.
 //
 // bucket is from 1 µs to MaxForecastBucket, truncated to whole microseconds (the precision of
 // due times); n is from 1 to MaxForecastBuckets. The call reads the Redis clock (TIME), then
