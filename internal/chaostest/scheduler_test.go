@@ -112,6 +112,65 @@ func TestSchedulerPublishHeldInTheNetworkStoresNothingMore(t *testing.T) {
 	r.assert(t, info)
 }
 
+// A Scheduler acts on a tick of an allow-all schedule late: the tick's message, stored ahead,
+// was delivered and finished at the tick, and its key stays taken until TickKeyRetention (3 s
+// here) after that. The Scheduler reads the state about 2.4 s after the tick and its publish
+// (the repair of the message stored ahead, the catch-up ticks, the next tick's message) reaches
+// Redis 0.9 s later, within its fence but after the key is free: the repair must not be in it,
+// so the tick is stored once (scenario 8 once found it stored twice, 3 s late).
+func TestSchedulerActingLateOnATickStoresItsMessageOnce(t *testing.T) {
+	rig := newTickRig(t)
+	rig.put(t) // no Scheduler runs yet: the first tick's message, stored ahead, is delivered alone
+	first, _ := rig.ticks.last()
+	delayed := &publishDelay{topic: rig.topic, delay: 900 * time.Millisecond}
+	client := newClient(t, rig.srv.Addr)
+	client.AddHook(delayed)
+	time.Sleep(time.Until(first.Add(2350 * time.Millisecond))) // the late start is the scenario
+	run := runScheduler(t, client, "scheduler", rig.logger)
+
+	require.True(t, rig.ticks.waitFor(rig.ticks.after(first.Add(5*time.Second)), 10*time.Second), "no tick 5 s after the first")
+	require.NotZero(t, delayed.landed.Load(), "no publish was delayed")
+	landed := time.UnixMicro(delayed.landed.Load())
+	run.stop(t)
+	info := rig.drain(t)
+	last, _ := rig.ticks.last()
+	r := rig.ticks.check(last)
+	t.Logf("SUMMARY scenario=scheduler/late-repair delayed_publish_ran=%s after the first tick ticks_checked=%d messages=%d published=%d duplicated=%d",
+		landed.Sub(first).Round(time.Millisecond), r.checked, r.messages, info.Published, len(r.duplicated))
+	require.True(t, landed.After(first.Add(3*time.Second)), "the delayed publish ran %s after the first tick: not after its key was free (the scenario did not happen)", landed.Sub(first))
+	r.assert(t, info)
+}
+
+// publishDelay is a go-redis hook that delays the first publish.lua call to topic by delay and
+// then sends it on its caller's context, recording when it was sent (Unix µs).
+type publishDelay struct {
+	topic  string
+	delay  time.Duration
+	seen   atomic.Int32
+	landed atomic.Int64
+}
+
+func (h *publishDelay) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (h *publishDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func (h *publishDelay) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if !isPublishTo(cmd.Args(), h.topic) || h.seen.Add(1) != 1 {
+			return next(ctx, cmd)
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(h.delay):
+		}
+		h.landed.Store(time.Now().UnixMicro())
+		return next(ctx, cmd)
+	}
+}
+
 // publishHold is a go-redis hook that holds the nth publish.lua call to topic (counting from
 // 1) for hold: its caller sees its context end, as with a command that Redis does not answer,
 // and the command reaches Redis hold after it was sent, on a context of its own.
