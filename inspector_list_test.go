@@ -127,16 +127,19 @@ func TestListPagesThroughEqualDueTimesWithinFiveMilliseconds(t *testing.T) {
 		require.NoError(t, newSubscriber(t, b, inGroupWithoutWindow(redisdelay.DefaultConsumerGroup)).SubscribeInitialize(topic))
 		due := time.Now().Add(time.Hour).Truncate(time.Second)
 		publishAt(t, pub, topic, "m", n, due, []byte("payload"))
-		if b.name == "redis" {
-			require.NoError(t, b.client.ConfigSet(context.Background(), "slowlog-log-slower-than", "0").Err())
-			require.NoError(t, b.client.ConfigSet(context.Background(), "slowlog-max-len", "100000").Err())
-			require.NoError(t, b.client.SlowLogReset(context.Background()).Err())
-		}
-
 		list := func(cursor string, limit int) redisdelay.ListPage {
 			page, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled, Cursor: cursor, Limit: limit})
 			require.NoError(t, err)
 			return page
+		}
+		if b.name == "redis" {
+			// A script's first run is an EVAL carrying its text, which Redis compiles, and the
+			// slow log cuts that text short, so it cannot be run again: a page past the due set
+			// (list.lua, then listfar.lua for the compact tier) loads both scripts first.
+			require.Empty(t, list(craftedCursor(due, "\xff\xff"), 10).Messages)
+			require.NoError(t, b.client.ConfigSet(context.Background(), "slowlog-log-slower-than", "0").Err())
+			require.NoError(t, b.client.ConfigSet(context.Background(), "slowlog-max-len", "100000").Err())
+			require.NoError(t, b.client.SlowLogReset(context.Background()).Err())
 		}
 		var ids []string
 		seen := make(map[string]bool, n)

@@ -48,18 +48,7 @@ local dropped, left = #members, tonumber(ARGV[2]) - #members
 local tiered = 0
 -- The scheduled part takes only buckets that move later: their messages are all due later.
 local from = ARGV[1] == 'all' and '-inf' or '(' .. now
-while far and left > 0 do
-  local bucket = redis.call('ZRANGEBYSCORE', KEYS[8], from, '+inf', 'LIMIT', 0, 1)[1]
-  if not bucket then break end
-  local entries = redis.call('LPOP', KEYS[8] .. ':' .. bucket, left)
-  local n = entries and #entries or 0
-  for i = 1, n do
-    local _, m = far_read(entries[i])
-    ids[#ids + 1] = (split(m))
-  end
-  if n < left then redis.call('ZREM', KEYS[8], bucket) end
-  left, tiered = left - n, tiered + n
-end
+if far and left > 0 then tiered = far_drain(KEYS[8], KEYS[8], from, left, ids) end
 if tiered > 0 and redis.call('DECRBY', KEYS[8] .. ':n', tiered) <= 0 then redis.call('DEL', KEYS[8] .. ':n') end
 drop(KEYS[2], KEYS[3], ids, KEYS[5])
 local remaining = redis.call('ZCOUNT', KEYS[1], min, max)

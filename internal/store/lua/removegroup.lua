@@ -70,18 +70,7 @@ for _, set in ipairs({KEYS[10], KEYS[11]}) do
   end
 end
 -- Then the compact tier's buckets, one after another.
-while left > 0 do
-  local bucket = redis.call('ZRANGE', KEYS[17], 0, 0)[1]
-  if not bucket then break end
-  local entries = redis.call('LPOP', KEYS[16] .. ':' .. bucket, left)
-  local n = entries and #entries or 0
-  for i = 1, n do
-    local _, m = far_read(entries[i])
-    ids[#ids + 1] = (split(m))
-  end
-  if n < left then redis.call('ZREM', KEYS[17], bucket) end
-  left = left - n
-end
+left = left - far_drain(KEYS[17], KEYS[16], '-inf', left, ids)
 for _, id in ipairs(ids) do close_batch(KEYS[12], KEYS[2], id) end
 drop(KEYS[2], KEYS[3], ids, KEYS[8])
 -- What the window kept is not the group's: it is dropped in the same budget, but not counted.

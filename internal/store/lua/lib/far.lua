@@ -1,4 +1,4 @@
--- fragment far; needs: each_chunk
+-- fragment far; needs: each_chunk, split
 -- The compact tier: messages due far ahead wait in time buckets, Redis lists, instead of the
 -- group's due set, and move into the due set a bucket at a time before they fall due. A sorted
 -- set entry costs about 120 bytes of Redis bookkeeping; a list entry a few. The tier of a group
@@ -98,4 +98,26 @@ local function far_promote(due, far, now, limit)
   end
   if moved > 0 and redis.call('DECRBY', far .. ':n', moved) <= 0 then redis.call('DEL', far .. ':n') end
   return left
+end
+
+-- far_drain takes up to left messages out of the compact tier whose buckets are named after
+-- far: from the buckets of index (far itself, or a removal's copy of it) scored min or later (a
+-- ZRANGEBYSCORE bound), first bucket first, without moving them to the due set; a bucket it
+-- empties leaves index. It appends the messages' IDs to ids and returns how many it took. The
+-- caller keeps the tier's count (`far` .. ":n") and drops the messages.
+local function far_drain(index, far, min, left, ids)
+  local taken = 0
+  while left > taken do
+    local bucket = redis.call('ZRANGEBYSCORE', index, min, '+inf', 'LIMIT', 0, 1)[1]
+    if not bucket then break end
+    local entries = redis.call('LPOP', far .. ':' .. bucket, left - taken)
+    local n = entries and #entries or 0
+    for i = 1, n do
+      local _, m = far_read(entries[i])
+      ids[#ids + 1] = (split(m))
+    end
+    if n < left - taken then redis.call('ZREM', index, bucket) end
+    taken = taken + n
+  end
+  return taken
 end
