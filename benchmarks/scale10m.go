@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -282,18 +283,9 @@ func (b *bench) scaleRedisDelay(sys system) error {
 		b.res.note("redis_vmrss_mib: n/a, REDIS_ADDR names a server this program did not start")
 	}
 
-	dueN := b.sz.scaleDueN
-	rateBig, allBig, cpuBig, err := b.bestClaimRate(sys, big, dueN)
-	if err != nil {
-		return err
-	}
-	progress("  %s: claim+ack with %d scheduled: %s msg/s, %s µs/msg of Redis CPU", sys.name(), got, fmtRates(allBig), fmtCPUs(cpuBig))
-
-	flushStart := time.Now()
-	if err := b.dropBig(big); err != nil {
-		return err
-	}
-	progress("  %s: removing %d scheduled took %s", sys.name(), got, time.Since(flushStart).Round(time.Millisecond))
+	// The topic with 1k scheduled sits beside the big one, and the claim rounds of the two
+	// alternate: on this machine the rate drifts by 10-20 % within minutes, which a before-and-
+	// after order would count as the backlog's cost.
 	small := b.topic("scale-small")
 	if err := initialize(sys, b.addr, small); err != nil {
 		return err
@@ -307,13 +299,23 @@ func (b *bench) scaleRedisDelay(sys system) error {
 	if err != nil {
 		return err
 	}
-	rateSmall, allSmall, cpuSmall, err := b.bestClaimRate(sys, small, dueN)
+	dueN := b.sz.scaleDueN
+	rates, cpus, err := b.alternateClaimRates(sys, []string{big, small}, dueN)
 	if err != nil {
 		return err
 	}
+	allBig, allSmall, cpuBig, cpuSmall := rates[0], rates[1], cpus[0], cpus[1]
+	rateBig, rateSmall := slices.Max(allBig), slices.Max(allSmall)
+	progress("  %s: claim+ack with %d scheduled: %s msg/s, %s µs/msg of Redis CPU", sys.name(), got, fmtRates(allBig), fmtCPUs(cpuBig))
 	progress("  %s: claim+ack with %d scheduled: %s msg/s, %s µs/msg of Redis CPU", sys.name(), b.sz.scaleSmallN, fmtRates(allSmall), fmtCPUs(cpuSmall))
+
+	flushStart := time.Now()
+	if err := b.dropBig(big); err != nil {
+		return err
+	}
+	progress("  %s: removing %d scheduled took %s", sys.name(), got, time.Since(flushStart).Round(time.Millisecond))
 	b.res.set("claim_1k", sys.name(), rateSmall, fmt.Sprintf("%d scheduled + %d due consumed, best of %s msg/s; Redis CPU %s µs/msg", b.sz.scaleSmallN, dueN, fmtRates(allSmall), fmtCPUs(cpuSmall)))
 	b.res.set("claim_10m", sys.name(), rateBig, fmt.Sprintf("%d scheduled + %d due consumed, best of %s msg/s; Redis CPU %s µs/msg", got, dueN, fmtRates(allBig), fmtCPUs(cpuBig)))
-	b.res.set("claim_10m_vs_1k", sys.name(), rateBig/rateSmall, "target >= 0.8")
+	b.res.set("claim_10m_vs_1k", sys.name(), rateBig/rateSmall, "rounds alternated with claim_1k's; target >= 0.95")
 	return nil
 }

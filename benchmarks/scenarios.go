@@ -574,23 +574,22 @@ func (b *bench) futureItem(seq int) item {
 
 // claimRounds is how often each claim figure is measured; the best round counts, since on a
 // shared machine interference only ever slows a round down.
-const claimRounds = 2
+const claimRounds = 3
 
-// bestClaimRate runs claimRate claimRounds times and returns the best rate, all rates and the
-// Redis CPU per message (µs) of each run.
-func (b *bench) bestClaimRate(sys system, topic string, dueN int) (float64, []float64, []float64, error) {
-	var best float64
-	var all, cpus []float64
+// alternateClaimRates runs claimRate claimRounds times on each topic, the topics in turn within
+// each round, and returns each topic's rates and Redis CPU per message, round by round.
+func (b *bench) alternateClaimRates(sys system, topics []string, dueN int) ([][]float64, [][]float64, error) {
+	rates, cpus := make([][]float64, len(topics)), make([][]float64, len(topics))
 	for range claimRounds {
-		r, c, err := b.claimRate(sys, topic, dueN)
-		if err != nil {
-			return 0, nil, nil, err
+		for i, topic := range topics {
+			r, c, err := b.claimRate(sys, topic, dueN)
+			if err != nil {
+				return nil, nil, err
+			}
+			rates[i], cpus[i] = append(rates[i], r), append(cpus[i], c)
 		}
-		all = append(all, r)
-		cpus = append(cpus, c)
-		best = max(best, r)
 	}
-	return best, all, cpus, nil
+	return rates, cpus, nil
 }
 
 // fmtCPUs formats Redis CPU figures in µs per message.
