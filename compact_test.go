@@ -34,6 +34,20 @@ func dueAt(i int, at time.Time) *message.Message {
 	return msg
 }
 
+// publishShuffled publishes n messages (dueAt(i, ...)) in one call, in random order, message i
+// due at start plus i steps, and returns their due times by i.
+func publishShuffled(t *testing.T, pub message.Publisher, topic string, n int, start time.Time, step time.Duration) []time.Time {
+	t.Helper()
+	due := make([]time.Time, n)
+	var batch []*message.Message
+	for _, i := range rand.Perm(n) {
+		due[i] = start.Add(time.Duration(i) * step)
+		batch = append(batch, dueAt(i, due[i]))
+	}
+	require.NoError(t, pub.Publish(topic, batch...))
+	return due
+}
+
 // inDueOrder checks that msg's due time (DueTimeMetadataKey, the Redis clock's) is not before
 // previous, the due time of the message delivered before it, and returns it.
 func inDueOrder(t *testing.T, msg *message.Message, previous time.Time) time.Time {
@@ -63,14 +77,7 @@ func TestCompactTierDeliversEveryMessageInDueOrderNeverEarly(t *testing.T) {
 		// Due 0.5 to 1.4 s ahead, 3 ms apart, published in random order in one call (the
 		// Publisher turns an absolute due time into a delay, which Redis adds to its clock when
 		// the call runs: calls of their own could swap messages due a few ms apart).
-		start := time.Now().Add(500 * time.Millisecond)
-		due := make([]time.Time, n)
-		var batch []*message.Message
-		for _, i := range rand.Perm(n) {
-			due[i] = start.Add(time.Duration(i) * 3 * time.Millisecond)
-			batch = append(batch, dueAt(i, due[i]))
-		}
-		require.NoError(t, pub.Publish(topic, batch...))
+		due := publishShuffled(t, pub, topic, n, time.Now().Add(500*time.Millisecond), 3*time.Millisecond)
 		st := statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
 		assert.Equal(t, int64(n), st.Scheduled, "scheduled after publishing")
 		assert.Greater(t, st.Compact, int64(n/2), "messages in the compact tier right after publishing")
@@ -109,15 +116,10 @@ func TestCompactTierKeepsDueOrderAfterDowntime(t *testing.T) {
 	_ = subscribe(t, sub, topic)
 	require.NoError(t, sub.Close())
 
-	start := time.Now().Add(300 * time.Millisecond)
-	var batch []*message.Message
-	for _, i := range rand.Perm(n) {
-		batch = append(batch, dueAt(i, start.Add(time.Duration(i)*time.Millisecond)))
-	}
-	require.NoError(t, pub.Publish(topic, batch...))
+	due := publishShuffled(t, pub, topic, n, time.Now().Add(300*time.Millisecond), time.Millisecond)
 	st := statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
 	require.Greater(t, st.Compact, int64(500), "messages in the compact tier")
-	last := start.Add(time.Duration(n) * time.Millisecond)
+	last := due[n-1]
 	waitStats(t, in, topic, redisdelay.DefaultConsumerGroup, "past the last due time", func(redisdelay.GroupStats) bool { return time.Now().After(last) })
 
 	msgs := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ClaimBatchSize = 50 }), topic)
@@ -202,14 +204,7 @@ func TestCompactTierStoresAndMovesOnceWhenScriptsRunTwice(t *testing.T) {
 		require.NoError(t, sub.SubscribeInitialize(topic))
 		in := newInspector(t, b, 1)
 
-		start := time.Now().Add(300 * time.Millisecond)
-		due := make([]time.Time, n)
-		var batch []*message.Message
-		for _, i := range rand.Perm(n) {
-			due[i] = start.Add(time.Duration(i) * 3 * time.Millisecond)
-			batch = append(batch, dueAt(i, due[i]))
-		}
-		require.NoError(t, pub.Publish(topic, batch...))
+		due := publishShuffled(t, pub, topic, n, time.Now().Add(300*time.Millisecond), 3*time.Millisecond)
 		st := statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
 		require.Equal(t, int64(n), st.Scheduled, "each message stored once")
 		require.Greater(t, st.Compact, int64(n/2), "in the compact tier")
