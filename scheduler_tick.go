@@ -280,14 +280,15 @@ func (s *Scheduler) overlap(ctx context.Context, st store.ScheduleState, c *comp
 
 // firePrearmed acts on a tick of a prearmed schedule: the tick's own message was stored ahead;
 // it publishes it again while its key surely still guards it (a repair, should storing it ahead
-// have failed; otherwise a Duplicate that stores nothing): when the call's fence, OperationTimeout
-// after now, comes before TickKeyRetention after the tick (the key is taken until at least
+// have failed; otherwise a Duplicate that stores nothing): when the call's fence (see fence)
+// comes before TickKeyRetention after the tick (the key is taken until at least
 // then, the message being finished no earlier than its tick). It also publishes the
 // ticks missed since within the catch-up window (publish), and the next tick's message ahead,
 // due at next plus jitter, all in one Publish; then it records the tick and arms the next.
 func (s *Scheduler) firePrearmed(ctx context.Context, c *compiledSchedule, a store.Advance, msgs []store.Outgoing, tick, now time.Time, publish []time.Time, next time.Time, jitter time.Duration) error {
 	var ticks, at []time.Time
-	if now.Add(s.config.OperationTimeout).Before(tick.Add(s.config.TickKeyRetention)) {
+	fence := s.fence(now)
+	if fence < tick.Add(s.config.TickKeyRetention).UnixMicro() {
 		ticks, at = append(ticks, tick), append(at, tick)
 	}
 	for _, t := range publish {
@@ -296,7 +297,7 @@ func (s *Scheduler) firePrearmed(ctx context.Context, c *compiledSchedule, a sto
 	if !next.IsZero() {
 		ticks, at = append(ticks, next), append(at, next.Add(jitter))
 	}
-	if err := s.publishTicks(ctx, c, ticks, at, s.fence(now)); err != nil {
+	if err := s.publishTicks(ctx, c, ticks, at, fence); err != nil {
 		return err
 	}
 	last := tick

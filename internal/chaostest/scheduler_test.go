@@ -144,16 +144,11 @@ func TestSchedulerActingLateOnATickStoresItsMessageOnce(t *testing.T) {
 // publishDelay is a go-redis hook that delays the first publish.lua call to topic by delay and
 // then sends it on its caller's context, recording when it was sent (Unix µs).
 type publishDelay struct {
+	commandHook
 	topic  string
 	delay  time.Duration
 	seen   atomic.Int32
 	landed atomic.Int64
-}
-
-func (h *publishDelay) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *publishDelay) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
 }
 
 func (h *publishDelay) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
@@ -175,6 +170,7 @@ func (h *publishDelay) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 // 1) for hold: its caller sees its context end, as with a command that Redis does not answer,
 // and the command reaches Redis hold after it was sent, on a context of its own.
 type publishHold struct {
+	commandHook
 	topic string
 	nth   int32
 	hold  time.Duration
@@ -188,9 +184,12 @@ type heldRun struct {
 	err error
 }
 
-func (h *publishHold) DialHook(next redis.DialHook) redis.DialHook { return next }
+// commandHook leaves dials and pipelines alone: a hook that embeds it acts on single commands.
+type commandHook struct{}
 
-func (h *publishHold) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+func (commandHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (commandHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return next
 }
 
