@@ -110,7 +110,7 @@ func newMetricVectors(ns string) *Metrics {
 			"by action: dead-letter (also counted in dead_lettered_total with reason expired) or drop.", "topic", "consumer_group", "action"),
 		cancelled:   counter("cancelled_total", "Messages cancelled through the Inspector.", "topic", "consumer_group"),
 		rescheduled: counter("rescheduled_total", "Messages given a new due time through the Inspector.", "topic", "consumer_group"),
-		registrationsLost: counter("registrations_lost_total", "Times a subscription found its consumer group's registration lost with Redis's data "+
+		registrationsLost: counter("registrations_lost_total", "Times a subscription of a topic partition found its consumer group's registration lost with Redis's data "+
 			"(a restart without persistence, FLUSHALL, a failover to an empty replica) and registered the group again.", "topic", "consumer_group"),
 		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "delivery_lateness_seconds",
