@@ -43,6 +43,9 @@ type partitionConsumer struct {
 	clock            clock.Clock // reads the delay metadata of a nacked message against
 	// register registers the group on every partition of the topic (see Subscriber.register).
 	register func(ctx context.Context) ([]registration, error)
+	// forgetTopic makes the next register write the topic and its dead-letter topic to the
+	// topic registry again, which a data loss took away.
+	forgetTopic func()
 	// ctx ends when the Subscribe context is cancelled or the Subscriber closes; it is the
 	// subscription's only stop signal, and every Redis call but the final release derives
 	// from it.
@@ -92,6 +95,7 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 		deadLetterGroups: &s.deadLetterGroups,
 		clock:            s.clock,
 		register:         func(ctx context.Context) ([]registration, error) { return s.register(ctx, topic) },
+		forgetTopic:      func() { s.topics.forget(topic, deadLetterTopic) },
 		ctx:              ctx,
 		topic:            topic,
 		part:             part,
@@ -165,6 +169,10 @@ func (s *partitionConsumer) claimTurn(watch *wake.Watch) bool {
 		s.logger.Error("Subscription stopped: its consumer group was removed", err, nil)
 		return false
 	}
+	if errors.Is(err, store.ErrRegistrationLost) {
+		s.registrationLost(err)
+		return true
+	}
 	if err != nil {
 		s.backoff(err, "claim")
 		return true
@@ -183,6 +191,19 @@ func (s *partitionConsumer) claimTurn(watch *wake.Watch) bool {
 	// published since then has sent a wake-up, which ends the sleep at once.
 	s.sleep(res, sent.Add(receivedAt.Sub(sent)/2), watch)
 	return true
+}
+
+// registrationLost starts the subscription afresh after Redis lost its data, the group's
+// registration with it (see store.ErrRegistrationLost): what it holds was lost too, so its
+// queued acks and leases are forgotten (their calls would be refused, see lease_marker in
+// lua/lib), the topic is written to the topic registry again, and the next turn of the claim
+// loop registers the group again.
+func (s *partitionConsumer) registrationLost(err error) {
+	s.logger.Error("Redis lost its data, the consumer group's registration with it: registering the group again; messages stored before the loss are gone", err, watermill.LogFields{"partition": s.partition, "acks_forgotten": len(s.book.acks)})
+	s.cfg.Metrics.registrationLost(s.topic, s.group)
+	s.book.clear()
+	s.forgetTopic()
+	s.epoch, s.windowEnd = "", time.Time{}
 }
 
 // claimNext confirms the queued acks and claims the next batch in one round trip. When the

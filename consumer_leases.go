@@ -35,7 +35,7 @@ func (s *partitionConsumer) confirmAcksWithin(ctx context.Context, st store.Stor
 	if len(s.book.acks) == 0 {
 		return nil
 	}
-	refused, err := st.Ack(ctx, s.part, leasesOf(s.book.acks))
+	refused, err := st.Ack(ctx, s.part, s.epoch, leasesOf(s.book.acks))
 	if err != nil {
 		return err
 	}
@@ -62,7 +62,7 @@ func (s *partitionConsumer) extendLeases() {
 	ctx, cancel := s.callContext()
 	defer cancel()
 	sent := time.Now()
-	lost, err := s.store.Extend(ctx, s.part, s.cfg.LeaseTimeout, leasesOf(held))
+	lost, err := s.store.Extend(ctx, s.part, s.epoch, s.cfg.LeaseTimeout, leasesOf(held))
 	if err != nil {
 		if s.ctx.Err() == nil {
 			s.logger.Error("Lease extension failed, will retry", err, watermill.LogFields{"held": len(held)})
@@ -101,7 +101,7 @@ func (s *partitionConsumer) stop() {
 // through st, bounded by ctx.
 func (s *partitionConsumer) finish(ctx context.Context, st store.Store, held []*claimed) error {
 	ackErr := s.confirmAcksWithin(ctx, st)
-	return errors.Join(ackErr, s.sendUnsentNacks(ctx, st), st.Release(ctx, s.part, s.claim, heldOf(held)))
+	return errors.Join(ackErr, s.sendUnsentNacks(ctx, st), st.Release(ctx, s.part, s.epoch, s.claim, heldOf(held)))
 }
 
 // sendUnsentNacks sends again, through st, the nacks whose call the stop cut short. A nack that
@@ -110,7 +110,7 @@ func (s *partitionConsumer) finish(ctx context.Context, st store.Store, held []*
 func (s *partitionConsumer) sendUnsentNacks(ctx context.Context, st store.Store) error {
 	for len(s.book.nacks) > 0 {
 		n := s.book.nacks[0]
-		if err := st.Nack(ctx, s.part, n.c.Lease, n.delay, n.changed); err != nil && !errors.Is(err, store.ErrLeaseLost) {
+		if err := st.Nack(ctx, s.part, s.epoch, n.c.Lease, n.delay, n.changed); err != nil && !errors.Is(err, store.ErrLeaseLost) {
 			return err
 		}
 		s.book.nackSent()

@@ -26,7 +26,7 @@ func isNackScript(keys []string) bool {
 
 // isClaimScript matches a claim.lua call: its fifth key is the subscription's claim record.
 func isClaimScript(keys []string) bool {
-	return len(keys) == 11 && strings.Contains(keys[4], ":claim:")
+	return len(keys) == 12 && strings.Contains(keys[4], ":claim:")
 }
 
 // hangUntilCancelled is a scriptFault action for a first call that Redis does not answer until

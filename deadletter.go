@@ -68,7 +68,7 @@ func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reas
 	ctx, cancel := s.callContext()
 	defer cancel()
 	err = s.deadLetterGroups.withGroups(ctx, s.deadLetterPart, func(ctx context.Context, groups []string) error {
-		return s.store.DeadLetter(ctx, s.part, c.Lease, reason, s.deadLetterPart, groups, data, s.cfg.LeaseTimeout)
+		return s.store.DeadLetter(ctx, s.part, s.epoch, c.Lease, reason, s.deadLetterPart, groups, data, s.cfg.LeaseTimeout)
 	})
 
 	switch {

@@ -232,7 +232,7 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 	}
 	ctx, cancel := s.callContext()
 	defer cancel()
-	switch err := s.store.Nack(ctx, s.part, c.Lease, d.delay, changed); {
+	switch err := s.store.Nack(ctx, s.part, s.epoch, c.Lease, d.delay, changed); {
 	case errors.Is(err, store.ErrLeaseLost):
 		s.logger.Info("Nack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", fields)
 	case err != nil && s.ctx.Err() != nil:

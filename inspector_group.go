@@ -270,10 +270,20 @@ const removeGroupChunk = 1000
 // brings the group back), and moves what the group held aside; then those messages are dropped,
 // 1,000 per script call, each stored message once no other group holds it.
 // Subscriptions of the group that still run stop at their next claim with ErrGroupRemoved
-// (logged; their channel closes), and their acks are refused. A Subscribe of the group during
-// or after the removal registers it again, empty: it receives what is published after its
-// Subscribe returned, and the removal's later steps leave it alone. Its dead-letter topic is a
-// topic of its own and stays. It returns how many messages were dropped. Errors: an error
+// (logged; their channel closes), and their acks are refused.
+//
+// RemoveGroup does not wait for other processes: a delivery under way may still reach the
+// handler after it returns, until the subscription has had the removal's wake-up (a Pub/Sub
+// hop; LeaseTimeout/3 when the wake-up is lost), a few µs to ms later, and a handler already
+// running goes on. Such a message is no longer the group's: its Ack is refused and logged at
+// info level, its Nack is refused (it is not retried in the group), and other groups that hold
+// it keep it. Close the group's Subscribers first when no handler may run after the removal.
+//
+// A Subscribe of the group during or after the removal registers it again, empty: it receives
+// what is published after its Subscribe returned, and the removal's later steps leave it alone;
+// the running subscriptions of the removed registration stay stopped. (When Redis loses its
+// data instead, subscriptions register their group again; see docs/guarantees.md.) Its
+// dead-letter topic is a topic of its own and stays. It returns how many messages were dropped. Errors: an error
 // wrapping ErrNotFound for an unknown topic or group, or the Redis error; a call cut short by
 // OperationTimeout can be repeated, and the repeat finishes dropping what the first moved aside.
 func (i *Inspector) RemoveGroup(ctx context.Context, topic, group string) (int64, error) {

@@ -50,6 +50,7 @@ type Metrics struct {
 	deadLettered                                  *prometheus.CounterVec // topic, consumer_group, reason
 	expirations                                   *prometheus.CounterVec // topic, consumer_group, action
 	cancelled, rescheduled                        *prometheus.CounterVec // topic, consumer_group
+	registrationsLost                             *prometheus.CounterVec // topic, consumer_group
 	lateness                                      *prometheus.HistogramVec
 	scriptDuration                                *prometheus.HistogramVec // script
 	scheduled, due, inFlight, deadLetters, dueAge *prometheus.GaugeVec
@@ -81,7 +82,7 @@ func NewMetrics(config MetricsConfig) (*Metrics, error) {
 	m := newMetricVectors(config.Namespace)
 	m.logger = config.Logger
 	for _, c := range []prometheus.Collector{m.published, m.deduplicated, m.claimed, m.acked, m.nacked, m.leaseExpired, m.deadLettered, m.expirations,
-		m.cancelled, m.rescheduled, m.lateness, m.scriptDuration, m.scheduled, m.due, m.inFlight, m.deadLetters, m.dueAge, m.samplerErrors} {
+		m.cancelled, m.rescheduled, m.registrationsLost, m.lateness, m.scriptDuration, m.scheduled, m.due, m.inFlight, m.deadLetters, m.dueAge, m.samplerErrors} {
 		if err := config.Registerer.Register(c); err != nil {
 			return nil, fmt.Errorf("redisdelay: register metrics: %w", err)
 		}
@@ -109,6 +110,8 @@ func newMetricVectors(ns string) *Metrics {
 			"by action: dead-letter (also counted in dead_lettered_total with reason expired) or drop.", "topic", "consumer_group", "action"),
 		cancelled:   counter("cancelled_total", "Messages cancelled through the Inspector.", "topic", "consumer_group"),
 		rescheduled: counter("rescheduled_total", "Messages given a new due time through the Inspector.", "topic", "consumer_group"),
+		registrationsLost: counter("registrations_lost_total", "Times a subscription of a topic partition found its consumer group's registration lost with Redis's data "+
+			"(a restart without persistence, FLUSHALL, a failover to an empty replica) and registered the group again.", "topic", "consumer_group"),
 		lateness: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Namespace: ns, Name: "delivery_lateness_seconds",
 			Help:    "Claim time minus due time, both on the Redis clock: how late a message was handed out.",
@@ -213,6 +216,14 @@ func (m *Metrics) deadLetter(topic, group, reason string) {
 func (m *Metrics) expired(topic, group string, action ExpiryAction) {
 	if m != nil {
 		m.expirations.WithLabelValues(m.label(topic), m.label(group), string(action)).Inc()
+	}
+}
+
+// registrationLost counts a subscription that registered its group again after Redis lost its
+// data.
+func (m *Metrics) registrationLost(topic, group string) {
+	if m != nil {
+		m.registrationsLost.WithLabelValues(m.label(topic), m.label(group)).Inc()
 	}
 }
 

@@ -632,7 +632,7 @@ func modelKeyClass(prefix, key string, registered func(group string) bool) strin
 		after = ":" + tail
 	}
 	switch {
-	case after == ":seq", after == ":groups":
+	case after == ":seq", after == ":seq:birth", after == ":groups":
 		return "registry"
 	case strings.HasPrefix(after, ":g:") && strings.HasSuffix(after, ":lease"):
 		return "lease" // a registered group's lease set, which keeps its marker member

@@ -254,10 +254,10 @@ func TestTheWindowLeavesNoKeysBehind(t *testing.T) {
 		collect(t, chB, 4)
 
 		windowEnded(t, b, prefix, topic, window)
-		// What stays: the topic registry, the groups set, the ID counter and each group's lease
-		// set (its marker) and epoch; the call and claim records expire by themselves.
+		// What stays: the topic registry, the groups set, the ID counter and its birth, and each
+		// group's lease set (its marker) and epoch; the call and claim records expire by themselves.
 		tag := prefix + "{" + topic + "}"
-		persistent := []string{prefix + "topics", tag + ":g:a:epoch", tag + ":g:a:lease", tag + ":g:b:epoch", tag + ":g:b:lease", tag + ":groups", tag + ":seq"}
+		persistent := []string{prefix + "topics", tag + ":g:a:epoch", tag + ":g:a:lease", tag + ":g:b:epoch", tag + ":g:b:lease", tag + ":groups", tag + ":seq", tag + ":seq:birth"}
 		slices.Sort(persistent)
 		var left []string
 		require.Eventually(t, func() bool {

@@ -804,7 +804,7 @@ func (r *smRun) leftKeys() []string {
 	for _, k := range keys {
 		rest := strings.TrimPrefix(k, tag)
 		switch {
-		case rest == ":seq", rest == ":groups", rest == ":g:"+redisdelay.ScheduleTickGroup+":epoch":
+		case rest == ":seq", rest == ":seq:birth", rest == ":groups", rest == ":g:"+redisdelay.ScheduleTickGroup+":epoch":
 		case rest == ":g:"+redisdelay.ScheduleTickGroup+":lease":
 			if n := r.client.ZCount(ctx, k, "-inf", "(1e300").Val(); n != 0 {
 				left = append(left, fmt.Sprintf("%s holds %d leases", k, n))

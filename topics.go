@@ -45,6 +45,15 @@ func (r *registeredTopics) ensure(ctx context.Context, st store.Store, topic str
 	r.mu.Unlock()
 }
 
+// forget makes the next ensure of each topic write it again, as after Redis lost its data.
+func (r *registeredTopics) forget(topics ...string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range topics {
+		delete(r.seen, t)
+	}
+}
+
 // TopicInfo describes one topic of the registry.
 type TopicInfo struct {
 	Topic string

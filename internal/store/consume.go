@@ -119,7 +119,9 @@ func (s Store) CloseWindow(ctx context.Context, p Partition) (int64, time.Durati
 // registered as epoch, leased for lease, closing each claimed batch that was still its batch
 // key's open batch. A claim whose token the record holds already ran; it is answered again
 // from the record. It returns an error wrapping ErrGroupRemoved when the group's epoch
-// changed: the group was removed.
+// changed because the group was removed, and one wrapping ErrRegistrationLost when Redis lost
+// the registration with its data (see born_after in lua/lib/next_ids.lua); nothing was acked
+// or claimed then.
 func (s Store) Claim(ctx context.Context, g Group, epoch string, call ClaimCall, limit int, lease time.Duration, acks []Lease) (ClaimResult, error) {
 	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
 	args := make([]any, 0, 5+len(acks))
@@ -127,7 +129,7 @@ func (s Store) Claim(ctx context.Context, g Group, epoch string, call ClaimCall,
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
-	keys := []string{gk.due, gk.lease, tk.messages, tk.refs, s.keys.claimRecord(g, call.Subscription), gk.keyed, tk.history, gk.paused, tk.batches, gk.epoch, gk.far}
+	keys := []string{gk.due, gk.lease, tk.messages, tk.refs, s.keys.claimRecord(g, call.Subscription), gk.keyed, tk.history, gk.paused, tk.batches, gk.epoch, gk.far, tk.seq}
 	reply, err := s.run(ctx, s.client, claimScript, keys, args...)
 	if err != nil {
 		return ClaimResult{}, err
@@ -135,6 +137,9 @@ func (s Store) Claim(ctx context.Context, g Group, epoch string, call ClaimCall,
 	res, _ := reply.([]any)
 	if len(res) == 1 && asInt(res[0]) == -1 {
 		return ClaimResult{}, fmt.Errorf("consumer group %s on %s: %w", Quote(g.Name), Quote(g.name()), ErrGroupRemoved)
+	}
+	if len(res) == 1 && asInt(res[0]) == -2 {
+		return ClaimResult{}, fmt.Errorf("consumer group %s on %s, epoch %s: %w", Quote(g.Name), Quote(g.name()), epoch, ErrRegistrationLost)
 	}
 	return claimReply(res)
 }
@@ -165,21 +170,22 @@ func claimReply(res []any) (ClaimResult, error) {
 	return r, nil
 }
 
-// Ack runs ack.lua for group g and returns the IDs whose ack was refused because their lease
-// had been lost.
-func (s Store) Ack(ctx context.Context, g Group, acks []Lease) ([]string, error) {
-	return s.finish(ctx, g, finishedAcked, "", acks)
+// Ack runs ack.lua for the leases acks that group g's claims gave in its registration epoch,
+// and returns the IDs whose ack was refused because their lease had been lost, or because the
+// group is no longer registered as epoch (see lease_marker in lua/lib).
+func (s Store) Ack(ctx context.Context, g Group, epoch string, acks []Lease) ([]string, error) {
+	return s.finish(ctx, g, epoch, finishedAcked, "", acks)
 }
 
 // finish runs ack.lua, recording outcome and reason in the history of keyed messages (see
-// ended.lua), and returns the IDs whose lease had been lost.
-func (s Store) finish(ctx context.Context, g Group, outcome, reason string, acks []Lease) ([]string, error) {
+// ended.lua), and returns the IDs whose lease (of epoch) had been lost.
+func (s Store) finish(ctx context.Context, g Group, epoch, outcome, reason string, acks []Lease) ([]string, error) {
 	if len(acks) == 0 {
 		return nil, nil
 	}
 	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
-	args := make([]any, 0, 3+len(acks))
-	args = append(args, g.Name, outcome, reason)
+	args := make([]any, 0, 4+len(acks))
+	args = append(args, g.Name, outcome, reason, epoch)
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
@@ -192,14 +198,15 @@ func (s Store) finish(ctx context.Context, g Group, outcome, reason string, acks
 
 // Release runs release.lua for the messages a stopping subscription of group g still holds,
 // and for the messages of its last claim when that claim's reply did not arrive (call.Token is
-// then that claim's token, else empty).
-func (s Store) Release(ctx context.Context, g Group, call ClaimCall, held []Held) error {
+// then that claim's token, else empty). Only leases of the group's registration epoch are
+// released (see lease_marker in lua/lib).
+func (s Store) Release(ctx context.Context, g Group, epoch string, call ClaimCall, held []Held) error {
 	if len(held) == 0 && call.Token == "" {
 		return nil
 	}
 	gk := s.keys.group(g)
-	args := make([]any, 0, 2+3*len(held))
-	args = append(args, gk.wakeChannel, call.Token)
+	args := make([]any, 0, 3+3*len(held))
+	args = append(args, gk.wakeChannel, call.Token, epoch)
 	for _, h := range held {
 		delivered := 0
 		if h.Delivered {
@@ -213,10 +220,11 @@ func (s Store) Release(ctx context.Context, g Group, call ClaimCall, held []Held
 
 // Nack runs nack.lua: l's message is due again after delay in group g. changed is the
 // re-marshaled message when the consumer modified it, else nil. It returns ErrLeaseLost when
-// the lease had been lost.
-func (s Store) Nack(ctx context.Context, g Group, l Lease, delay time.Duration, changed []byte) error {
+// the lease had been lost, or the group is no longer registered as epoch, the registration
+// the lease was claimed in.
+func (s Store) Nack(ctx context.Context, g Group, epoch string, l Lease, delay time.Duration, changed []byte) error {
 	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
-	args := []any{l.member(), delay.Microseconds(), gk.wakeChannel}
+	args := []any{l.member(), delay.Microseconds(), gk.wakeChannel, epoch}
 	if changed != nil {
 		args = append(args, changed)
 	}
@@ -232,15 +240,16 @@ func (s Store) Nack(ctx context.Context, g Group, l Lease, delay time.Duration, 
 	return nil
 }
 
-// Extend runs extend.lua: the leases held in group g last lease from now. It returns the IDs
-// whose lease had been lost.
-func (s Store) Extend(ctx context.Context, g Group, lease time.Duration, held []Lease) ([]string, error) {
+// Extend runs extend.lua: the leases held in group g, claimed in its registration epoch, last
+// lease from now. It returns the IDs whose lease had been lost, every one when the group is no
+// longer registered as epoch.
+func (s Store) Extend(ctx context.Context, g Group, epoch string, lease time.Duration, held []Lease) ([]string, error) {
 	if len(held) == 0 {
 		return nil, nil
 	}
 	gk := s.keys.group(g)
-	args := make([]any, 0, 1+len(held))
-	args = append(args, lease.Microseconds())
+	args := make([]any, 0, 2+len(held))
+	args = append(args, lease.Microseconds(), epoch)
 	for _, l := range held {
 		args = append(args, l.member())
 	}
@@ -261,16 +270,16 @@ const deadLetterTokenTTL = 7 * 24 * time.Hour
 // it takes two steps that can each run again without harm, after a check that l is still
 // leased (extend.lua, which also gives the steps a full lease of lease): publish.lua with a
 // token derived from the message (so a repeated first step publishes nothing more), then
-// ack.lua, fenced by the lease. It returns ErrLeaseLost or *StaleGroupsError when nothing was
-// changed.
-func (s Store) DeadLetter(ctx context.Context, g Group, l Lease, reason string, dead Partition, groups []string, letter []byte, lease time.Duration) error {
+// ack.lua, fenced by the lease and the group's registration epoch. It returns ErrLeaseLost or
+// *StaleGroupsError when nothing was changed.
+func (s Store) DeadLetter(ctx context.Context, g Group, epoch string, l Lease, reason string, dead Partition, groups []string, letter []byte, lease time.Duration) error {
 	call := Call{Token: "dl:" + g.name() + ":" + g.Name + ":" + l.ID, TTL: deadLetterTokenTTL}
 	msgs := []Outgoing{{Data: letter}}
 	if !s.keys.sameSlot(g.Partition, dead) {
-		return s.deadLetterAcross(ctx, g, l, reason, dead, call, groups, msgs, lease)
+		return s.deadLetterAcross(ctx, g, epoch, l, reason, dead, call, groups, msgs, lease)
 	}
 	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
-	keys, args := s.publishTarget([]string{gk.lease, tk.messages, tk.refs, gk.keyed, tk.history}, []any{l.member(), g.Name, reason}, dead, call, groups, msgs)
+	keys, args := s.publishTarget([]string{gk.lease, tk.messages, tk.refs, gk.keyed, tk.history}, []any{l.member(), g.Name, reason, epoch}, dead, call, groups, msgs)
 	res, err := s.run(ctx, s.client, deadLetterScript, keys, args...)
 	if err != nil {
 		return err
@@ -280,8 +289,8 @@ func (s Store) DeadLetter(ctx context.Context, g Group, l Lease, reason string, 
 }
 
 // deadLetterAcross is DeadLetter to a partition in another hash slot, in its two steps.
-func (s Store) deadLetterAcross(ctx context.Context, g Group, l Lease, reason string, dead Partition, call Call, groups []string, msgs []Outgoing, lease time.Duration) error {
-	lost, err := s.Extend(ctx, g, lease, []Lease{l})
+func (s Store) deadLetterAcross(ctx context.Context, g Group, epoch string, l Lease, reason string, dead Partition, call Call, groups []string, msgs []Outgoing, lease time.Duration) error {
+	lost, err := s.Extend(ctx, g, epoch, lease, []Lease{l})
 	if err != nil {
 		return err
 	}
@@ -296,7 +305,7 @@ func (s Store) deadLetterAcross(ctx context.Context, g Group, l Lease, reason st
 	if err != nil {
 		return err
 	}
-	refused, err := s.finish(ctx, g, finishedDeadLettered, reason, []Lease{l})
+	refused, err := s.finish(ctx, g, epoch, finishedDeadLettered, reason, []Lease{l})
 	if err == nil && len(refused) > 0 {
 		err = ErrLeaseLost
 	}

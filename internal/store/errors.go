@@ -23,6 +23,11 @@ var (
 	ErrRedisFull = errors.New("redis is full (used memory reached maxmemory)")
 )
 
+// ErrRegistrationLost means a claim found its consumer group's registration gone with Redis's
+// data (a restart without persistence, FLUSHALL, a failover to an empty replica), not removed:
+// the subscription registers the group again. Nothing was acked or claimed.
+var ErrRegistrationLost = errors.New("consumer group's registration lost with Redis's data")
+
 // ErrLeaseLost means a script refused an operation because the caller's lease had expired and
 // the message had been claimed again, or was cancelled (fencing). Nothing was changed.
 var ErrLeaseLost = errors.New("lease lost")

@@ -103,7 +103,12 @@ const DeadLetterInfix = ".dead-letter."
 //
 // Layout, with P the key prefix, T the topic and G a consumer group:
 //
-//	P{T}:seq           string  counter that gives each published message its internal ID
+//	P{T}:seq           string  counter that gives each published message its internal ID and each
+//	                           registration its epoch; created from the Redis clock (see
+//	                           next_ids.lua), so that none repeats after Redis lost its data
+//	P{T}:seq:birth     string  seq's first number: a claim whose epoch is older than it finds
+//	                           its registration lost with the data, not removed (see claim.lua).
+//	                           Built from seq's name in Lua, as old as seq, never deleted
 //	P{T}:msg           hash    ID -> marshaled message, stored once per topic; a message of a
 //	                           single-group topic is here only once claimed. A keyed message is
 //	                           under "=" and its key, its ID's hex digits before the message.
@@ -137,7 +142,9 @@ const DeadLetterInfix = ".dead-letter."
 //	                           was lost (expires after the lease timeout; see claim.lua)
 //	P{T}:g:G:epoch     string  the group's registration: an ID from seq, new each time the group
 //	                           is registered after a removal; claims name it, so a subscription
-//	                           of a removed group stops (see register.lua, claim.lua)
+//	                           of a removed group stops (see register.lua, claim.lua), and the
+//	                           lease set's marker carries it, so that an ack, nack, extension or
+//	                           release of another registration is refused (see lease_marker.lua)
 //	P{T}:g:G:due:removed    zset  a removed group's due and lease sets, renamed there by the
 //	P{T}:g:G:lease:removed  zset  removal's first step and emptied in chunks (removegroup.lua);
 //	                              no other key of any group ends in ":removed"

@@ -36,9 +36,11 @@ import (
 // A claimed message is always in the messages hash until its group is done with it. The hash
 // field of a message is its ID, or for a keyed message "=" and the key, whose value starts with
 // the ID's 12 hex digits: so the key finds its message, and a key is taken while the field
-// exists. A group's lease set also holds a marker member, "~lease-set-marker~" and tildes to 80
-// bytes, scored +inf, written by every claim: a member longer than zset-max-listpack-value (64
-// by default) keeps the set in Redis's skiplist encoding. In the listpack encoding that Redis
+// exists. A group's lease set also holds a marker member, "~lease-set-marker~", the group's
+// epoch and tildes to 80 bytes, scored +inf, written by every claim: it fences the acks, nacks,
+// extensions and releases of another registration out (see lua/lib/lease_marker.lua), and a
+// member longer than zset-max-listpack-value (64 by default) keeps the set in Redis's skiplist
+// encoding. In the listpack encoding that Redis
 // gives a sorted set of up to 128 short members, every insert and lookup is a linear scan: a
 // claim of 100 leases cost 1.5 µs of Redis time per ZADD member and an ack's ZMSCORE 0.8 µs,
 // against 0.2 and 0.3 µs in a skiplist. Every reader of a lease set leaves the marker out by
@@ -138,7 +140,7 @@ type fragment struct {
 }
 
 // fragmentOrder is the order fragments are put together in: each after those it needs.
-var fragmentOrder = []string{"now_us", "split", "position", "member", "each_chunk", "far", "far_find", "list_row", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "seal_batch", "close_batch", "drop_parked", "move_set", "publish_to"}
+var fragmentOrder = []string{"now_us", "next_ids", "split", "position", "member", "each_chunk", "lease_marker", "far", "far_find", "list_row", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "seal_batch", "close_batch", "drop_parked", "move_set", "publish_to"}
 
 // scriptHeader is what the header of a script declares.
 type scriptHeader struct {

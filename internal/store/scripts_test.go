@@ -127,9 +127,9 @@ func TestScriptsIncludeOnlyTheFragmentsTheyNeedOnce(t *testing.T) {
 }
 
 func TestScriptCallWithTheWrongNumberOfKeysIsRefused(t *testing.T) {
-	assert.ErrorContains(t, claimScript.checkKeys([]string{"a"}), "script claim: 1 keys, want 11")
-	assert.Error(t, claimScript.checkKeys(make([]string, 12)))
-	assert.NoError(t, claimScript.checkKeys(make([]string, 11)))
+	assert.ErrorContains(t, claimScript.checkKeys([]string{"a"}), "script claim: 1 keys, want 12")
+	assert.Error(t, claimScript.checkKeys(make([]string, 13)))
+	assert.NoError(t, claimScript.checkKeys(make([]string, 12)))
 	assert.NoError(t, publishScript.checkKeys(make([]string, 10)))
 	assert.NoError(t, publishScript.checkKeys(make([]string, 14)))
 	assert.Error(t, publishScript.checkKeys(make([]string, 9)))
@@ -144,7 +144,7 @@ func registerFlaggedSource(t *testing.T) string {
 	body, err := luaFiles.ReadFile("lua/register.lua")
 	require.NoError(t, err)
 	var lib strings.Builder
-	for _, name := range []string{"split", "each_chunk", "hmget", "head", "wake", "drop", "drop_parked", "move_set"} {
+	for _, name := range []string{"now_us", "next_ids", "split", "each_chunk", "hmget", "head", "wake", "drop", "drop_parked", "move_set"} {
 		f, err := readFragment(name)
 		require.NoError(t, err)
 		lib.WriteString(f.body + "\n")

@@ -11,11 +11,13 @@
 -- ARGV[2] the outcome to record in the history of keyed messages: acked, or dead-lettered
 --         when the message was moved to a dead-letter topic in another slot
 -- ARGV[3] the dead-letter reason, or ""
--- ARGV[4..] lease members (ID:attempt, the fencing tokens from the claims)
+-- ARGV[4] the group's epoch the leases were claimed in (see lease_marker in lib)
+-- ARGV[5..] lease members (ID:attempt, the fencing tokens from the claims)
 --
--- Returns the IDs whose ack was refused because their lease had been lost.
+-- Returns the IDs whose ack was refused because their lease had been lost, or because the
+-- group's lease set holds no lease of that epoch.
 
 local members = {}
-for i = 4, #ARGV do members[#members + 1] = ARGV[i] end
-local group = {keyed = KEYS[4], history = KEYS[5], name = ARGV[1]}
+for i = 5, #ARGV do members[#members + 1] = ARGV[i] end
+local group = {keyed = KEYS[4], history = KEYS[5], name = ARGV[1], epoch = ARGV[4]}
 return ack(KEYS[1], KEYS[2], KEYS[3], group, members, ARGV[2], ARGV[3])

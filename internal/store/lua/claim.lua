@@ -12,7 +12,7 @@
 -- deadline to the microsecond; a replay would then hand out its message too: a duplicate at
 -- worst, never a loss.)
 --
--- fragments: now_us, split, member, each_chunk, far, stored, head, drop, ack, close_batch
+-- fragments: now_us, split, member, each_chunk, far, stored, head, drop, ack, close_batch, lease_marker, next_ids
 -- KEYS[1] due       zset    member (see scripts.go) -> due time (µs)
 -- KEYS[2] lease     zset    ID:attempt -> lease deadline (µs)
 -- KEYS[3] messages  hash    field (see scripts.go) -> marshaled message
@@ -27,6 +27,7 @@
 -- KEYS[10] epoch    string  the group's registration (see register.lua)
 -- KEYS[11] far      zset    the group's compact tier (see far): each claim first moves up to
 --                           FAR_STEP messages whose bucket's time has come into the due set
+-- KEYS[12] seq      string  the topic's ID counter, read only when the epoch is not ARGV[5]
 -- ARGV[1] N, the most messages to claim
 -- ARGV[2] lease timeout in µs
 -- ARGV[3] the claim's token
@@ -35,7 +36,10 @@
 -- ARGV[6..] lease members (ID:attempt) the caller acked
 --
 -- Returns {-1} when the group's epoch is not ARGV[5]: the group was removed since (and maybe
--- registered anew), so nothing is acked or claimed and the subscription stops. Else {now µs, next due µs or -1, next lease deadline µs or -1, {IDs whose ack was refused},
+-- registered anew), so nothing is acked or claimed and the subscription stops; {-2} when
+-- Redis lost the data of the registration instead (the ID counter is younger than the epoch,
+-- or gone, see born_after), so nothing is acked or claimed and the subscription registers
+-- the group again. Else {now µs, next due µs or -1, next lease deadline µs or -1, {IDs whose ack was refused},
 --          vanished count, expired lease count, claim time µs, then per claimed message: ID,
 --          attempt, due µs, marshaled message}. The claim time is now, or, for a claim
 --          answered again from its record, the time of the claim that ran (its deadline minus
@@ -43,9 +47,6 @@
 -- An ack is refused when its lease was lost (fencing). A claimed ID whose stored message has
 -- vanished is dropped from the group and counted as vanished; a malformed member is dropped
 -- and counted likewise.
-
--- LEASE_MARKER is the lease set's marker member, scored +inf (see scripts.go).
-local LEASE_MARKER = '~lease-set-marker~' .. string.rep('~', 62)
 
 local limit = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
@@ -68,7 +69,10 @@ local function finish(result)
   return result
 end
 
-if redis.call('GET', KEYS[10]) ~= ARGV[5] then return {-1} end
+if redis.call('GET', KEYS[10]) ~= ARGV[5] then
+  if born_after(KEYS[12], ARGV[5]) then return {-2} end
+  return {-1}
+end
 
 local record = redis.call('GET', KEYS[5])
 if record and string.sub(record, 1, #token + 1) == token .. ' ' then
@@ -176,7 +180,7 @@ if #keyed > 0 then each_chunk('HSET', KEYS[6], keyed) end
 if #leases > 0 then
   -- The marker (see scripts.go) keeps the lease set in Redis's skiplist encoding.
   leases[#leases + 1] = '+inf'
-  leases[#leases + 1] = LEASE_MARKER
+  leases[#leases + 1] = lease_marker(ARGV[5])
   each_chunk('ZADD', KEYS[2], leases)
   redis.call('SET', KEYS[5], token .. ' ' .. deadline, 'PX', math.max(1, math.ceil(lease / 1000)))
 end

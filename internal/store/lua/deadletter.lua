@@ -5,7 +5,7 @@
 -- publish.lua with a call token derived from the message, then ack.lua.) From KEYS[6] on, the
 -- keys are the dead-letter topic's, in the order publish.lua takes them.
 --
--- fragments: now_us, split, drop, ended, publish_to
+-- fragments: now_us, split, drop, ended, publish_to, lease_marker
 -- KEYS[1]          lease     zset    source group: ID:attempt -> lease deadline (µs)
 -- KEYS[2]          messages  hash    source topic: field -> marshaled message
 -- KEYS[3]          refs      hash    source topic: field -> groups still holding it
@@ -28,15 +28,17 @@
 -- ARGV[1]          lease member (ID:attempt, the fencing token)
 -- ARGV[2]          the source group's name
 -- ARGV[3]          the dead-letter reason
--- ARGV[4..]        the arguments of publish_to: call key lifetime (ms), G, G group names, G
+-- ARGV[4]          the source group's epoch the lease was claimed in (see lease_marker in lib)
+-- ARGV[5..]        the arguments of publish_to: call key lifetime (ms), G, G group names, G
 --                  wake channels, then the dead letter (the marshaled message with its
 --                  dead-letter metadata), its schedule "0" (due at once) and key spec ""
 --
 -- Returns {1, dead-letter ID, outcomes} when moved, {-1} when the lease had been lost (nothing
 -- changed), or {0, group...} when the view of the dead-letter groups is stale (nothing changed).
 
-if not redis.call('ZSCORE', KEYS[1], ARGV[1]) then return {-1} end
-local result = publish_to(6, 4)
+local scores = redis.call('ZMSCORE', KEYS[1], ARGV[1], lease_marker(ARGV[4]))
+if not scores[1] or not scores[2] then return {-1} end
+local result = publish_to(6, 5)
 if result[1] == 1 then
   local id, attempt = split(ARGV[1])
   redis.call('ZREM', KEYS[1], ARGV[1])

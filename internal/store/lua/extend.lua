@@ -3,14 +3,15 @@
 -- fragments: now_us, split, each_chunk, held
 -- KEYS[1] lease  zset  ID:attempt -> lease deadline (µs)
 -- ARGV[1] lease timeout in µs, counted from the Redis clock now
--- ARGV[2..] lease members (ID:attempt, the fencing tokens)
+-- ARGV[2] the group's epoch the leases were claimed in (see lease_marker in lib)
+-- ARGV[3..] lease members (ID:attempt, the fencing tokens)
 --
--- Returns the IDs whose lease had been lost; nothing is written for them.
+-- Returns the IDs whose lease had been lost (or is not of that epoch); nothing is written for them.
 
 local deadline = now_us() + tonumber(ARGV[1])
 local members = {}
-for i = 2, #ARGV do members[#members + 1] = ARGV[i] end
-local leased = held(KEYS[1], members)
+for i = 3, #ARGV do members[#members + 1] = ARGV[i] end
+local leased = held(KEYS[1], members, ARGV[2])
 local extended, lost = {}, {}
 for _, m in ipairs(members) do
   if leased[m] then

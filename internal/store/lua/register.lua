@@ -16,7 +16,7 @@
 -- that registers once the window has closed receives nothing of the past, and drops up to
 -- DROP_ON_REGISTER members of what the window left (see drop_parked).
 --
--- fragments: split, hmget, each_chunk, head, wake, drop_parked, move_set
+-- fragments: next_ids, split, hmget, each_chunk, head, wake, drop_parked, move_set
 -- KEYS[1] groups    set     registered consumer groups
 -- KEYS[2] parked    zset    messages waiting for a first group or kept by the window
 -- KEYS[3] due       zset    the group's due set
@@ -44,7 +44,7 @@ local groups, parked, due, window, refs, messages, history =
 local name, channel, length, cap = ARGV[1], ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 
 local function new_epoch()
-  local epoch = string.format('%012x', redis.call('INCR', KEYS[8]))
+  local epoch = string.format('%012x', next_ids(KEYS[8], 1))
   redis.call('SET', KEYS[9], epoch)
   return epoch
 end

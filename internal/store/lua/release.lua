@@ -11,13 +11,15 @@
 -- KEYS[4] keyed   hash    the group's claimed keyed messages: key -> member
 -- ARGV[1] wake channel of the group
 -- ARGV[2] token of the subscription's last claim whose reply did not arrive, or ""
--- ARGV[3..] triples: lease member (ID:attempt), due time (µs), 1 if it was handed out else 0
+-- ARGV[3] the group's epoch the leases were claimed in (see lease_marker in lib)
+-- ARGV[4..] triples: lease member (ID:attempt), due time (µs), 1 if it was handed out else 0
 --
--- Returns the number of messages released; a message whose lease was already lost is skipped.
+-- Returns the number of messages released; a message whose lease was already lost (or is not of
+-- that epoch) is skipped.
 
 local now = now_us()
 local releases = {}
-for i = 3, #ARGV, 3 do
+for i = 4, #ARGV, 3 do
   releases[#releases + 1] = {ARGV[i], tonumber(ARGV[i + 1]), ARGV[i + 2] == '1'}
 end
 local token = ARGV[2]
@@ -33,7 +35,7 @@ end
 
 local members = {}
 for i, r in ipairs(releases) do members[i] = r[1] end
-local leased = held(KEYS[2], members)
+local leased = held(KEYS[2], members, ARGV[3])
 local min_score = nil
 local done, back, keyed = {}, {}, {}
 for _, r in ipairs(releases) do

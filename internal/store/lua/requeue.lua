@@ -10,7 +10,7 @@
 -- not roll back a script that fails halfway): a failure, such as a key of the wrong type,
 -- leaves the dead letters where they were.
 --
--- fragments: now_us, split, each_chunk, hmget, stored, schedule
+-- fragments: now_us, next_ids, split, each_chunk, hmget, stored, schedule
 -- KEYS[1]   dead      zset    the dead-letter topic's parked set
 -- KEYS[2]   dmessages hash    the dead-letter topic's messages
 -- KEYS[3]   drefs     hash    the dead-letter topic's refs
@@ -80,7 +80,7 @@ redis.call('ZCARD', KEYS[6])
 
 -- Writes, INCRBY first (it fails on a counter that is not an integer, before anything else).
 local now = now_us()
-local last = redis.call('INCRBY', KEYS[4], #found)
+local last = next_ids(KEYS[4], #found)
 each_chunk('ZREM', KEYS[1], found)
 -- The dead-letter topic's hold on each message ends, as drop does: a keyed field that holds
 -- another message with the key (data[i] false) is that message's, and stays.

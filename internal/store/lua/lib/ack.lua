@@ -1,9 +1,10 @@
 -- fragment ack; needs: split, held, drop, ended, now_us
 -- ack acknowledges the leases `members` of a group: their leases go, the group's hold on each
 -- message ends (see drop), and keyed ones are recorded with outcome and reason (see ended).
+-- With group.epoch, the leases are the ones that registration epoch's claims gave (see held).
 -- Returns the IDs whose lease had been lost; nothing changes for those.
 local function ack(lease, messages, refs, group, members, outcome, reason)
-  local leased = held(lease, members)
+  local leased = held(lease, members, group.epoch)
   local done, ids, refused = {}, {}, {}
   local now = nil
   for _, m in ipairs(members) do

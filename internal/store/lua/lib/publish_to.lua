@@ -1,4 +1,4 @@
--- fragment publish_to; needs: now_us, each_chunk, hmget, far, head, schedule, wake, locate, stale, drop_parked, seal_batch
+-- fragment publish_to; needs: now_us, next_ids, each_chunk, hmget, far, head, schedule, wake, locate, stale, drop_parked, seal_batch
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic: in the messages hash, or, with one group and at most MAX_EMBEDDED bytes, in the due
 -- member itself (a larger member would make every ZRANGE of the set's head copy it). The
@@ -265,7 +265,7 @@ local function publish_to(k, a)
     open_batches[bk] = b
   end
 
-  local last_id = redis.call('INCRBY', seq, count)
+  local last_id = next_ids(seq, count)
   local first_id = string.format('%012x', last_id - count + 1)
   -- plain counts the messages without a key spec so far: while all are, outcomes stays empty
   -- and the reply is that many 's'.

@@ -1,0 +1,27 @@
+-- fragment next_ids; needs: now_us
+-- next_ids takes n IDs from a topic's ID counter seq and returns the last one's number. A
+-- counter that does not exist, on a new topic or after Redis lost its data, starts from the
+-- Redis clock in units of 16 µs: so IDs and epochs drawn after a data loss are greater than
+-- every one drawn before it, as long as the counter did not draw more than one number per
+-- 16 µs on average since it started (62,500 a second), and 12 hex digits hold it until 2112.
+-- The counter's first number is kept beside it, in the key seq:birth (see born_after): a
+-- registration whose epoch is older than its counter was lost with the data. The clock is read
+-- only then: INCRBY returns n exactly when it created the counter.
+local function next_ids(seq, n)
+  local last = redis.call('INCRBY', seq, n)
+  if last > n then return last end
+  local first = math.floor(now_us() / 16) + 1
+  last = first + n - 1
+  redis.call('SET', seq, string.format('%d', last))
+  redis.call('SET', seq .. ':birth', string.format('%d', first))
+  return last
+end
+
+-- born_after reports whether the ID counter seq was created after epoch (an ID of 12 hex
+-- digits) was drawn from it, or does not exist: Redis lost the data the epoch was part of.
+-- A counter of an older version, which has no seq:birth, counts as older than every epoch.
+local function born_after(seq, epoch)
+  local birth = redis.call('GET', seq .. ':birth')
+  if birth then return tonumber(birth) > (tonumber(epoch, 16) or math.huge) end
+  return redis.call('EXISTS', seq) == 0
+end
