@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -46,8 +45,8 @@ func WithDebounce(msg *message.Message, key string, maxWait time.Duration) *mess
 }
 
 // ValidateKey reports whether key can be a message key: non-empty, at most MaxKeyLength bytes,
-// valid UTF-8 without control characters, so that it reads the same in logs, the CLI and
-// Redis. The error wraps ErrInvalidKey and names what is wrong.
+// valid UTF-8 without control characters or characters that change the direction of text (see
+// ValidateName), so that it reads the same in logs, the CLI, the dashboard and Redis. The error wraps ErrInvalidKey and names what is wrong.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
@@ -57,10 +56,8 @@ func ValidateKey(key string) error {
 	case !utf8.ValidString(key):
 		return fmt.Errorf("%w: the key is not valid UTF-8", ErrInvalidKey)
 	}
-	for _, r := range key {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: the key holds the control character %U", ErrInvalidKey, r)
-		}
+	if r, ok := hiddenRune(key); ok {
+		return fmt.Errorf("%w: the key holds the control character %U", ErrInvalidKey, r)
 	}
 	return nil
 }
