@@ -231,6 +231,9 @@ func (c PublisherConfig) Validate() error {
 	if c.DebounceMaxWait != 0 && c.DebounceMaxWait < time.Microsecond {
 		return fmt.Errorf("redisdelay: PublisherConfig.DebounceMaxWait is %s, want 0 (no cap) or at least 1µs", c.DebounceMaxWait)
 	}
+	if err := checkAhead(c.DebounceMaxWait); err != nil {
+		return fmt.Errorf("redisdelay: PublisherConfig.DebounceMaxWait is %s: %w", c.DebounceMaxWait, err)
+	}
 	if err := validateDeliverWithin(c.DeliverWithin); err != nil {
 		return err
 	}

@@ -63,16 +63,24 @@ func parseDeliverWithin(v string) (time.Duration, error) {
 	return d, nil
 }
 
-// checkDeadlines refuses deadline metadata that a consumer could not read, naming the key and
-// its value.
-func checkDeadlines(msg *message.Message) *metadataError {
+// checkDeadlines refuses deadline metadata that a consumer could not read, or that lies more
+// than MaxDelay after now (the publishing client's clock), naming the key and its value.
+func checkDeadlines(msg *message.Message, now time.Time) *metadataError {
 	if v, ok := msg.Metadata[DeliverByMetadataKey]; ok {
-		if _, err := parseDeliverBy(v); err != nil {
+		us, err := parseDeliverBy(v)
+		if err == nil {
+			err = checkAhead(time.UnixMicro(us).Sub(now))
+		}
+		if err != nil {
 			return &metadataError{key: DeliverByMetadataKey, value: v, err: err}
 		}
 	}
 	if v, ok := msg.Metadata[DeliverWithinMetadataKey]; ok {
-		if _, err := parseDeliverWithin(v); err != nil {
+		d, err := parseDeliverWithin(v)
+		if err == nil {
+			err = checkAhead(d)
+		}
+		if err != nil {
 			return &metadataError{key: DeliverWithinMetadataKey, value: v, err: err}
 		}
 	}
@@ -175,6 +183,9 @@ func validateDeliverWithin(windows map[string]time.Duration) error {
 	for topic, d := range windows {
 		if d < time.Microsecond {
 			return fmt.Errorf("redisdelay: PublisherConfig.DeliverWithin[%s] is %s, want at least 1µs", quote(topic), d)
+		}
+		if err := checkAhead(d); err != nil {
+			return fmt.Errorf("redisdelay: PublisherConfig.DeliverWithin[%s] is %s: %w", quote(topic), d, err)
 		}
 	}
 	return nil

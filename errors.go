@@ -33,6 +33,9 @@ var (
 	// ErrInvalidSchedule is wrapped by the errors of a Schedule that cannot be stored (see
 	// Scheduler.Put), which name the schedule and the field.
 	ErrInvalidSchedule = errors.New("invalid schedule")
+	// ErrBeyondMaxDelay is wrapped by the error for a delay, debounce cap, deadline, reschedule
+	// or backfill range that reaches more than MaxDelay ahead; the error names the value.
+	ErrBeyondMaxDelay = errors.New("beyond MaxDelay")
 	// ErrSchedulerClosed is returned by a Scheduler's calls after Close.
 	ErrSchedulerClosed = errors.New("redisdelay: scheduler is closed")
 	// ErrCorruptMessage is returned by the default Unmarshaler for data it cannot decode.

@@ -48,6 +48,9 @@ func (i *Inspector) RunNowRef(ctx context.Context, topic, group, ref string) (Ou
 // refOp runs op on the message that ref names in group on topic, for CancelRef, RescheduleRef
 // and RunNowRef.
 func (i *Inspector) refOp(ctx context.Context, topic, group, ref string, op store.RefOp, when store.Outgoing) (Outcome, time.Time, error) {
+	if err := checkDueAt(when); err != nil {
+		return 0, time.Time{}, fmt.Errorf("redisdelay: %s message %s of group %s on topic %s: %w", op, quote(ref), quote(group), quote(topic), err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
 	info, err := i.group(ctx, topic, group)

@@ -135,6 +135,8 @@ func keySpecOf(msg *message.Message, policy DuplicatePolicy, retention, maxWait 
 			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: errors.New(`want a Go duration such as "30s"`)}
 		case d < time.Microsecond:
 			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: errors.New("want at least 1µs")}
+		case d > MaxDelay:
+			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: checkAhead(d)}
 		case policy != KeepLater:
 			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: fmt.Errorf(`a debounce cap needs the %q duplicate policy, not %q`, KeepLater, policy)}
 		}

@@ -26,11 +26,13 @@ type Schedule struct {
 	// Spec is when it ticks: a cron spec of 5 fields (minute hour day-of-month month
 	// day-of-week) or 6 with seconds first, "@every <Go duration>" (at least 1 s, counted from
 	// the previous tick), or one of @yearly, @monthly, @weekly, @daily, @hourly, as
-	// robfig/cron/v3's parser reads them. Time zone prefixes (TZ=, CRON_TZ=) are refused: use
-	// TimeZone.
+	// robfig/cron/v3's parser reads them; at most MaxScheduleSpecLength bytes. Time zone
+	// prefixes (TZ=, CRON_TZ=) are refused: use TimeZone. A spec that names no existing day
+	// ("0 0 30 2 *") is refused; ticks are searched at most ScheduleHorizon ahead.
 	Spec string
-	// TimeZone is the IANA name of the time zone the spec is read in ("Europe/Berlin"); UTC when
-	// empty. Daylight-saving, for a spec that names hours (its hour field is not "*"): a tick
+	// TimeZone is the IANA name of the time zone the spec is read in ("Europe/Berlin"), at most
+	// MaxTimeZoneLength bytes; UTC when empty. "Local" is refused: each host would read the
+	// schedule in its own zone. Daylight-saving, for a spec that names hours (its hour field is not "*"): a tick
 	// whose wall time does not exist that day (the spring-forward gap) fires once, at the end of
 	// the gap; a wall time that happens twice (fall-back) fires once, at its first instance. A
 	// spec whose hour field is "*", and @every, follow elapsed time. See docs/schedules.md.
@@ -93,6 +95,11 @@ const (
 	MaxCatchUpTicks = 1000
 	// MaxScheduleNameLength is the longest schedule name, in bytes.
 	MaxScheduleNameLength = 200
+	// MaxScheduleSpecLength is the longest Schedule.Spec, in bytes.
+	MaxScheduleSpecLength = 256
+	// MaxTimeZoneLength is the longest Schedule.TimeZone, in bytes (the longest IANA name has
+	// 32).
+	MaxTimeZoneLength = 64
 	// maxTickScan bounds the ticks a catch-up steps through (a 1-second schedule after about 28
 	// hours down); past it, the ticks are skipped without being counted one by one.
 	maxTickScan = 100_000
@@ -156,6 +163,15 @@ func (s Schedule) compile() (*compiledSchedule, error) {
 
 // parse parses the spec and the time zone.
 func (s Schedule) parse() (*compiledSchedule, error) {
+	if len(s.Spec) > MaxScheduleSpecLength {
+		return nil, scheduleError(s.Name, "Spec", quote(s.Spec), fmt.Errorf("is %d bytes, more than %d", len(s.Spec), MaxScheduleSpecLength))
+	}
+	if len(s.TimeZone) > MaxTimeZoneLength {
+		return nil, scheduleError(s.Name, "TimeZone", quote(s.TimeZone), fmt.Errorf("is %d bytes, more than %d", len(s.TimeZone), MaxTimeZoneLength))
+	}
+	if s.TimeZone == "Local" {
+		return nil, scheduleError(s.Name, "TimeZone", quote(s.TimeZone), errors.New("is each host's own zone, so Schedulers on different hosts would disagree: name an IANA zone such as \"Europe/Berlin\""))
+	}
 	spec := strings.TrimSpace(s.Spec)
 	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
 		return nil, scheduleError(s.Name, "Spec", quote(s.Spec), errors.New("has a time zone prefix: set TimeZone instead"))
