@@ -38,8 +38,9 @@ const deadlineLayout = dueTimeLayout
 // WithDeliverBy sets msg's deliver-by deadline (DeliverByMetadataKey) to t, an absolute instant
 // read on the Redis clock, to the microsecond (finer is truncated), and returns msg. A consumer
 // group that claims msg for its first attempt after t does not hand it out: it dead-letters it
-// with DeadLetterReasonExpired, or drops it (SubscriberConfig.OnExpired). In a test with
-// redisdelaytest, the Redis clock is the virtual one: use q.Now().Add(d).
+// with DeadLetterReasonExpired, or drops it (SubscriberConfig.OnExpired). Publish refuses a t
+// more than MaxDelay after its clock's now (ErrBeyondMaxDelay). In a test with redisdelaytest,
+// the Redis clock is the virtual one: use q.Now().Add(d).
 func WithDeliverBy(msg *message.Message, t time.Time) *message.Message {
 	msg.Metadata.Set(DeliverByMetadataKey, t.UTC().Format(deadlineLayout))
 	return msg

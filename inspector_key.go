@@ -79,13 +79,14 @@ func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, e
 // measured on the Redis clock) in every consumer group that holds it due, a message waiting for
 // a retry included, keeping its attempt count; earlier or later both work, and subscribers that
 // sleep past the new time are woken. A group that holds it in flight keeps it (OutcomeInFlight).
-// Microsecond precision. Errors as for Cancel.
+// Microsecond precision. Errors as for Cancel, and one wrapping ErrBeyondMaxDelay for a dueAt
+// more than MaxDelay after the client's clock now.
 func (i *Inspector) Reschedule(ctx context.Context, topic, key string, dueAt time.Time) (KeyResult, error) {
 	return i.reschedule(ctx, topic, key, store.Outgoing{At: dueAt})
 }
 
 // RescheduleAfter is Reschedule with a due time of delay after the Redis clock now; a delay of
-// 0 or less means at once.
+// 0 or less means at once, one of more than MaxDelay is refused (ErrBeyondMaxDelay).
 func (i *Inspector) RescheduleAfter(ctx context.Context, topic, key string, delay time.Duration) (KeyResult, error) {
 	return i.reschedule(ctx, topic, key, store.Outgoing{Delay: delay})
 }

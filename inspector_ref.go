@@ -33,7 +33,9 @@ func (i *Inspector) CancelRef(ctx context.Context, topic, group, ref string) (Ou
 // in its consumer group only, keeping its attempt count; it returns the outcome and the new due
 // time. A message in flight is left alone (OutcomeInFlight). A batch still open for its batch key
 // is closed, earlier or later: later items of the key open a new batch, so none joins a batch
-// whose delivery has moved. Errors, and messages in the compact tier, as for CancelRef.
+// whose delivery has moved. Errors, and messages in the compact tier, as for CancelRef; a dueAt
+// more than MaxDelay after the client's clock now is refused with an error wrapping
+// ErrBeyondMaxDelay that names it.
 func (i *Inspector) RescheduleRef(ctx context.Context, topic, group, ref string, dueAt time.Time) (Outcome, time.Time, error) {
 	return i.refOp(ctx, topic, group, ref, store.RefReschedule, store.Outgoing{At: dueAt})
 }

@@ -31,7 +31,8 @@ func WithKey(msg *message.Message, key string) *message.Message {
 
 // WithDebounce makes msg a debounced message and returns msg: it sets its key (as WithKey), the
 // KeepLater policy (OnDuplicateMetadataKey) and, unless maxWait is 0, its max wait
-// (DebounceMaxWaitMetadataKey, µs precision; Publish refuses one under 1µs); with maxWait 0,
+// (DebounceMaxWaitMetadataKey, µs precision; Publish refuses one under 1µs or over MaxDelay,
+// with ErrBeyondMaxDelay); with maxWait 0,
 // PublisherConfig.DebounceMaxWait applies. Each publish of the key with a later due time then replaces the waiting message, but
 // never beyond maxWait after the first publish that asked for a cap. Publish validates the key
 // and the cap.
