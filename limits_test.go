@@ -39,6 +39,10 @@ func TestPublishRefusesDueTimesCapsAndDeadlinesBeyondMaxDelay(t *testing.T) {
 				m.Metadata.Set(delay.DelayedUntilKey, now.Add(beyond).UTC().Format(time.RFC3339))
 				return m
 			}},
+			{"delay in the message's context", delay.DelayedForKey, func(m *message.Message) *message.Message {
+				m.SetContext(delay.WithContext(context.Background(), delay.For(beyond)))
+				return m
+			}},
 			{"debounce max wait of centuries", redisdelay.DebounceMaxWaitMetadataKey, func(m *message.Message) *message.Message {
 				return redisdelay.WithDebounce(m, "doc-1", 200*365*24*time.Hour)
 			}},
@@ -59,7 +63,10 @@ func TestPublishRefusesDueTimesCapsAndDeadlinesBeyondMaxDelay(t *testing.T) {
 				assert.Equal(t, topic, me.Topic)
 				assert.Equal(t, bad.UUID, me.UUID)
 				assert.Equal(t, tc.key, me.Key)
-				assert.Equal(t, bad.Metadata.Get(tc.key), me.Value)
+				if tc.name != "delay in the message's context" {
+					assert.Equal(t, bad.Metadata.Get(tc.key), me.Value)
+				}
+				assert.NotEmpty(t, me.Value)
 				assert.Contains(t, err.Error(), "MaxDelay")
 			})
 		}

@@ -142,7 +142,7 @@ func (s Schedule) compile() (*compiledSchedule, error) {
 		return nil, fmt.Errorf("redisdelay: %w: %w", ErrInvalidSchedule, err)
 	}
 	if len(s.Name) > MaxScheduleNameLength {
-		return nil, scheduleError(s.Name, "Name of", fmt.Sprintf("%d bytes", len(s.Name)), fmt.Errorf("more than %d", MaxScheduleNameLength))
+		return nil, scheduleError(s.Name, "Name of", fmt.Sprintf("%d bytes", len(s.Name)), fmt.Errorf("%w: more than %d", ErrInvalidName, MaxScheduleNameLength))
 	}
 	if err := checkName("topic", s.Topic); err != nil {
 		return nil, scheduleError(s.Name, "Topic", quote(s.Topic), err)
