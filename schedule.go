@@ -138,6 +138,36 @@ func scheduleError(name, field string, value any, err error) error {
 // compile validates s, fills in its defaults and parses its spec. Errors wrap
 // ErrInvalidSchedule and name the schedule and the field.
 func (s Schedule) compile() (*compiledSchedule, error) {
+	if err := s.checkPutLimits(); err != nil {
+		return nil, err
+	}
+	c, err := s.compileStored()
+	if err == nil && c.ticks != nil {
+		if err := checkTicksSomeDay(c.ticks.spec); err != nil {
+			return nil, scheduleError(s.Name, "Spec", quote(s.Spec), err)
+		}
+	}
+	return c, err
+}
+
+// checkPutLimits applies the limits that Put added after definitions were stored without them
+// (spec and zone lengths, "Local"; and a spec that names no existing day, checked by compile):
+// a stored definition is read without them, so that one stored by an older version still
+// lists and ticks (in its host's zone for "Local", until it is put again).
+func (s Schedule) checkPutLimits() error {
+	switch {
+	case len(s.Spec) > MaxScheduleSpecLength:
+		return scheduleError(s.Name, "Spec", quote(s.Spec), fmt.Errorf("is %d bytes, more than %d", len(s.Spec), MaxScheduleSpecLength))
+	case len(s.TimeZone) > MaxTimeZoneLength:
+		return scheduleError(s.Name, "TimeZone", quote(s.TimeZone), fmt.Errorf("is %d bytes, more than %d", len(s.TimeZone), MaxTimeZoneLength))
+	case s.TimeZone == "Local":
+		return scheduleError(s.Name, "TimeZone", quote(s.TimeZone), errors.New("is each host's own zone, so Schedulers on different hosts would disagree: name an IANA zone such as \"Europe/Berlin\""))
+	}
+	return nil
+}
+
+// compileStored is compile without checkPutLimits.
+func (s Schedule) compileStored() (*compiledSchedule, error) {
 	if err := checkName("schedule", s.Name); err != nil {
 		return nil, fmt.Errorf("redisdelay: %w: %w", ErrInvalidSchedule, err)
 	}
@@ -163,15 +193,6 @@ func (s Schedule) compile() (*compiledSchedule, error) {
 
 // parse parses the spec and the time zone.
 func (s Schedule) parse() (*compiledSchedule, error) {
-	if len(s.Spec) > MaxScheduleSpecLength {
-		return nil, scheduleError(s.Name, "Spec", quote(s.Spec), fmt.Errorf("is %d bytes, more than %d", len(s.Spec), MaxScheduleSpecLength))
-	}
-	if len(s.TimeZone) > MaxTimeZoneLength {
-		return nil, scheduleError(s.Name, "TimeZone", quote(s.TimeZone), fmt.Errorf("is %d bytes, more than %d", len(s.TimeZone), MaxTimeZoneLength))
-	}
-	if s.TimeZone == "Local" {
-		return nil, scheduleError(s.Name, "TimeZone", quote(s.TimeZone), errors.New("is each host's own zone, so Schedulers on different hosts would disagree: name an IANA zone such as \"Europe/Berlin\""))
-	}
 	spec := strings.TrimSpace(s.Spec)
 	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
 		return nil, scheduleError(s.Name, "Spec", quote(s.Spec), errors.New("has a time zone prefix: set TimeZone instead"))
@@ -195,9 +216,6 @@ func (s Schedule) parse() (*compiledSchedule, error) {
 	s.Spec = spec
 	c := &compiledSchedule{Schedule: s, cron: sched, loc: loc}
 	if spec, ok := sched.(*cron.SpecSchedule); ok {
-		if err := checkTicksSomeDay(spec); err != nil {
-			return nil, scheduleError(s.Name, "Spec", quote(s.Spec), err)
-		}
 		const allHours = 1<<24 - 1
 		c.ticks = &specTicks{spec: spec, loc: loc, fixedHours: spec.Hour&allHours != allHours}
 	}
@@ -258,7 +276,7 @@ func decodeSchedule(name, data string) (*compiledSchedule, error) {
 	return Schedule{
 		Name: name, Spec: d.Spec, TimeZone: d.TimeZone, Topic: d.Topic, Payload: d.Payload, Metadata: d.Metadata,
 		Overlap: d.Overlap, CatchUp: d.CatchUp, CatchUpWindow: time.Duration(d.CatchUpWindow) * time.Millisecond, Jitter: time.Duration(d.Jitter) * time.Millisecond,
-	}.compile()
+	}.compileStored()
 }
 
 // next returns the first tick after t, in ms precision, or the zero time when the spec has

@@ -26,3 +26,20 @@ func TestTickSearchStopsWithItsContext(t *testing.T) {
 		t.Fatalf("got %d ticks, %v; want 11", len(ticks), err)
 	}
 }
+
+// TestAStoredDefinitionIsReadWithoutTheLimitsPutAddedLater: a schedule an older version stored
+// with "Local" or a spec naming no day still lists and ticks; Put refuses both.
+func TestAStoredDefinitionIsReadWithoutTheLimitsPutAddedLater(t *testing.T) {
+	for _, def := range []string{
+		`{"spec":"0 3 * * *","tz":"Local","topic":"t","overlap":"allow-all","catch_up":"all","catch_up_window_ms":60000}`,
+		`{"spec":"0 0 30 2 *","topic":"t","overlap":"allow-all","catch_up":"all","catch_up_window_ms":60000}`,
+	} {
+		c, err := decodeSchedule("old", def)
+		if err != nil {
+			t.Fatalf("stored %s: %v", def, err)
+		}
+		if _, err := c.Schedule.compile(); !errors.Is(err, ErrInvalidSchedule) {
+			t.Fatalf("Put of %s: got %v, want ErrInvalidSchedule", def, err)
+		}
+	}
+}
