@@ -1,6 +1,7 @@
 package redisdelay_test
 
 import (
+	"fmt"
 	"io/fs"
 	"math/rand/v2"
 	"os"
@@ -181,4 +182,89 @@ func TestScheduleWithoutAnyTickOrBeyondTheHorizonIsRefused(t *testing.T) {
 	ticks, err := redisdelay.Schedule{Name: "leap", Spec: "0 0 29 2 *", Topic: "t"}.NextTicks(utc("2096-03-01T00:00:00Z"), 1)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"2104-02-29T00:00:00Z"}, utcStrings(ticks))
+}
+
+// TestNextTickIsTheFirstInstantTheRulesName checks NextTicks minute by minute against the
+// rules of Schedule.TimeZone, written as a predicate on each instant: with hours named, an
+// instant is a tick when its wall time matches the spec and happened for the first time, or
+// when it ends a gap that skipped a matching wall time; with hour "*", when its wall time
+// matches. Zones with 30-minute (Lord Howe), 45-minute offsets (Chatham), 2-hour shifts (Troll),
+// midnight gaps (Havana, Sao Paulo, Gaza) and a skipped day (Apia).
+func TestNextTickIsTheFirstInstantTheRulesName(t *testing.T) {
+	rng := rand.New(rand.NewPCG(35, 5))
+	zones := []string{"Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham", "Antarctica/Troll", "America/Havana", "America/Sao_Paulo", "Asia/Gaza", "Asia/Tehran", "Pacific/Apia", "Africa/Casablanca"}
+	minutes := []string{"0", "30", "*/15", "45", "5,50"}
+	dows := []string{"*", "*", "0", "1-5"}
+	atTransition := 0
+	for i := 0; i < 400; i++ {
+		zone := zones[rng.IntN(len(zones))]
+		loc, err := time.LoadLocation(zone)
+		require.NoError(t, err)
+		// Start within two days before one of the zone's offset changes, with a spec whose
+		// hour is the wall hour the change skips or repeats (or any hour).
+		from := time.Unix(1_100_000_000+rng.Int64N(800_000_000), 0)
+		_, change := from.In(loc).ZoneBounds()
+		hours := []string{"*", "1-3", "0,12"}
+		if !change.IsZero() {
+			from = change.Add(-time.Duration(rng.Int64N(48*3600)) * time.Second)
+			_, before := change.Add(-time.Second).In(loc).Zone()
+			_, after := change.In(loc).Zone()
+			hours = append(hours, fmt.Sprint(wall(change, before).Hour()), fmt.Sprint(wall(change, after).Hour()))
+		}
+		spec := minutes[rng.IntN(len(minutes))] + " " + hours[rng.IntN(len(hours))] + " * * " + dows[rng.IntN(len(dows))]
+		sched, err := cron.ParseStandard(spec)
+		require.NoError(t, err)
+		ticks, err, _ := nextTicksWithin(t, redisdelay.Schedule{Name: "rules", Spec: spec, TimeZone: zone, Topic: "t"}, from, 1)
+		require.NoError(t, err)
+		fixedHours := !strings.HasPrefix(strings.Fields(spec)[1], "*")
+		m := from.Truncate(time.Minute).Add(time.Minute)
+		for ; !isTickByRules(sched, loc, m, fixedHours); m = m.Add(time.Minute) {
+			require.True(t, m.Before(ticks[0]), "%s in %s from %s: the rules name no tick before NextTicks' %s, nor at it", spec, zone, from, ticks[0])
+		}
+		require.Equal(t, m.UTC(), ticks[0].UTC(), "%s in %s from %s", spec, zone, from.In(loc))
+		if start, _ := ticks[0].In(loc).ZoneBounds(); start.Equal(ticks[0]) {
+			atTransition++
+		}
+	}
+	t.Logf("%d of the first ticks fell on an offset change", atTransition)
+	assert.Positive(t, atTransition, "the cases reach offset changes")
+}
+
+// wall returns instant t's wall time at offset off (seconds east of UTC), as a time in UTC.
+func wall(t time.Time, off int) time.Time {
+	return t.UTC().Add(time.Duration(off) * time.Second)
+}
+
+// isTickByRules is the rule of Schedule.TimeZone for instant m (whole minutes).
+func isTickByRules(sched cron.Schedule, loc *time.Location, m time.Time, fixedHours bool) bool {
+	local := m.In(loc)
+	_, off := local.Zone()
+	matches := wallMatches(sched, local, off)
+	if !fixedHours {
+		return matches
+	}
+	start, _ := local.ZoneBounds()
+	if start.IsZero() {
+		return matches
+	}
+	_, before := start.Add(-time.Second).In(loc).Zone()
+	shift := time.Duration(off-before) * time.Second
+	if shift < 0 && m.Before(start.Add(-shift)) {
+		return false // the wall time happened before the fall-back
+	}
+	if shift > 0 && m.Equal(start) {
+		for w := start; w.Before(start.Add(shift)); w = w.Add(time.Minute) {
+			if wallMatches(sched, w, before) { // the skipped wall times, read at the old offset
+				return true
+			}
+		}
+	}
+	return matches
+}
+
+// wallMatches reports whether the wall time of t at offset off matches sched (read in UTC,
+// where robfig/cron is right).
+func wallMatches(sched cron.Schedule, t time.Time, off int) bool {
+	w := wall(t, off).Truncate(time.Second)
+	return sched.Next(w.Add(-time.Second)).Equal(w)
 }
