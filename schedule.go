@@ -32,10 +32,11 @@ type Schedule struct {
 	Spec string
 	// TimeZone is the IANA name of the time zone the spec is read in ("Europe/Berlin"), at most
 	// MaxTimeZoneLength bytes; UTC when empty. "Local" is refused: each host would read the
-	// schedule in its own zone. Daylight-saving, for a spec that names hours (its hour field is not "*"): a tick
-	// whose wall time does not exist that day (the spring-forward gap) fires once, at the end of
-	// the gap; a wall time that happens twice (fall-back) fires once, at its first instance. A
-	// spec whose hour field is "*", and @every, follow elapsed time. See docs/schedules.md.
+	// schedule in its own zone. Daylight-saving, for a spec that names hours (its hour field is
+	// not "*"): a tick whose wall time does not exist that day (the spring-forward gap) fires
+	// once, at the end of the gap; a wall time that happens twice (fall-back) fires once, at its
+	// first instance. A spec whose hour field is "*", and @every, follow elapsed time. See
+	// docs/schedules.md.
 	TimeZone string
 	// Topic is the topic each tick's message is published to: a valid topic name.
 	Topic string
