@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -179,4 +181,29 @@ func TestBackfillRefusesARangeBeyondMaxDelayAndStopsWithItsContext(t *testing.T)
 	res, err := s.Backfill(cancelled, "hourly", time.Now().Add(-24*time.Hour), time.Now())
 	require.True(t, errors.Is(err, context.Canceled), "%v", err)
 	assert.Zero(t, res)
+}
+
+// TestBackfillThatFailsSaysHowManyTicksItPublished: the second of two publish calls fails; the
+// error and the result say that the first 100 of the 151 ticks were published.
+func TestBackfillThatFailsSaysHowManyTicksItPublished(t *testing.T) {
+	b := embeddedRedis(t)
+	var armed atomic.Bool
+	var calls atomic.Int64
+	client := faultyClient(t, b, scriptFault{match: isPublishCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		if armed.Load() && calls.Add(1) == 2 {
+			return errors.New("injected: connection reset")
+		}
+		return next(ctx, cmd)
+	}})
+	e := newSchedulerEnv(t, backend{name: b.name, client: client, miniredis: b.miniredis})
+	ctx := context.Background()
+	s := e.scheduler(t, nil)
+	_, err := s.Put(ctx, redisdelay.Schedule{Name: "hourly", Spec: "@hourly", Topic: "hours"})
+	require.NoError(t, err)
+	armed.Store(true)
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	res, err := s.Backfill(ctx, "hourly", from, from.Add(150*time.Hour))
+	require.ErrorContains(t, err, "100 of 151 ticks published before")
+	assert.ErrorContains(t, err, "injected")
+	assert.Equal(t, redisdelay.BackfillResult{Published: 100}, res)
 }
