@@ -15,7 +15,7 @@ import (
 // MaxDelay is the furthest ahead that anything may be scheduled: ten years of 365 days
 // (87,600 h). It bounds every due time, cap and deadline a caller gives: a delay (Watermill's
 // delay metadata, see DelayOf), a debounce cap (WithDebounce, DebounceMaxWaitMetadataKey,
-// PublisherConfig.DebounceMaxWait), a deliver-by deadline (WithDeliverBy, measured from the
+// PublisherConfig.DebounceMaxWait), a batch's BatchConfig.MaxWait, a deliver-by deadline (WithDeliverBy, measured from the
 // publishing client's clock; DeliverWithinMetadataKey, PublisherConfig.DeliverWithin), a new
 // due time given to the Inspector (Reschedule, RescheduleAfter, RescheduleRef; measured from
 // the client's clock) and the end of a Scheduler.Backfill range (from the Redis clock). A value

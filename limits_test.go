@@ -86,6 +86,7 @@ func TestPublisherConfigRefusesCapsAndWindowsBeyondMaxDelay(t *testing.T) {
 	for name, cfg := range map[string]redisdelay.PublisherConfig{
 		"DebounceMaxWait": {Client: b.client, DebounceMaxWait: beyond},
 		"DeliverWithin":   {Client: b.client, DeliverWithin: map[string]time.Duration{"orders": beyond}},
+		"MaxWait":         {Client: b.client, Batching: map[string]redisdelay.BatchConfig{"orders": {MaxItems: 10, MaxWait: beyond}}},
 	} {
 		err := cfg.Validate()
 		require.ErrorIs(t, err, redisdelay.ErrBeyondMaxDelay, name)
