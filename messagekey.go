@@ -58,7 +58,7 @@ func ValidateKey(key string) error {
 		return fmt.Errorf("%w: the key is not valid UTF-8", ErrInvalidKey)
 	}
 	if r, ok := hiddenRune(key); ok {
-		return fmt.Errorf("%w: the key holds the control character %U", ErrInvalidKey, r)
+		return fmt.Errorf("%w: the key holds %s %U", ErrInvalidKey, hiddenKind(r), r)
 	}
 	return nil
 }

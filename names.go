@@ -63,9 +63,17 @@ func checkName(kind, name string) error {
 		return fmt.Errorf("%w: %s name %s ends in '#' and digits, which name topic partitions", ErrInvalidName, kind, quote(name))
 	}
 	if r, ok := hiddenRune(name); ok {
-		return fmt.Errorf("%w: %s name %s holds the control character %U", ErrInvalidName, kind, quote(name), r)
+		return fmt.Errorf("%w: %s name %s holds %s %U", ErrInvalidName, kind, quote(name), hiddenKind(r), r)
 	}
 	return nil
+}
+
+// hiddenKind names the kind of a rune hiddenRune returned, for errors.
+func hiddenKind(r rune) string {
+	if unicode.IsControl(r) {
+		return "the control character"
+	}
+	return "the direction-changing character"
 }
 
 // hiddenRune returns the first rune of s that would not read as itself in a log line, a
