@@ -231,6 +231,9 @@ func (c PublisherConfig) Validate() error {
 	if c.DebounceMaxWait != 0 && c.DebounceMaxWait < time.Microsecond {
 		return fmt.Errorf("redisdelay: PublisherConfig.DebounceMaxWait is %s, want 0 (no cap) or at least 1µs", c.DebounceMaxWait)
 	}
+	if err := checkAhead(c.DebounceMaxWait); err != nil {
+		return fmt.Errorf("redisdelay: PublisherConfig.DebounceMaxWait is %s: %w", c.DebounceMaxWait, err)
+	}
 	if err := validateDeliverWithin(c.DeliverWithin); err != nil {
 		return err
 	}
@@ -432,7 +435,7 @@ type BatchConfig struct {
 	// MaxItems releases a batch when it holds this many items.
 	MaxItems int
 	// MaxWait releases a batch this long after its first item, on the Redis clock;
-	// microsecond precision, at least 1 ms.
+	// microsecond precision, at least 1 ms, at most MaxDelay.
 	MaxWait time.Duration
 	// MaxBytes releases a batch when its items' marshaled bytes reach it; MaxBatchBytes when
 	// zero, and at most MaxBatchBytes.
@@ -448,6 +451,9 @@ const MaxBatchBytes = 1 << 20
 func (c BatchConfig) validate(topic string) error {
 	if c.MaxItems < 1 || c.MaxWait < time.Millisecond || c.MaxBytes < 0 || c.MaxBytes > MaxBatchBytes {
 		return fmt.Errorf("redisdelay: PublisherConfig.Batching[%s] is %+v, want MaxItems >= 1, MaxWait >= 1ms and 0 <= MaxBytes <= %d (MaxBatchBytes)", quote(topic), c, MaxBatchBytes)
+	}
+	if err := checkAhead(c.MaxWait); err != nil {
+		return fmt.Errorf("redisdelay: PublisherConfig.Batching[%s].MaxWait is %s: %w", quote(topic), c.MaxWait, err)
 	}
 	return nil
 }

@@ -38,8 +38,9 @@ const deadlineLayout = dueTimeLayout
 // WithDeliverBy sets msg's deliver-by deadline (DeliverByMetadataKey) to t, an absolute instant
 // read on the Redis clock, to the microsecond (finer is truncated), and returns msg. A consumer
 // group that claims msg for its first attempt after t does not hand it out: it dead-letters it
-// with DeadLetterReasonExpired, or drops it (SubscriberConfig.OnExpired). In a test with
-// redisdelaytest, the Redis clock is the virtual one: use q.Now().Add(d).
+// with DeadLetterReasonExpired, or drops it (SubscriberConfig.OnExpired). Publish refuses a t
+// more than MaxDelay after its clock's now (ErrBeyondMaxDelay). In a test with redisdelaytest,
+// the Redis clock is the virtual one: use q.Now().Add(d).
 func WithDeliverBy(msg *message.Message, t time.Time) *message.Message {
 	msg.Metadata.Set(DeliverByMetadataKey, t.UTC().Format(deadlineLayout))
 	return msg
@@ -63,16 +64,24 @@ func parseDeliverWithin(v string) (time.Duration, error) {
 	return d, nil
 }
 
-// checkDeadlines refuses deadline metadata that a consumer could not read, naming the key and
-// its value.
-func checkDeadlines(msg *message.Message) *metadataError {
+// checkDeadlines refuses deadline metadata that a consumer could not read, or that lies more
+// than MaxDelay after now (the publishing client's clock), naming the key and its value.
+func checkDeadlines(msg *message.Message, now time.Time) *metadataError {
 	if v, ok := msg.Metadata[DeliverByMetadataKey]; ok {
-		if _, err := parseDeliverBy(v); err != nil {
+		us, err := parseDeliverBy(v)
+		if err == nil {
+			err = checkAhead(time.UnixMicro(us).Sub(now))
+		}
+		if err != nil {
 			return &metadataError{key: DeliverByMetadataKey, value: v, err: err}
 		}
 	}
 	if v, ok := msg.Metadata[DeliverWithinMetadataKey]; ok {
-		if _, err := parseDeliverWithin(v); err != nil {
+		d, err := parseDeliverWithin(v)
+		if err == nil {
+			err = checkAhead(d)
+		}
+		if err != nil {
 			return &metadataError{key: DeliverWithinMetadataKey, value: v, err: err}
 		}
 	}
@@ -175,6 +184,9 @@ func validateDeliverWithin(windows map[string]time.Duration) error {
 	for topic, d := range windows {
 		if d < time.Microsecond {
 			return fmt.Errorf("redisdelay: PublisherConfig.DeliverWithin[%s] is %s, want at least 1µs", quote(topic), d)
+		}
+		if err := checkAhead(d); err != nil {
+			return fmt.Errorf("redisdelay: PublisherConfig.DeliverWithin[%s] is %s: %w", quote(topic), d, err)
 		}
 	}
 	return nil

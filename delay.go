@@ -12,9 +12,26 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// MaxDelay is the longest delay Publish accepts. A longer one is rejected with a MessageError
-// that names the metadata key; it is almost always a unit mistake.
-const MaxDelay = 100 * 365 * 24 * time.Hour
+// MaxDelay is the furthest ahead that anything may be scheduled: ten years of 365 days
+// (87,600 h). It bounds every due time, cap and deadline a caller gives: a delay (Watermill's
+// delay metadata, see DelayOf), a debounce cap (WithDebounce, DebounceMaxWaitMetadataKey,
+// PublisherConfig.DebounceMaxWait), a batch's BatchConfig.MaxWait, a deliver-by deadline (WithDeliverBy, measured from the
+// publishing client's clock; DeliverWithinMetadataKey, PublisherConfig.DeliverWithin), a new
+// due time given to the Inspector (Reschedule, RescheduleAfter, RescheduleRef; measured from
+// the client's clock) and the end of a Scheduler.Backfill range (from the Redis clock). A value
+// beyond it is almost always a unit mistake: it is refused before anything is stored, with an
+// error wrapping ErrBeyondMaxDelay that names the value and the topic, and the message UUID,
+// key or ref where there is one (a *MessageError from Publish).
+const MaxDelay = 10 * 365 * 24 * time.Hour
+
+// checkAhead refuses d, how far ahead a due time, cap or deadline lies, when it exceeds
+// MaxDelay.
+func checkAhead(d time.Duration) error {
+	if d > MaxDelay {
+		return fmt.Errorf("%w: %s ahead, more than MaxDelay %s", ErrBeyondMaxDelay, d, MaxDelay)
+	}
+	return nil
+}
 
 // untilResolution is the resolution of _watermill_delayed_until: delay.Message formats it with
 // time.RFC3339, which truncates to whole seconds. The exact instant the writer meant therefore
@@ -147,7 +164,7 @@ func clampToUntil(now time.Time, d time.Duration, until time.Time) (remaining ti
 
 // tooLong is the error for a delay beyond MaxDelay, naming the metadata entry that asked for it.
 func tooLong(key, value string, d time.Duration) error {
-	return &metadataError{key: key, value: value, err: fmt.Errorf("delay %s exceeds MaxDelay %s", d, MaxDelay)}
+	return &metadataError{key: key, value: value, err: fmt.Errorf("delay: %w", checkAhead(d))}
 }
 
 // metadataError is a problem with one metadata entry; Publish turns it into a MessageError.

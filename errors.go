@@ -31,8 +31,12 @@ var (
 	// ValidateKey. Publish returns it inside a *MessageError.
 	ErrInvalidKey = errors.New("invalid message key")
 	// ErrInvalidSchedule is wrapped by the errors of a Schedule that cannot be stored (see
-	// Scheduler.Put), which name the schedule and the field.
+	// Scheduler.Put), which name the schedule and the field, and by those of NextTicks and
+	// Scheduler.Backfill for a spec with no tick within ScheduleHorizon or a bad range.
 	ErrInvalidSchedule = errors.New("invalid schedule")
+	// ErrBeyondMaxDelay is wrapped by the error for a delay, debounce cap, deadline, reschedule
+	// or backfill range that reaches more than MaxDelay ahead; the error names the value.
+	ErrBeyondMaxDelay = errors.New("beyond MaxDelay")
 	// ErrSchedulerClosed is returned by a Scheduler's calls after Close.
 	ErrSchedulerClosed = errors.New("redisdelay: scheduler is closed")
 	// ErrCorruptMessage is returned by the default Unmarshaler for data it cannot decode.

@@ -79,13 +79,14 @@ func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, e
 // measured on the Redis clock) in every consumer group that holds it due, a message waiting for
 // a retry included, keeping its attempt count; earlier or later both work, and subscribers that
 // sleep past the new time are woken. A group that holds it in flight keeps it (OutcomeInFlight).
-// Microsecond precision. Errors as for Cancel.
+// Microsecond precision. Errors as for Cancel, and one wrapping ErrBeyondMaxDelay for a dueAt
+// more than MaxDelay after the client's clock now.
 func (i *Inspector) Reschedule(ctx context.Context, topic, key string, dueAt time.Time) (KeyResult, error) {
 	return i.reschedule(ctx, topic, key, store.Outgoing{At: dueAt})
 }
 
 // RescheduleAfter is Reschedule with a due time of delay after the Redis clock now; a delay of
-// 0 or less means at once.
+// 0 or less means at once, one of more than MaxDelay is refused (ErrBeyondMaxDelay).
 func (i *Inspector) RescheduleAfter(ctx context.Context, topic, key string, delay time.Duration) (KeyResult, error) {
 	return i.reschedule(ctx, topic, key, store.Outgoing{Delay: delay})
 }
@@ -97,6 +98,9 @@ func (i *Inspector) RunNow(ctx context.Context, topic, key string) (KeyResult, e
 
 func (i *Inspector) reschedule(ctx context.Context, topic, key string, when store.Outgoing) (KeyResult, error) {
 	r := KeyResult{Topic: topic, Key: key}
+	if err := checkDueAt(when); err != nil {
+		return r, fmt.Errorf("redisdelay: reschedule key %s on topic %s: %w", quote(key), quote(topic), err)
+	}
 	err := i.byKey(ctx, "reschedule", topic, key, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
 		res, err := i.store.Reschedule(ctx, part, key, call, when, groups)
 		if err == nil {
@@ -124,6 +128,19 @@ func (i *Inspector) byKey(ctx context.Context, name, topic, key string, op func(
 	})
 	if err != nil {
 		return fmt.Errorf("redisdelay: %s key %s on topic %s: %w", name, quote(key), quote(topic), err)
+	}
+	return nil
+}
+
+// checkDueAt refuses a new due time more than MaxDelay ahead: a delay, or an instant measured
+// from the client's clock. It names the value.
+func checkDueAt(when store.Outgoing) error {
+	ahead, value := when.Delay, when.Delay.String()
+	if !when.At.IsZero() {
+		ahead, value = time.Until(when.At), when.At.UTC().Format(time.RFC3339Nano)
+	}
+	if err := checkAhead(ahead); err != nil {
+		return fmt.Errorf("due time %s: %w", value, err)
 	}
 	return nil
 }

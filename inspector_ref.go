@@ -33,7 +33,9 @@ func (i *Inspector) CancelRef(ctx context.Context, topic, group, ref string) (Ou
 // in its consumer group only, keeping its attempt count; it returns the outcome and the new due
 // time. A message in flight is left alone (OutcomeInFlight). A batch still open for its batch key
 // is closed, earlier or later: later items of the key open a new batch, so none joins a batch
-// whose delivery has moved. Errors, and messages in the compact tier, as for CancelRef.
+// whose delivery has moved. Errors, and messages in the compact tier, as for CancelRef; a dueAt
+// more than MaxDelay after the client's clock now is refused with an error wrapping
+// ErrBeyondMaxDelay that names it.
 func (i *Inspector) RescheduleRef(ctx context.Context, topic, group, ref string, dueAt time.Time) (Outcome, time.Time, error) {
 	return i.refOp(ctx, topic, group, ref, store.RefReschedule, store.Outgoing{At: dueAt})
 }
@@ -48,6 +50,9 @@ func (i *Inspector) RunNowRef(ctx context.Context, topic, group, ref string) (Ou
 // refOp runs op on the message that ref names in group on topic, for CancelRef, RescheduleRef
 // and RunNowRef.
 func (i *Inspector) refOp(ctx context.Context, topic, group, ref string, op store.RefOp, when store.Outgoing) (Outcome, time.Time, error) {
+	if err := checkDueAt(when); err != nil {
+		return 0, time.Time{}, fmt.Errorf("redisdelay: %s message %s of group %s on topic %s: %w", op, quote(ref), quote(group), quote(topic), err)
+	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
 	info, err := i.group(ctx, topic, group)

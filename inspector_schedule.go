@@ -60,7 +60,7 @@ func scheduleInfo(st store.ScheduleState, now time.Time) (ScheduleInfo, error) {
 		Published: atoi64(f["published"]), Skipped: atoi64(f["skipped"]), Created: usTime(f["created"]), Updated: usTime(f["updated"]),
 	}
 	if !info.Paused {
-		info.NextTicks = c.nextTicks(now, DefaultNextTicks)
+		info.NextTicks, _ = c.nextTicks(now, DefaultNextTicks) // fewer when the spec has no more within ScheduleHorizon
 	}
 	return info, nil
 }

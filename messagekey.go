@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -32,7 +31,8 @@ func WithKey(msg *message.Message, key string) *message.Message {
 
 // WithDebounce makes msg a debounced message and returns msg: it sets its key (as WithKey), the
 // KeepLater policy (OnDuplicateMetadataKey) and, unless maxWait is 0, its max wait
-// (DebounceMaxWaitMetadataKey, µs precision; Publish refuses one under 1µs); with maxWait 0,
+// (DebounceMaxWaitMetadataKey, µs precision; Publish refuses one under 1µs or over MaxDelay,
+// with ErrBeyondMaxDelay); with maxWait 0,
 // PublisherConfig.DebounceMaxWait applies. Each publish of the key with a later due time then replaces the waiting message, but
 // never beyond maxWait after the first publish that asked for a cap. Publish validates the key
 // and the cap.
@@ -46,8 +46,8 @@ func WithDebounce(msg *message.Message, key string, maxWait time.Duration) *mess
 }
 
 // ValidateKey reports whether key can be a message key: non-empty, at most MaxKeyLength bytes,
-// valid UTF-8 without control characters, so that it reads the same in logs, the CLI and
-// Redis. The error wraps ErrInvalidKey and names what is wrong.
+// valid UTF-8 without control characters or characters that change the direction of text (see
+// ValidateName), so that it reads the same in logs, the CLI, the dashboard and Redis. The error wraps ErrInvalidKey and names what is wrong.
 func ValidateKey(key string) error {
 	switch {
 	case key == "":
@@ -57,10 +57,8 @@ func ValidateKey(key string) error {
 	case !utf8.ValidString(key):
 		return fmt.Errorf("%w: the key is not valid UTF-8", ErrInvalidKey)
 	}
-	for _, r := range key {
-		if unicode.IsControl(r) {
-			return fmt.Errorf("%w: the key holds the control character %U", ErrInvalidKey, r)
-		}
+	if r, ok := hiddenRune(key); ok {
+		return fmt.Errorf("%w: the key holds %s %U", ErrInvalidKey, hiddenKind(r), r)
 	}
 	return nil
 }
@@ -138,6 +136,8 @@ func keySpecOf(msg *message.Message, policy DuplicatePolicy, retention, maxWait 
 			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: errors.New(`want a Go duration such as "30s"`)}
 		case d < time.Microsecond:
 			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: errors.New("want at least 1µs")}
+		case d > MaxDelay:
+			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: checkAhead(d)}
 		case policy != KeepLater:
 			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: fmt.Errorf(`a debounce cap needs the %q duplicate policy, not %q`, KeepLater, policy)}
 		}

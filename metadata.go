@@ -45,8 +45,8 @@ const KeyMetadataKey = ReservedMetadataPrefix + "key"
 const OnDuplicateMetadataKey = ReservedMetadataPrefix + "on_duplicate"
 
 // DebounceMaxWaitMetadataKey is the metadata key that sets, for one keep-later message (see
-// KeepLater and WithDebounce), its debounce cap: a Go duration ("30s", "5m"; at least 1µs, µs
-// precision) that overrides PublisherConfig.DebounceMaxWait. While its key is republished, the
+// KeepLater and WithDebounce), its debounce cap: a Go duration ("30s", "5m"; at least 1µs, at
+// most MaxDelay, µs precision) that overrides PublisherConfig.DebounceMaxWait. While its key is republished, the
 // message is due no later than this long after the first publish that asked for a cap, on the
 // Redis clock. Publish refuses it on a message without a key or with another duplicate policy,
 // acts on it and does not store it.

@@ -11,20 +11,29 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
-// MaxNameLength is the longest topic or consumer group name, in bytes, that ValidateName
-// accepts; in a name that contains DeadLetterInfix, the limit holds for each part around it.
-// So every topic that Publish accepts can be subscribed by every consumer group that Subscribe
-// accepts: the default dead-letter topic, topic + DeadLetterInfix + group, is valid too.
+// MaxNameLength is the longest topic, consumer group or schedule name, in bytes, that
+// ValidateName accepts: the whole name, whatever its parts. A name that contains
+// DeadLetterInfix (a dead-letter topic) may be up to MaxDeadLetterTopicLength.
 const MaxNameLength = 512
 
-// ValidateName reports whether name can be used as a topic or a consumer group name. A name must
-// be non-empty, at most MaxNameLength bytes (each part around DeadLetterInfix, see
-// MaxNameLength), valid UTF-8 without control characters (so that it reads the same in logs,
-// metric labels, the CLI and the dashboard), free of '{' and '}' (braces would change the Redis
-// Cluster hash tag that keeps all keys of a topic in one slot), not "." or ".." (which no URL
-// path can name), and must not end in '#' and digits, which name the partitions of a topic. Any
-// other character, ':' and '/' included, is allowed. The error wraps ErrInvalidName and names
-// what is wrong, quoting at most 64 bytes of the name.
+// MaxDeadLetterTopicLength is the longest name, in bytes, that ValidateName accepts when the
+// name contains DeadLetterInfix: 2 × MaxNameLength + len(DeadLetterInfix) = 1037. So the default
+// dead-letter topic of every topic and consumer group of at most MaxNameLength bytes is valid,
+// and Subscribe accepts every such pair. A longer dead-letter topic, the dead-letter topic of a
+// long dead-letter topic for example, is refused by Subscribe with an error wrapping
+// ErrInvalidName that names its length.
+const MaxDeadLetterTopicLength = 2*MaxNameLength + len(DeadLetterInfix)
+
+// ValidateName reports whether name can be used as a topic, consumer group or schedule name;
+// kind names it in the error. A name must be non-empty, at most MaxNameLength bytes
+// (MaxDeadLetterTopicLength when it contains DeadLetterInfix), valid UTF-8 without control
+// characters or characters that change the direction of text (Unicode Bidi_Control: U+061C,
+// U+200E, U+200F, U+202A–U+202E, U+2066–U+2069), so that it reads the same in logs, metric
+// labels, the CLI and the dashboard, free of '{' and '}' (braces would change the Redis Cluster
+// hash tag that keeps all keys of a topic in one slot), not "." or ".." (which no URL path can
+// name), and must not end in '#' and digits, which name the partitions of a topic. Any other
+// character, ':' and '/' included, is allowed. The error wraps ErrInvalidName and names what
+// is wrong, quoting at most 64 bytes of the name.
 func ValidateName(kind, name string) error {
 	if err := checkName(kind, name); err != nil {
 		return fmt.Errorf("redisdelay: %w", err)
@@ -35,13 +44,17 @@ func ValidateName(kind, name string) error {
 // checkName is ValidateName without the "redisdelay: " prefix, for errors that name the field
 // the name came from first.
 func checkName(kind, name string) error {
+	limit := MaxNameLength
+	if strings.Contains(name, DeadLetterInfix) {
+		limit = MaxDeadLetterTopicLength
+	}
 	switch {
 	case name == "":
 		return fmt.Errorf("%w: %s name is empty", ErrInvalidName, kind)
+	case len(name) > limit:
+		return fmt.Errorf("%w: %s name %s is %d bytes, more than %d", ErrInvalidName, kind, quote(name), len(name), limit)
 	case !utf8.ValidString(name):
 		return fmt.Errorf("%w: %s name %s is not valid UTF-8", ErrInvalidName, kind, quote(name))
-	case strings.IndexFunc(name, unicode.IsControl) >= 0:
-		return fmt.Errorf("%w: %s name %s holds a control character", ErrInvalidName, kind, quote(name))
 	case name == "." || name == "..":
 		return fmt.Errorf("%w: %s name %s is a path step that no URL can name", ErrInvalidName, kind, quote(name))
 	case strings.ContainsAny(name, "{}"):
@@ -49,16 +62,30 @@ func checkName(kind, name string) error {
 	case store.HasPartitionSuffix(name) || store.HasPartitionSuffix(firstPart(name)):
 		return fmt.Errorf("%w: %s name %s ends in '#' and digits, which name topic partitions", ErrInvalidName, kind, quote(name))
 	}
-	for rest := name; ; {
-		part, after, found := strings.Cut(rest, DeadLetterInfix)
-		if len(part) > MaxNameLength {
-			return fmt.Errorf("%w: %s name %s has a part of %d bytes, more than %d", ErrInvalidName, kind, quote(name), len(part), MaxNameLength)
-		}
-		if !found {
-			return nil
-		}
-		rest = after
+	if r, ok := hiddenRune(name); ok {
+		return fmt.Errorf("%w: %s name %s holds %s %U", ErrInvalidName, kind, quote(name), hiddenKind(r), r)
 	}
+	return nil
+}
+
+// hiddenKind names the kind of a rune hiddenRune returned, for errors.
+func hiddenKind(r rune) string {
+	if unicode.IsControl(r) {
+		return "the control character"
+	}
+	return "the direction-changing character"
+}
+
+// hiddenRune returns the first rune of s that would not read as itself in a log line, a
+// terminal or a web page: a control character, or a format character that changes the
+// direction of the text around it (Unicode Bidi_Control). Names and keys refuse them.
+func hiddenRune(s string) (rune, bool) {
+	for _, r := range s {
+		if unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+			return r, true
+		}
+	}
+	return 0, false
 }
 
 // firstPart returns name up to its first DeadLetterInfix, or all of it.

@@ -2,6 +2,8 @@ package redisdelay_test
 
 import (
 	"context"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,8 +17,51 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
-// unreadableNames are names that logs, metric labels, terminals or URLs cannot carry.
-var unreadableNames = []string{"bad\xff\xfe", "bell\a", "clear\x1b[2J", "osc\x1b]52;c;aGk=\x07", "nul\x00", "next\u0085line", ".", ".."}
+// unreadableNames are names that logs, metric labels, terminals or URLs cannot carry: control
+// characters, characters that turn the direction of text (Bidi_Control), and names longer than
+// their limit, a 1 MB name of parts each under MaxNameLength included.
+var unreadableNames = []string{"bad\xff\xfe", "bell\a", "clear\x1b[2J", "osc\x1b]52;c;aGk=\x07", "nul\x00", "next\u0085line", ".", "..",
+	"invoice-\u202Efdp.exe", "rtl-mark\u200F", "isolate\u2066x\u2069", "arabic-mark\u061C", "embed\u202Ax\u202C",
+	strings.Repeat("t", redisdelay.MaxNameLength+1),
+	strings.Repeat("t", 400) + strings.Repeat(redisdelay.DeadLetterInfix+strings.Repeat("g", 400), 2600),
+}
+
+// TestEveryNameHasOneLimitWholeAndTheDeadLetterTopicOfLongestNamesIsValid: a name is limited
+// as a whole (MaxNameLength, MaxDeadLetterTopicLength with DeadLetterInfix), and the longest
+// topic and group still subscribe, their dead-letter topic exactly at its limit.
+func TestEveryNameHasOneLimitWholeAndTheDeadLetterTopicOfLongestNamesIsValid(t *testing.T) {
+	longest := strings.Repeat("t", redisdelay.MaxNameLength)
+	dlt := redisdelay.DefaultDeadLetterTopic(longest, strings.Repeat("g", redisdelay.MaxNameLength))
+	require.Len(t, dlt, redisdelay.MaxDeadLetterTopicLength)
+	for _, tc := range []struct {
+		name string
+		ok   bool
+	}{
+		{longest, true},
+		{longest + "t", false},
+		{dlt, true},
+		{dlt + "g", false},
+		{strings.Repeat("a"+redisdelay.DeadLetterInfix, 200), false},
+	} {
+		err := redisdelay.ValidateName("topic", tc.name)
+		if tc.ok {
+			assert.NoError(t, err, "%d bytes", len(tc.name))
+			continue
+		}
+		require.ErrorIs(t, err, redisdelay.ErrInvalidName, "%d bytes", len(tc.name))
+		assert.Contains(t, err.Error(), strconv.Itoa(len(tc.name))+" bytes")
+	}
+
+	b := embeddedRedis(t)
+	sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = strings.Repeat("g", redisdelay.MaxNameLength) })
+	require.NoError(t, sub.SubscribeInitialize(longest), "the longest topic and group have a valid dead-letter topic")
+	// The dead-letter topic of a dead-letter topic at its limit is longer still: refused.
+	require.ErrorIs(t, sub.SubscribeInitialize(dlt), redisdelay.ErrInvalidName)
+	_, err := sub.Subscribe(context.Background(), dlt)
+	require.ErrorIs(t, err, redisdelay.ErrInvalidName)
+	assert.Contains(t, err.Error(), "dead-letter topic")
+	assert.Contains(t, err.Error(), strconv.Itoa(len(dlt)+len(redisdelay.DeadLetterInfix)+redisdelay.MaxNameLength)+" bytes")
+}
 
 func TestUnreadableNamesAreRefusedBeforeAnythingIsStored(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {

@@ -33,7 +33,7 @@ func (p *Publisher) outgoing(topic string, msg *message.Message, now time.Time, 
 	if err := checkReservedMetadata(msg); err != nil {
 		return store.Outgoing{}, 0, metadataMessageError(topic, msg, err)
 	}
-	if err := checkDeadlines(msg); err != nil {
+	if err := checkDeadlines(msg, now); err != nil {
 		return store.Outgoing{}, 0, metadataMessageError(topic, msg, err)
 	}
 	spec, keyErr := keySpecOf(msg, p.config.OnDuplicate, p.config.KeyRetention, p.config.DebounceMaxWait)

@@ -26,14 +26,17 @@ type Schedule struct {
 	// Spec is when it ticks: a cron spec of 5 fields (minute hour day-of-month month
 	// day-of-week) or 6 with seconds first, "@every <Go duration>" (at least 1 s, counted from
 	// the previous tick), or one of @yearly, @monthly, @weekly, @daily, @hourly, as
-	// robfig/cron/v3's parser reads them. Time zone prefixes (TZ=, CRON_TZ=) are refused: use
-	// TimeZone.
+	// robfig/cron/v3's parser reads them; at most MaxScheduleSpecLength bytes. Time zone
+	// prefixes (TZ=, CRON_TZ=) are refused: use TimeZone. A spec that names no existing day
+	// ("0 0 30 2 *") is refused; ticks are searched at most ScheduleHorizon ahead.
 	Spec string
-	// TimeZone is the IANA name of the time zone the spec is read in ("Europe/Berlin"); UTC when
-	// empty. Daylight-saving, for a spec that names hours (its hour field is not "*"): a tick
-	// whose wall time does not exist that day (the spring-forward gap) fires once, at the end of
-	// the gap; a wall time that happens twice (fall-back) fires once, at its first instance. A
-	// spec whose hour field is "*", and @every, follow elapsed time. See docs/schedules.md.
+	// TimeZone is the IANA name of the time zone the spec is read in ("Europe/Berlin"), at most
+	// MaxTimeZoneLength bytes; UTC when empty. "Local" is refused: each host would read the
+	// schedule in its own zone. Daylight-saving, for a spec that names hours (its hour field is
+	// not "*"): a tick whose wall time does not exist that day (the spring-forward gap) fires
+	// once, at the end of the gap; a wall time that happens twice (fall-back) fires once, at its
+	// first instance. A spec whose hour field is "*", and @every, follow elapsed time. See
+	// docs/schedules.md.
 	TimeZone string
 	// Topic is the topic each tick's message is published to: a valid topic name.
 	Topic string
@@ -93,6 +96,11 @@ const (
 	MaxCatchUpTicks = 1000
 	// MaxScheduleNameLength is the longest schedule name, in bytes.
 	MaxScheduleNameLength = 200
+	// MaxScheduleSpecLength is the longest Schedule.Spec, in bytes.
+	MaxScheduleSpecLength = 256
+	// MaxTimeZoneLength is the longest Schedule.TimeZone, in bytes (the longest IANA name has
+	// 32).
+	MaxTimeZoneLength = 64
 	// maxTickScan bounds the ticks a catch-up steps through (a 1-second schedule after about 28
 	// hours down); past it, the ticks are skipped without being counted one by one.
 	maxTickScan = 100_000
@@ -118,8 +126,9 @@ type scheduleDef struct {
 // compiledSchedule is a definition with its parsed spec and time zone.
 type compiledSchedule struct {
 	Schedule
-	cron cron.Schedule
-	loc  *time.Location
+	cron  cron.Schedule
+	ticks *specTicks // nil for @every
+	loc   *time.Location
 }
 
 // scheduleError names the schedule and the offending field of a bad definition.
@@ -130,11 +139,41 @@ func scheduleError(name, field string, value any, err error) error {
 // compile validates s, fills in its defaults and parses its spec. Errors wrap
 // ErrInvalidSchedule and name the schedule and the field.
 func (s Schedule) compile() (*compiledSchedule, error) {
+	if err := s.checkPutLimits(); err != nil {
+		return nil, err
+	}
+	c, err := s.compileStored()
+	if err == nil && c.ticks != nil {
+		if err := checkTicksSomeDay(c.ticks.spec); err != nil {
+			return nil, scheduleError(s.Name, "Spec", quote(s.Spec), err)
+		}
+	}
+	return c, err
+}
+
+// checkPutLimits applies the limits that Put added after definitions were stored without them
+// (spec and zone lengths, "Local"; and a spec that names no existing day, checked by compile):
+// a stored definition is read without them, so that one stored by an older version still
+// lists and ticks (in its host's zone for "Local", until it is put again).
+func (s Schedule) checkPutLimits() error {
+	switch {
+	case len(s.Spec) > MaxScheduleSpecLength:
+		return scheduleError(s.Name, "Spec", quote(s.Spec), fmt.Errorf("is %d bytes, more than %d", len(s.Spec), MaxScheduleSpecLength))
+	case len(s.TimeZone) > MaxTimeZoneLength:
+		return scheduleError(s.Name, "TimeZone", quote(s.TimeZone), fmt.Errorf("is %d bytes, more than %d", len(s.TimeZone), MaxTimeZoneLength))
+	case s.TimeZone == "Local":
+		return scheduleError(s.Name, "TimeZone", quote(s.TimeZone), errors.New("is each host's own zone, so Schedulers on different hosts would disagree: name an IANA zone such as \"Europe/Berlin\""))
+	}
+	return nil
+}
+
+// compileStored is compile without checkPutLimits.
+func (s Schedule) compileStored() (*compiledSchedule, error) {
 	if err := checkName("schedule", s.Name); err != nil {
 		return nil, fmt.Errorf("redisdelay: %w: %w", ErrInvalidSchedule, err)
 	}
 	if len(s.Name) > MaxScheduleNameLength {
-		return nil, scheduleError(s.Name, "Name of", fmt.Sprintf("%d bytes", len(s.Name)), fmt.Errorf("more than %d", MaxScheduleNameLength))
+		return nil, scheduleError(s.Name, "Name of", fmt.Sprintf("%d bytes", len(s.Name)), fmt.Errorf("%w: more than %d", ErrInvalidName, MaxScheduleNameLength))
 	}
 	if err := checkName("topic", s.Topic); err != nil {
 		return nil, scheduleError(s.Name, "Topic", quote(s.Topic), err)
@@ -176,7 +215,12 @@ func (s Schedule) parse() (*compiledSchedule, error) {
 		}
 	}
 	s.Spec = spec
-	return &compiledSchedule{Schedule: s, cron: sched, loc: loc}, nil
+	c := &compiledSchedule{Schedule: s, cron: sched, loc: loc}
+	if spec, ok := sched.(*cron.SpecSchedule); ok {
+		const allHours = 1<<24 - 1
+		c.ticks = &specTicks{spec: spec, loc: loc, fixedHours: spec.Hour&allHours != allHours}
+	}
+	return c, nil
 }
 
 // setPolicies checks the policies, the catch-up window and the jitter, filling in defaults.
@@ -233,126 +277,73 @@ func decodeSchedule(name, data string) (*compiledSchedule, error) {
 	return Schedule{
 		Name: name, Spec: d.Spec, TimeZone: d.TimeZone, Topic: d.Topic, Payload: d.Payload, Metadata: d.Metadata,
 		Overlap: d.Overlap, CatchUp: d.CatchUp, CatchUpWindow: time.Duration(d.CatchUpWindow) * time.Millisecond, Jitter: time.Duration(d.Jitter) * time.Millisecond,
-	}.compile()
+	}.compileStored()
 }
 
 // next returns the first tick after t, in ms precision, or the zero time when the spec has
-// none (within robfig/cron's five-year search). Across daylight-saving changes it keeps what
-// cron users expect of a spec with fixed hours (see fixedHours): a tick whose wall time falls
-// in a spring-forward gap fires once, at the end of the gap; a wall time that happens twice at
-// a fall-back fires once, at its first instance. A spec whose hour field is "*", and @every,
-// follow elapsed time: each real hour is one.
+// none within ScheduleHorizon after t (see nextTick).
 func (c *compiledSchedule) next(t time.Time) time.Time {
-	n := c.cron.Next(t.In(c.loc))
-	if c.fixedHours() {
-		for !n.IsZero() && repeatedWallTime(n, c.loc) {
-			n = c.cron.Next(n)
-		}
-		if gapEnd, ok := c.hiddenInGap(t, n); ok {
-			n = gapEnd
-		}
-	}
-	if n.IsZero() {
-		return n
-	}
-	return n.Truncate(time.Millisecond)
+	n, _ := c.nextTick(t)
+	return n
 }
 
-// fixedHours reports whether the spec names hours: a cron spec whose hour field is not "*".
-func (c *compiledSchedule) fixedHours() bool {
-	spec, ok := c.cron.(*cron.SpecSchedule)
-	const allHours = 1<<24 - 1
-	return ok && spec.Hour&allHours != allHours
+// nextTick returns the first tick after t, in ms precision, or an error wrapping
+// ErrInvalidSchedule when there is none within ScheduleHorizon after t. Across daylight-saving
+// changes it keeps what cron users expect of a spec with fixed hours (its hour field is not
+// "*"): a tick whose wall time falls in a spring-forward gap fires once, at the end of the gap;
+// a wall time that happens twice at a fall-back fires once, at its first instance. A spec
+// whose hour field is "*", and @every, follow elapsed time: each real hour is one.
+func (c *compiledSchedule) nextTick(t time.Time) (time.Time, error) {
+	var n time.Time
+	ok := false
+	if c.ticks != nil {
+		n, ok = c.ticks.next(t)
+	} else { // @every: robfig/cron's ConstantDelaySchedule adds the delay, in O(1)
+		n = c.cron.Next(t.In(c.loc))
+		ok = !n.IsZero()
+	}
+	if !ok {
+		return time.Time{}, scheduleError(c.Name, "Spec", quote(c.Spec)+" in "+c.zoneName(), fmt.Errorf("has no tick within ScheduleHorizon (%s) after %s", ScheduleHorizon, t.UTC().Format(time.RFC3339)))
+	}
+	return n.Truncate(time.Millisecond), nil
 }
 
-// repeatedWallTime reports whether n is the second instance of its wall time in loc: the
-// same wall time happened earlier, before a fall-back within the three hours before n.
-func repeatedWallTime(n time.Time, loc *time.Location) bool {
-	_, before := n.Add(-3 * time.Hour).In(loc).Zone()
-	_, at := n.In(loc).Zone()
-	if before <= at {
-		return false
+// zoneName names the schedule's time zone for errors.
+func (c *compiledSchedule) zoneName() string {
+	if c.TimeZone == "" {
+		return "UTC"
 	}
-	first := n.Add(-time.Duration(before-at) * time.Second).In(loc)
-	wall := n.In(loc)
-	return first.Hour() == wall.Hour() && first.Minute() == wall.Minute() && first.Second() == wall.Second() && first.Day() == wall.Day()
-}
-
-// hiddenInGap returns the end of the first spring-forward gap after t and before n (or within
-// a year of t when n is zero) whose skipped wall times include a tick of the spec.
-func (c *compiledSchedule) hiddenInGap(t, n time.Time) (time.Time, bool) {
-	end := n
-	if end.IsZero() {
-		end = t.AddDate(1, 0, 0)
-	}
-	const step = 6 * time.Hour
-	for from := t; from.Before(end); from = from.Add(step) {
-		to := from.Add(step)
-		if to.After(end) {
-			to = end
-		}
-		_, offFrom := from.In(c.loc).Zone()
-		_, offTo := to.In(c.loc).Zone()
-		if offTo <= offFrom {
-			continue
-		}
-		gapEnd := transition(from, to, c.loc) // the first instant at the new offset
-		if !gapEnd.After(t) || !gapEnd.Before(end) {
-			continue
-		}
-		// The skipped wall times are [wall(gapEnd) - shift, wall(gapEnd)); the spec read on a
-		// UTC wall clock (robfig/cron reads the time's own location) says whether one is a tick.
-		wallEnd := wallClock(gapEnd.In(c.loc))
-		wallStart := wallEnd.Add(-time.Duration(offTo-offFrom) * time.Second)
-		if tick := c.cron.Next(wallStart.Add(-time.Second)); !tick.IsZero() && tick.Before(wallEnd) {
-			return gapEnd, true
-		}
-	}
-	return time.Time{}, false
-}
-
-// transition returns the first instant, to the second, in (from, to] at to's offset in loc.
-func transition(from, to time.Time, loc *time.Location) time.Time {
-	_, offTo := to.In(loc).Zone()
-	for to.Sub(from) > time.Second {
-		mid := from.Add(to.Sub(from) / 2).Truncate(time.Second)
-		if !mid.After(from) {
-			break
-		}
-		if _, off := mid.In(loc).Zone(); off == offTo {
-			to = mid
-		} else {
-			from = mid
-		}
-	}
-	return to
-}
-
-// wallClock returns t's wall time as the same wall time in UTC.
-func wallClock(t time.Time) time.Time {
-	return time.Date(t.Year(), t.Month(), t.Day(), t.Hour(), t.Minute(), t.Second(), t.Nanosecond(), time.UTC)
+	return c.TimeZone
 }
 
 // NextTicks returns the first n nominal tick times after t (absolute instants, in the
-// schedule's time zone), fewer when the spec has no more. Errors wrap ErrInvalidSchedule.
+// schedule's time zone). Each tick is searched for at most ScheduleHorizon ahead, so the call
+// is bounded whatever the spec and zone. Errors wrap ErrInvalidSchedule: a definition Put
+// would refuse, or no tick within ScheduleHorizon after t or after one of the ticks found.
 func (s Schedule) NextTicks(t time.Time, n int) ([]time.Time, error) {
 	c, err := s.compile()
 	if err != nil {
 		return nil, err
 	}
-	return c.nextTicks(t, n), nil
+	ticks, err := c.nextTicks(t, n)
+	if err != nil {
+		return nil, err
+	}
+	return ticks, nil
 }
 
-func (c *compiledSchedule) nextTicks(t time.Time, n int) []time.Time {
+// nextTicks returns the first n ticks after t, and those found before a search that found none.
+func (c *compiledSchedule) nextTicks(t time.Time, n int) ([]time.Time, error) {
 	var ticks []time.Time
 	for len(ticks) < n {
-		t = c.next(t)
-		if t.IsZero() {
-			break
+		next, err := c.nextTick(t)
+		if err != nil {
+			return ticks, err
 		}
+		t = next
 		ticks = append(ticks, t)
 	}
-	return ticks
+	return ticks, nil
 }
 
 // TickKey returns the message key of schedule name's tick at nominal time tick: the name, "@"

@@ -557,23 +557,30 @@ type BackfillResult struct {
 
 // Backfill publishes, due at once, one message for each tick of the schedule's spec from from
 // to to (both included, nominal times), each with its nominal time and TickKey, oldest first:
-// a tick whose key is taken stores nothing (see BackfillResult). It refuses a range of more than
-// MaxBackfillTicks ticks with an error wrapping ErrInvalidSchedule; it returns an error
-// wrapping ErrNotFound, or Publish's errors (ticks published before the error stay
-// published).
+// a tick whose key is taken stores nothing (see BackfillResult). Every tick of the range is
+// published, or the error says how many were. It refuses, before publishing anything, with an
+// error wrapping ErrInvalidSchedule: a range of more than MaxBackfillTicks ticks, a range that
+// ends more than MaxDelay after the Redis clock's now (also wrapping ErrBeyondMaxDelay), and a
+// gap of more than ScheduleHorizon without a tick inside the range. It returns an error
+// wrapping ErrNotFound, ctx's error when ctx ends (checked between ticks), or Publish's errors;
+// ticks published before an error stay published, and the error says how many there were.
 func (s *Scheduler) Backfill(ctx context.Context, name string, from, to time.Time) (BackfillResult, error) {
 	cctx, cancel := s.callContext(ctx)
-	_, c, _, err := s.read(cctx, name)
+	_, c, now, err := s.read(cctx, name)
 	cancel()
 	if err != nil {
 		return BackfillResult{}, s.errorf("backfill", name, err)
 	}
-	var ticks []time.Time
-	for t := c.next(from.Add(-time.Millisecond)); !t.IsZero() && !t.After(to); t = c.next(t) {
-		if len(ticks) == MaxBackfillTicks {
-			return BackfillResult{}, scheduleError(name, "backfill range", from.UTC().Format(time.RFC3339)+" to "+to.UTC().Format(time.RFC3339), fmt.Errorf("holds more than %d ticks", MaxBackfillTicks))
-		}
-		ticks = append(ticks, t)
+	rangeText := from.UTC().Format(time.RFC3339) + " to " + to.UTC().Format(time.RFC3339)
+	if err := checkAhead(to.Sub(now)); err != nil {
+		return BackfillResult{}, scheduleError(name, "backfill range", rangeText, err)
+	}
+	ticks, err := c.ticksBetween(ctx, from, to)
+	switch {
+	case err != nil && ctx.Err() != nil:
+		return BackfillResult{}, s.errorf("backfill", name, fmt.Errorf("nothing published: %w", err))
+	case err != nil:
+		return BackfillResult{}, scheduleError(name, "backfill range", rangeText, fmt.Errorf("%w; nothing published", err))
 	}
 	var res BackfillResult
 	for len(ticks) > 0 {
@@ -583,9 +590,9 @@ func (s *Scheduler) Backfill(ctx context.Context, name string, from, to time.Tim
 		for i, t := range chunk {
 			msgs[i] = c.tickMessage(t, TickKey(name, t))
 		}
-		outcomes, err := s.publisher.PublishWithResult(c.Topic, msgs...)
+		outcomes, err := s.publishBackfill(ctx, c.Topic, msgs)
 		if err != nil {
-			return res, s.errorf("backfill", name, err)
+			return res, s.errorf("backfill", name, fmt.Errorf("%d of %d ticks published before: %w", res.Published+res.Duplicates, res.Published+res.Duplicates+len(chunk)+len(ticks), err))
 		}
 		for _, o := range outcomes {
 			if o == OutcomeDuplicate {
@@ -596,4 +603,35 @@ func (s *Scheduler) Backfill(ctx context.Context, name string, from, to time.Tim
 		}
 	}
 	return res, nil
+}
+
+// publishBackfill publishes one chunk of a backfill unless ctx has ended.
+func (s *Scheduler) publishBackfill(ctx context.Context, topic string, msgs []*message.Message) ([]Outcome, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	return s.publisher.PublishWithResult(topic, msgs...)
+}
+
+// ticksBetween returns the ticks from from to to, both included: at most MaxBackfillTicks, each
+// found within ScheduleHorizon of the one before, until ctx ends.
+func (c *compiledSchedule) ticksBetween(ctx context.Context, from, to time.Time) ([]time.Time, error) {
+	var ticks []time.Time
+	for t := from.Add(-time.Millisecond); ; {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		next, err := c.nextTick(t)
+		switch {
+		case err != nil && !t.Add(ScheduleHorizon).Before(to):
+			return ticks, nil // the search covered the rest of the range
+		case err != nil:
+			return nil, fmt.Errorf("has no tick within ScheduleHorizon (%s) after %s", ScheduleHorizon, t.UTC().Format(time.RFC3339))
+		case next.After(to):
+			return ticks, nil
+		case len(ticks) == MaxBackfillTicks:
+			return nil, fmt.Errorf("holds more than %d ticks", MaxBackfillTicks)
+		}
+		ticks, t = append(ticks, next), next
+	}
 }

@@ -173,6 +173,12 @@ func TestScheduleRefusesABadDefinition(t *testing.T) {
 		{func(s *redisdelay.Schedule) { s.Spec = "TZ=UTC 0 * * * *" }, "time zone prefix"},
 		{func(s *redisdelay.Schedule) { s.Spec = "@every 10ms" }, "at least 1s"},
 		{func(s *redisdelay.Schedule) { s.TimeZone = "Mars/Olympus" }, "TimeZone"},
+		{func(s *redisdelay.Schedule) { s.TimeZone = "Local" }, "each host's own zone"},
+		{func(s *redisdelay.Schedule) { s.TimeZone = strings.Repeat("Europe/", 10) }, "more than 64"},
+		{func(s *redisdelay.Schedule) { s.Spec = "0 0 1 1 *" + strings.Repeat(" ", 300) }, "more than 256"},
+		{func(s *redisdelay.Schedule) { s.Spec = "0 0 30 2 *" }, "never ticks"},
+		{func(s *redisdelay.Schedule) { s.Name = "rtl\u202E" }, "direction-changing character U+202E"},
+		{func(s *redisdelay.Schedule) { s.Name = strings.Repeat("n", redisdelay.MaxScheduleNameLength+1) }, "more than 200"},
 		{func(s *redisdelay.Schedule) { s.Topic = "" }, "Topic"},
 		{func(s *redisdelay.Schedule) { s.Name = "" }, "schedule name"},
 		{func(s *redisdelay.Schedule) { s.Overlap = "sometimes" }, "Overlap"},
@@ -186,6 +192,9 @@ func TestScheduleRefusesABadDefinition(t *testing.T) {
 		_, err := s.Put(context.Background(), sch)
 		require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule, c.want)
 		assert.Contains(t, err.Error(), c.want)
+		if strings.Contains(c.want, "name") || strings.Contains(c.want, "200") || strings.Contains(c.want, "direction") {
+			assert.ErrorIs(t, err, redisdelay.ErrInvalidName, c.want)
+		}
 	}
 	infos, _, err := e.inspector(t).Schedules(context.Background(), "", 10)
 	require.NoError(t, err)

@@ -85,12 +85,16 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 // the topic's new-group window receives those and the messages published since the first
 // group registered (see SubscriberConfig.NewGroupWindow). Registering a group that is
 // registered already writes nothing, so it works on a full Redis. Subscribe does the same.
-// Errors: ErrSubscriberClosed, an error wrapping ErrInvalidName, ErrEvictingRedis (see
+// Errors: ErrSubscriberClosed, an error wrapping ErrInvalidName (for the topic, or for its
+// dead-letter topic as Subscribe refuses it), ErrEvictingRedis (see
 // SubscriberConfig.AllowEvictingRedis), or the Redis error wrapped with topic and group, within
 // OperationTimeout.
 func (s *Subscriber) SubscribeInitialize(topic string) error {
 	if err := ValidateName("topic", topic); err != nil {
 		return err
+	}
+	if _, err := s.deadLetterTopic(topic); err != nil {
+		return err // Subscribe would refuse it: register nothing
 	}
 	s.mu.Lock()
 	closed := s.closed

@@ -17,7 +17,11 @@
 // with code 1; so does a destructive command whose confirmation is refused.
 //
 // The Redis address is --addr, else $REDIS_ADDR, else $REDIS_URL, else 127.0.0.1:6379. Before
-// a command runs, the Redis it names must answer a PING within --timeout.
+// a command runs, the Redis it names must answer a PING within --timeout, and each Redis call
+// of a command is bounded by --timeout. SIGINT or SIGTERM stops every command: it cancels the
+// command's calls and computations (a backfill's tick search is checked between ticks), and a
+// command that has not returned 5 s later (one waiting at a prompt) ends with exit code 130; a
+// second signal ends it at once.
 package main
 
 import (
@@ -51,12 +55,38 @@ func main() {
 	redis.SetLogger(silentLogger{})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	a := &app{stdin: bufio.NewReader(os.Stdin), stdout: os.Stdout, stderr: os.Stderr}
+	done := make(chan struct{})
+	go exitIfStuck(ctx, stop, done)
 	err := a.rootCommand().ExecuteContext(ctx)
+	close(done)
 	a.close()
 	stop()
 	if err != nil {
 		a.printError(err)
 		os.Exit(1)
+	}
+}
+
+// stopGrace is how long a command may take to stop after SIGINT or SIGTERM cancelled its
+// context before the process ends anyway.
+const stopGrace = 5 * time.Second
+
+// exitIfStuck ends the process with exit code 130 when the command has not returned (done)
+// within stopGrace after SIGINT or SIGTERM, whatever it waits for (a prompt reading stdin, a
+// computation): every command stops on a signal. After the first signal, a second one ends the
+// process at once (stop restores the default handling).
+func exitIfStuck(ctx context.Context, stop context.CancelFunc, done <-chan struct{}) {
+	select {
+	case <-done:
+		return
+	case <-ctx.Done():
+	}
+	stop()
+	select {
+	case <-done:
+	case <-time.After(stopGrace):
+		fmt.Fprintf(os.Stderr, "redisdelay: interrupted; the command did not stop within %s\n", stopGrace)
+		os.Exit(130)
 	}
 }
 

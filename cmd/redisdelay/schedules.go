@@ -238,7 +238,7 @@ func (a *app) schedulesPutCommand() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVar(&s.Spec, "spec", "", `when it ticks: a cron spec of 5 fields (6 with seconds first), "@every 1h", or @daily, @hourly, ... (required)`)
 	f.StringVar(&s.Topic, "topic", "", "topic each tick's message is published to (required)")
-	f.StringVar(&s.TimeZone, "tz", "", "IANA time zone the spec is read in, such as Europe/Berlin (default UTC)")
+	f.StringVar(&s.TimeZone, "tz", "", "IANA time zone the spec is read in, such as Europe/Berlin (default UTC; Local is refused)")
 	f.StringVar(&payload, "payload", "", "each tick's message's payload")
 	f.StringArrayVar(&metadata, "metadata", nil, "each tick's message's metadata, key=value (repeatable)")
 	f.StringVar(&overlap, "overlap", "", "allow-all, skip or buffer-one (default allow-all)")
