@@ -55,9 +55,13 @@
 -- single-group form, until the first group registers and takes the set over (register.lua).
 -- While the new-group window is open (the window key exists, see register.lua), the messages
 -- also go to the parked set, so that a group that registers within the window receives them:
--- they are then never embedded, and the parked set counts as one holder in refs. A publish that
--- would take the parked set past the window's cap closes the window early. Once the window has
--- closed, each publish drops up to PARKED_DROP members of what it left (see drop_parked).
+-- they are then never embedded, and the parked set counts as one holder in refs. The window
+-- never holds a message key: its copy of a keyed message (parked as ID:0) is a copy of the
+-- message under the plain ID, its 12 hex digits (see window_id), counted in refs apart from
+-- the key's field, so that the key is free once the registered groups are done with it; a
+-- replace writes both. A publish that would take the parked set past the window's cap closes
+-- the window early. Once the window has closed, each publish drops up to PARKED_DROP members of
+-- what it left (see drop_parked).
 --
 -- The call key makes a second run of the same call (a client retry after a lost reply) store
 -- nothing more: it holds the first run's reply.
@@ -114,7 +118,9 @@ local function publish_to(k, a)
 
   -- fresh[key] is the index in scheduled of the score of a keyed message this call stores.
   -- later holds the score/member pairs for the compact tier.
-  local hashed, scheduled, counted, fresh, outcomes, later = {}, {}, {}, {}, {}, {}
+  -- copies[key] is the index in hashed of the window's copy of a keyed message this call
+  -- stores (see window below).
+  local hashed, scheduled, counted, fresh, outcomes, later, copies = {}, {}, {}, {}, {}, {}, {}
 
   -- set_cap records cap (Unix µs) as the debounce cap of the message with key and hex ID, kept
   -- max_wait µs past the cap, and returns it.
@@ -155,14 +161,18 @@ local function publish_to(k, a)
     if (policy == '<' and score >= earliest) or (policy == '>' and score <= earliest) then
       return 'd'
     end
-    redis.call('HSET', messages, '=' .. key, string.sub(existing, 1, 12) .. data)
+    redis.call('HSET', messages, '=' .. key, hex .. data)
     if fresh[key] then
       scheduled[fresh[key]] = score
+      if copies[key] then hashed[copies[key]] = data end
     else
       for _, g in ipairs(at) do
         schedule(KEYS[k + 9 + g[1]], ARGV[a + 1 + ngroups + g[1]], {score, g[2]}, score)
       end
-      if parking then redis.call('ZADD', parked, 'XX', score, id .. ':0') end
+      if parking and redis.call('ZSCORE', parked, id .. ':0') then
+        redis.call('ZADD', parked, 'XX', score, id .. ':0')
+        if ngroups > 0 then redis.call('HSET', messages, hex, data) end
+      end
     end
     return 'r'
   end
@@ -339,9 +349,17 @@ local function publish_to(k, a)
       else
         outcomes[#outcomes + 1] = 's'
         redis.call('HSET', messages, '=' .. key, id .. data)
-        if holders > 1 then
+        local keyholders = holders
+        if parking and ngroups > 0 then
+          -- The window's copy, under the plain ID: it never holds the key (see window below).
+          keyholders = ngroups
+          hashed[#hashed + 1] = id
+          hashed[#hashed + 1] = data
+          copies[key] = #hashed
+        end
+        if keyholders > 1 then
           counted[#counted + 1] = '=' .. key
-          counted[#counted + 1] = holders
+          counted[#counted + 1] = keyholders
         end
         if retention > 0 then redis.call('HSET', history .. key, '', retention) end
         if max_wait then score = math.min(score, set_cap(key, id, now + max_wait, max_wait)) end

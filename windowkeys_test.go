@@ -1,0 +1,184 @@
+package redisdelay_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay"
+)
+
+// windowKeyCase is one cell of the key × new-group window matrix: a message with a key is
+// published, then another with the same key and policy.
+type windowKeyCase struct {
+	// policy is k (KeepExisting), r (ReplaceExisting), < (KeepEarlier), > (KeepLater) or w
+	// (KeepLater with a debounce max wait).
+	policy    byte
+	window    bool          // the new-group window is open (else off)
+	retention time.Duration // PublisherConfig.KeyRetention
+	// acked: every registered group acked the first message before the second is published;
+	// else it is still due in every group.
+	acked bool
+}
+
+const (
+	matrixRetention = 700 * time.Millisecond
+	matrixMaxWait   = 1300 * time.Millisecond
+)
+
+func (c windowKeyCase) String() string {
+	return fmt.Sprintf("policy %c window %t retention %s acked %t", c.policy, c.window, c.retention, c.acked)
+}
+
+// message returns a message with the case's key and policy, due after d.
+func (c windowKeyCase) message(payload string, d time.Duration) *message.Message {
+	msg := message.NewMessage(watermill.NewUUID(), []byte(payload))
+	if c.policy == 'w' {
+		redisdelay.WithDebounce(msg, "doc-1", matrixMaxWait)
+	} else {
+		redisdelay.WithKey(msg, "doc-1")
+		policy := map[byte]redisdelay.DuplicatePolicy{'k': redisdelay.KeepExisting, 'r': redisdelay.ReplaceExisting, '<': redisdelay.KeepEarlier, '>': redisdelay.KeepLater}[c.policy]
+		msg.Metadata.Set(redisdelay.OnDuplicateMetadataKey, string(policy))
+	}
+	if d > 0 {
+		delay.Message(msg, delay.For(d))
+	}
+	return msg
+}
+
+// delays returns the delays of the first and the second message: while the first is due, the
+// second moves it where its policy lets it (earlier for replace and keep-earlier, later for
+// keep-later, back to the cap of 1.3 s with a max wait).
+func (c windowKeyCase) delays() (first, second time.Duration) {
+	if c.acked {
+		return 0, 0
+	}
+	if c.policy == '>' || c.policy == 'w' {
+		return time.Second, 1600 * time.Millisecond
+	}
+	return time.Second, 400 * time.Millisecond
+}
+
+// want returns the documented outcome of the second publish and what every group receives after
+// it: the key is taken while a registered group holds the message, and for the retention after
+// they all are done; the window plays no part.
+func (c windowKeyCase) want() (redisdelay.Outcome, string) {
+	switch {
+	case c.acked && c.retention > 0:
+		return redisdelay.OutcomeDuplicate, "third" // published once the retention passed
+	case c.acked:
+		return redisdelay.OutcomeScheduled, "second"
+	case c.policy == 'k':
+		return redisdelay.OutcomeDuplicate, "first"
+	default:
+		return redisdelay.OutcomeReplaced, "second"
+	}
+}
+
+// windowKeyCases is the whole matrix: 5 policies × window open/off × retention 0/0.7 s × due/acked.
+func windowKeyCases() []windowKeyCase {
+	var cases []windowKeyCase
+	for _, policy := range []byte("kr<>w") {
+		for _, window := range []bool{true, false} {
+			for _, retention := range []time.Duration{0, matrixRetention} {
+				for _, acked := range []bool{false, true} {
+					cases = append(cases, windowKeyCase{policy: policy, window: window, retention: retention, acked: acked})
+				}
+			}
+		}
+	}
+	return cases
+}
+
+// TestKeyIsFreeOnceEveryRegisteredGroupIsDoneWindowOrNot publishes a key twice for every cell
+// of windowKeyCases, with two consumer groups registered (the second within the window when
+// it is open): the second publish is a duplicate only where the key rules say the key is
+// taken, whether the new-group window is open or not, and each group then receives the last
+// state (and nothing else: it drains).
+func TestKeyIsFreeOnceEveryRegisteredGroupIsDoneWindowOrNot(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		pubs := map[time.Duration]*redisdelay.Publisher{}
+		for _, r := range []time.Duration{0, matrixRetention} {
+			pubs[r] = publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.KeyRetention = r })
+		}
+		subs := map[bool][2]*redisdelay.Subscriber{}
+		for _, open := range []bool{true, false} {
+			window := time.Duration(0)
+			if !open {
+				window = -1
+			}
+			group := func(name string) func(*redisdelay.SubscriberConfig) {
+				return func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup, c.NewGroupWindow = name, window }
+			}
+			subs[open] = [2]*redisdelay.Subscriber{newSubscriber(t, b, group("a")), newSubscriber(t, b, group("b"))}
+		}
+		in := newInspector(t, b, 1)
+		for _, c := range windowKeyCases() {
+			t.Run(c.String(), func(t *testing.T) {
+				t.Parallel()
+				runWindowKeyCase(t, b, c, pubs[c.retention], subs[c.window], in)
+			})
+		}
+	})
+}
+
+func runWindowKeyCase(t *testing.T, b backend, c windowKeyCase, pub *redisdelay.Publisher, subs [2]*redisdelay.Subscriber, in *redisdelay.Inspector) {
+	topic := newTopic()
+	chs := [2]<-chan *message.Message{subscribe(t, subs[0], topic), subscribe(t, subs[1], topic)}
+	first, second := c.delays()
+	require.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, c.message("first", first)))
+	if c.acked {
+		for i, ch := range chs {
+			receivePayload(t, ch, "first", "group "+[]string{"a", "b"}[i])
+			waitDrained(t, in, topic, []string{"a", "b"}[i])
+		}
+	}
+	want, last := c.want()
+	assert.Equal(t, want, publishOne(t, pub, topic, c.message("second", second)), "the second publish")
+	if last == "third" {
+		waitRetentionPassed(t, b, in, topic, "doc-1")
+		assert.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, c.message("third", 0)), "a publish once the retention passed")
+	}
+	for i, ch := range chs {
+		receivePayload(t, ch, last, "group "+[]string{"a", "b"}[i])
+		waitDrained(t, in, topic, []string{"a", "b"}[i])
+	}
+}
+
+// receivePayload waits for one message on ch, checks its payload and acks it.
+func receivePayload(t *testing.T, ch <-chan *message.Message, want, what string) {
+	t.Helper()
+	msg := receive(t, ch, 5*time.Second)
+	assert.Equal(t, want, string(msg.Payload), what)
+	msg.Ack()
+}
+
+// waitRetentionPassed waits until the history of key on topic has expired: Status shows no
+// group's record any more. On miniredis, whose keys expire only when told, it moves the clock
+// past the retention first.
+func waitRetentionPassed(t *testing.T, b backend, in *redisdelay.Inspector, topic, key string) {
+	t.Helper()
+	if b.miniredis != nil {
+		time.Sleep(matrixRetention)
+		b.miniredis.FastForward(matrixRetention)
+	}
+	var st redisdelay.KeyStatus
+	require.Eventually(t, func() bool {
+		var err error
+		st, err = in.Status(context.Background(), topic, key)
+		require.NoError(t, err)
+		for _, g := range st.Groups {
+			if g.State == redisdelay.StateAcked {
+				return false
+			}
+		}
+		return !st.Live
+	}, 5*time.Second, 10*time.Millisecond, "the key's history expires: %+v", &st)
+}
