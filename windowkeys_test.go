@@ -200,7 +200,9 @@ func TestAGroupRegisteredWithinTheWindowAfterTheAcksGetsTheEarlierMessages(t *te
 		in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client, KeyPrefix: prefix}, errorLogger{})
 		require.NoError(t, err)
 		group := func(name string) func(*redisdelay.SubscriberConfig) {
-			return func(c *redisdelay.SubscriberConfig) { c.KeyPrefix, c.ConsumerGroup, c.NewGroupWindow = prefix, name, window }
+			return func(c *redisdelay.SubscriberConfig) {
+				c.KeyPrefix, c.ConsumerGroup, c.NewGroupWindow = prefix, name, window
+			}
 		}
 		chA := subscribe(t, newSubscriber(t, b, group("a")), topic)
 		first, plain := keyed("order-42", 0, "v1"), message.NewMessage("plain", []byte("p"))
