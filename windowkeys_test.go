@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -268,4 +269,58 @@ func keysOf(m map[string]*message.Message) []string {
 		keys = append(keys, k)
 	}
 	return keys
+}
+
+// TestDebouncedDocumentRepublishedAcrossAcksInTheWindowDeliversEachRoundsLastState republishes
+// a document with keep-later and a max wait every 200 ms for 3 s while the new-group window is
+// open (on a topic of 2 partitions), acking each delivery at once: every ack frees the key, so
+// the next publish starts a new round (Scheduled), and each round delivers the last state it
+// stored: the payload of its last Scheduled or Replaced publish, the last one included.
+func TestDebouncedDocumentRepublishedAcrossAcksInTheWindowDeliversEachRoundsLastState(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const every, after, maxWait, run = 200 * time.Millisecond, 300 * time.Millisecond, 600 * time.Millisecond, 3 * time.Second
+		topic := newTopic()
+		pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.Partitions = 2 })
+		in := newInspector(t, b, 2)
+		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.Partitions = 2 }), topic)
+		delivered := make(chan string, 100)
+		go func() {
+			for msg := range ch {
+				delivered <- string(msg.Payload)
+				msg.Ack()
+			}
+		}()
+
+		var want []string // per round, the payload of its last Scheduled or Replaced publish
+		var letters strings.Builder
+		tick := time.NewTicker(every)
+		defer tick.Stop()
+		for i, start := 0, time.Now(); time.Since(start) < run; i++ {
+			payload := strconv.Itoa(i)
+			outcome := publishOne(t, pub, topic, debounced("doc-7", after, maxWait, payload))
+			letters.WriteString(outcomeLetters([]redisdelay.Outcome{outcome}))
+			switch outcome {
+			case redisdelay.OutcomeScheduled:
+				want = append(want, payload)
+			case redisdelay.OutcomeReplaced:
+				want[len(want)-1] = payload
+			}
+			<-tick.C
+		}
+		var got []string
+		deadline := time.After(maxWait + 5*time.Second)
+		for len(got) < len(want) {
+			select {
+			case p := <-delivered:
+				got = append(got, p)
+			case <-deadline:
+				t.Fatalf("delivered %v, want %v (outcomes %s)", got, want, letters.String())
+			}
+		}
+		t.Logf("outcomes %s, delivered %v", letters.String(), got)
+		assert.Equal(t, want, got, "each round delivers its last state (outcomes %s)", letters.String())
+		assert.GreaterOrEqual(t, strings.Count(letters.String(), "s"), 3, "each ack frees the key for a new round: %s", letters.String())
+		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
+		assert.Empty(t, delivered, "nothing more")
+	})
 }
