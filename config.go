@@ -129,7 +129,9 @@ type PublisherConfig struct {
 	// and the key stays taken, so a message published with it again is a Duplicate whatever
 	// the policy. The history is a Redis hash per key that expires by itself (PEXPIRE), about
 	// 100 bytes plus the key and group names. 0 (the default) keeps none: the key is free as
-	// soon as the message is done. Millisecond precision.
+	// soon as the message is done. Done means done in every registered group, whether the
+	// new-group window is open or not: the window's copies hold no key (docs/guarantees.md,
+	// "Keys and the window"). Millisecond precision.
 	KeyRetention time.Duration
 	// DebounceMaxWait caps the debounce of KeepLater messages (see KeepLater): while its key
 	// is republished, a keep-later message is due no later than DebounceMaxWait after the first
