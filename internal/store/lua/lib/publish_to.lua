@@ -118,8 +118,8 @@ local function publish_to(k, a)
 
   -- fresh[key] is the index in scheduled of the score of a keyed message this call stores.
   -- later holds the score/member pairs for the compact tier.
-  -- copies[key] is the index in hashed of the window's copy of a keyed message this call
-  -- stores (see window below).
+  -- copies[key] is true when this call stored a keyed message with the window's copy (see
+  -- window above).
   local hashed, scheduled, counted, fresh, outcomes, later, copies = {}, {}, {}, {}, {}, {}, {}
 
   -- set_cap records cap (Unix µs) as the debounce cap of the message with key and hex ID, kept
@@ -161,18 +161,19 @@ local function publish_to(k, a)
     if (policy == '<' and score >= earliest) or (policy == '>' and score <= earliest) then
       return 'd'
     end
-    redis.call('HSET', messages, '=' .. key, hex .. data)
+    -- The window's copy, if the message has one (see window above), is replaced too.
+    if copies[key] or (not fresh[key] and parking and ngroups > 0 and redis.call('ZSCORE', parked, id .. ':0')) then
+      redis.call('HSET', messages, '=' .. key, hex .. data, hex, data)
+    else
+      redis.call('HSET', messages, '=' .. key, hex .. data)
+    end
     if fresh[key] then
       scheduled[fresh[key]] = score
-      if copies[key] then hashed[copies[key]] = data end
     else
       for _, g in ipairs(at) do
         schedule(KEYS[k + 9 + g[1]], ARGV[a + 1 + ngroups + g[1]], {score, g[2]}, score)
       end
-      if parking and redis.call('ZSCORE', parked, id .. ':0') then
-        redis.call('ZADD', parked, 'XX', score, id .. ':0')
-        if ngroups > 0 then redis.call('HSET', messages, hex, data) end
-      end
+      if parking then redis.call('ZADD', parked, 'XX', score, id .. ':0') end
     end
     return 'r'
   end
@@ -348,14 +349,13 @@ local function publish_to(k, a)
         outcomes[#outcomes + 1] = 'd'
       else
         outcomes[#outcomes + 1] = 's'
-        redis.call('HSET', messages, '=' .. key, id .. data)
         local keyholders = holders
         if parking and ngroups > 0 then
-          -- The window's copy, under the plain ID: it never holds the key (see window below).
-          keyholders = ngroups
-          hashed[#hashed + 1] = id
-          hashed[#hashed + 1] = data
-          copies[key] = #hashed
+          -- The window's copy, under the plain ID: it never holds the key (see window above).
+          redis.call('HSET', messages, '=' .. key, id .. data, id, data)
+          keyholders, copies[key] = ngroups, true
+        else
+          redis.call('HSET', messages, '=' .. key, id .. data)
         end
         if keyholders > 1 then
           counted[#counted + 1] = '=' .. key
