@@ -319,3 +319,52 @@ func TestDebouncedDocumentRepublishedAcrossAcksInTheWindowDeliversEachRoundsLast
 		assert.Empty(t, delivered, "nothing more")
 	})
 }
+
+// TestTheWindowsCopyFollowsReplaceAndCancel: a replace, in its own Publish call or in the call
+// that stored the message, replaces the window's copy too, so a group that registers within the
+// window after the acks receives the last state, while the keys are free already; a message
+// cancelled by key reaches no group that registers later; and once the window ends, the
+// topic's keys are back to the baseline.
+func TestTheWindowsCopyFollowsReplaceAndCancel(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		prefix := "c" + watermill.NewShortUUID() + ":"
+		topic := newTopic()
+		const window = 1500 * time.Millisecond
+		pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.KeyPrefix, c.OnDuplicate = prefix, redisdelay.ReplaceExisting })
+		in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client, KeyPrefix: prefix}, errorLogger{})
+		require.NoError(t, err)
+		group := func(name string) <-chan *message.Message {
+			return subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) {
+				c.KeyPrefix, c.ConsumerGroup, c.NewGroupWindow = prefix, name, window
+			}), topic)
+		}
+		chA := group("a")
+		require.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("k1", 300*time.Millisecond, "v1")))
+		require.Equal(t, redisdelay.OutcomeReplaced, publishOne(t, pub, topic, keyed("k1", 300*time.Millisecond, "v2")))
+		outcomes, err := pub.PublishWithResult(topic, keyed("k2", 300*time.Millisecond, "w1"), keyed("k2", 300*time.Millisecond, "w2"))
+		require.NoError(t, err)
+		require.Equal(t, "sr", outcomeLetters(outcomes))
+		require.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("k3", time.Hour, "cancelled")))
+		_, err = in.Cancel(context.Background(), topic, "k3")
+		require.NoError(t, err)
+		lastStates := func(ch <-chan *message.Message, name string) {
+			got := map[string]bool{}
+			for range 2 {
+				msg := receive(t, ch, 5*time.Second)
+				got[string(msg.Payload)] = true
+				msg.Ack()
+			}
+			assert.Equal(t, map[string]bool{"v2": true, "w2": true}, got, "the last states in group %s", name)
+			waitDrained(t, in, topic, name)
+		}
+		lastStates(chA, "a")
+		for _, key := range []string{"k1", "k2", "k3"} {
+			st, err := in.Status(context.Background(), topic, key)
+			require.NoError(t, err)
+			assert.False(t, st.Live, "%s is free while the window keeps a copy: %+v", key, st)
+		}
+		lastStates(group("b"), "b") // registered once a acked: it gets the window's copies
+		windowEnded(t, b, prefix, topic, window)
+		keysBackToBaseline(t, b, prefix, topic, "a", "b")
+	})
+}
