@@ -25,12 +25,20 @@ type windowKeyCase struct {
 	// policy is k (KeepExisting), r (ReplaceExisting), < (KeepEarlier), > (KeepLater) or w
 	// (KeepLater with a debounce max wait).
 	policy    byte
-	window    bool          // the new-group window is open (else off)
+	window    string        // the new-group window: "open", "ended" (before the publishes) or "off"
 	retention time.Duration // PublisherConfig.KeyRetention
 	// acked: every registered group acked the first message before the second is published;
 	// else it is still due in every group.
 	acked bool
 }
+
+// windowStates are the states of the new-group window in the matrix, and windowLengths their
+// SubscriberConfig.NewGroupWindow: the default (1 min), a short one that ends before the
+// publishes, none.
+var (
+	windowStates  = []string{"open", "ended", "off"}
+	windowLengths = map[string]time.Duration{"open": 0, "ended": 300 * time.Millisecond, "off": -1}
+)
 
 const (
 	matrixRetention = 700 * time.Millisecond
@@ -38,7 +46,7 @@ const (
 )
 
 func (c windowKeyCase) String() string {
-	return fmt.Sprintf("policy %c window %t retention %s acked %t", c.policy, c.window, c.retention, c.acked)
+	return fmt.Sprintf("policy %c window %s retention %s acked %t", c.policy, c.window, c.retention, c.acked)
 }
 
 // message returns a message with the case's key and policy, due after d.
@@ -86,11 +94,12 @@ func (c windowKeyCase) want() (redisdelay.Outcome, string) {
 	}
 }
 
-// windowKeyCases is the whole matrix: 5 policies × window open/off × retention 0/0.7 s × due/acked.
+// windowKeyCases is the whole matrix: 5 policies × window open/ended/off × retention 0/0.7 s ×
+// due/acked.
 func windowKeyCases() []windowKeyCase {
 	var cases []windowKeyCase
 	for _, policy := range []byte("kr<>w") {
-		for _, window := range []bool{true, false} {
+		for _, window := range windowStates {
 			for _, retention := range []time.Duration{0, matrixRetention} {
 				for _, acked := range []bool{false, true} {
 					cases = append(cases, windowKeyCase{policy: policy, window: window, retention: retention, acked: acked})
@@ -112,16 +121,13 @@ func TestKeyIsFreeOnceEveryRegisteredGroupIsDoneWindowOrNot(t *testing.T) {
 		for _, r := range []time.Duration{0, matrixRetention} {
 			pubs[r] = publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.KeyRetention = r })
 		}
-		subs := map[bool][2]*redisdelay.Subscriber{}
-		for _, open := range []bool{true, false} {
-			window := time.Duration(0)
-			if !open {
-				window = -1
-			}
+		subs := map[string][2]*redisdelay.Subscriber{}
+		for _, state := range windowStates {
+			window := windowLengths[state]
 			group := func(name string) func(*redisdelay.SubscriberConfig) {
 				return func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup, c.NewGroupWindow = name, window }
 			}
-			subs[open] = [2]*redisdelay.Subscriber{newSubscriber(t, b, group("a")), newSubscriber(t, b, group("b"))}
+			subs[state] = [2]*redisdelay.Subscriber{newSubscriber(t, b, group("a")), newSubscriber(t, b, group("b"))}
 		}
 		in := newInspector(t, b, 1)
 		for _, c := range windowKeyCases() {
@@ -136,6 +142,9 @@ func TestKeyIsFreeOnceEveryRegisteredGroupIsDoneWindowOrNot(t *testing.T) {
 func runWindowKeyCase(t *testing.T, b backend, c windowKeyCase, pub *redisdelay.Publisher, subs [2]*redisdelay.Subscriber, in *redisdelay.Inspector) {
 	topic := newTopic()
 	chs := [2]<-chan *message.Message{subscribe(t, subs[0], topic), subscribe(t, subs[1], topic)}
+	if c.window == "ended" {
+		windowEnded(t, b, "", topic, windowLengths["ended"])
+	}
 	first, second := c.delays()
 	require.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, c.message("first", first)))
 	if c.acked {
