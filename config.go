@@ -320,7 +320,9 @@ type SubscriberConfig struct {
 	// NewGroupWindow is how long, on the Redis clock, a topic partition keeps its messages for
 	// the groups that register shortly after its first one: when this subscriber registers the
 	// first group of a partition, the partition keeps the messages published before it (parked)
-	// and those published during the window, stored once, and every group registering within
+	// and those published during the window, stored once (a keyed message twice: the window's
+	// copy holds no key, so a key is free once the registered groups are done with its
+	// message; docs/guarantees.md, "Keys and the window"), and every group registering within
 	// the window receives them with their original due times. So the handlers of one Watermill
 	// router, subscribed one after another, miss nothing of what was published between their
 	// registrations. Past the window a group receives what is published after it registered.
