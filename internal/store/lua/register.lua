@@ -13,10 +13,10 @@
 -- within it receives a copy of each, at its original due time. The parked set then counts as
 -- one holder of each message in refs; of a keyed message, it holds the window's copy under the
 -- plain ID, never the key (see receive and publish_to), so that the key is free once the
--- registered groups are done with the message. Without a window, or when the parked set holds more than
--- the cap, the first group takes the parked set over (RENAME) and no window opens. A group
--- that registers once the window has closed receives nothing of the past, and drops up to
--- DROP_ON_REGISTER members of what the window left (see drop_parked).
+-- registered groups are done with the message. Without a window, or when the parked set holds
+-- more than the cap, the first group takes the parked set over (RENAME) and no window opens. A
+-- group that registers once the window has closed receives nothing of the past, and drops up
+-- to DROP_ON_REGISTER members of what the window left (see drop_parked).
 --
 -- fragments: split, hmget, each_chunk, head, wake, drop_parked, move_set
 -- KEYS[1] groups    set     registered consumer groups

@@ -162,7 +162,9 @@ local function publish_to(k, a)
       return 'd'
     end
     -- The window's copy, if the message has one (see window above), is replaced too.
-    if copies[key] or (not fresh[key] and parking and ngroups > 0 and redis.call('ZSCORE', parked, id .. ':0')) then
+    local copy = copies[key]
+    if not fresh[key] and parking and ngroups > 0 then copy = redis.call('ZSCORE', parked, id .. ':0') end
+    if copy then
       redis.call('HSET', messages, '=' .. key, hex .. data, hex, data)
     else
       redis.call('HSET', messages, '=' .. key, hex .. data)
