@@ -129,7 +129,9 @@ type PublisherConfig struct {
 	// and the key stays taken, so a message published with it again is a Duplicate whatever
 	// the policy. The history is a Redis hash per key that expires by itself (PEXPIRE), about
 	// 100 bytes plus the key and group names. 0 (the default) keeps none: the key is free as
-	// soon as the message is done. Millisecond precision.
+	// soon as the message is done. Done means done in every registered group, whether the
+	// new-group window is open or not: the window's copies hold no key (docs/guarantees.md,
+	// "Keys and the window"). Millisecond precision.
 	KeyRetention time.Duration
 	// DebounceMaxWait caps the debounce of KeepLater messages (see KeepLater): while its key
 	// is republished, a keep-later message is due no later than DebounceMaxWait after the first
@@ -321,7 +323,9 @@ type SubscriberConfig struct {
 	// NewGroupWindow is how long, on the Redis clock, a topic partition keeps its messages for
 	// the groups that register shortly after its first one: when this subscriber registers the
 	// first group of a partition, the partition keeps the messages published before it (parked)
-	// and those published during the window, stored once, and every group registering within
+	// and those published during the window, stored once (a keyed message twice: the window's
+	// copy holds no key, so a key is free once the registered groups are done with its
+	// message; docs/guarantees.md, "Keys and the window"), and every group registering within
 	// the window receives them with their original due times. So the handlers of one Watermill
 	// router, subscribed one after another, miss nothing of what was published between their
 	// registrations. Past the window a group receives what is published after it registered.

@@ -176,7 +176,8 @@ func TestDebouncedKeyRepublishedForeverFiresOnceByItsMaxWait(t *testing.T) {
 		topic := newTopic()
 		pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.Partitions, c.DebounceMaxWait = partitions, maxWait })
 		in := newInspector(t, b, partitions)
-		// No new-group window, which keeps an acked message while it lasts.
+		// No new-group window, so that the keys left are those of the baseline at once (the
+		// window's copies go when it ends; see TestAGroupRegisteredWithinTheWindowAfterTheAcks…).
 		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.Partitions, c.NewGroupWindow = partitions, -1 }), topic)
 		// The keys of every partition of the topic, without the call and claim tokens, which
 		// expire by themselves.

@@ -185,8 +185,10 @@ type KeyGroupStatus struct {
 // KeyStatus is the status of the message with a key on a topic.
 type KeyStatus struct {
 	Topic, Key string
-	// Live is true while a message with the key is held by some group, parked, or kept by the
-	// new-group window (SubscriberConfig.NewGroupWindow): its key is taken until then.
+	// Live is true while a message with the key is held by some registered group or parked
+	// for a first group: its key is taken until then. The new-group window's copy of a message
+	// (SubscriberConfig.NewGroupWindow) does not count (docs/guarantees.md, "Keys and the
+	// window").
 	Live bool
 	// Groups holds the status in each consumer group registered on the topic, by name, and
 	// under ParkedGroup the parked message's, when it waits for a first group.

@@ -561,3 +561,39 @@ func TestCallsByKeyThatRunTwiceActOnceAndReturnTheFirstResult(t *testing.T) {
 		msg.Ack()
 	})
 }
+
+// TestAGroupHoldingAReplacedMessageInFlightRetriesTheNewPayload: a ReplaceExisting that finds
+// the message due in one group and in flight in another replaces it for both, since it is
+// stored once per topic: the group that holds it in flight finishes its delivery with the old
+// payload and, once nacked, retries the new payload at its own retry time (its nack backoff,
+// not the new due time), while the other group receives it at the new due time.
+func TestAGroupHoldingAReplacedMessageInFlightRetriesTheNewPayload(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		const backoff, newDue = 300 * time.Millisecond, 2 * time.Second
+		topic := newTopic()
+		pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) { c.OnDuplicate = redisdelay.ReplaceExisting })
+		chA := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) {
+			c.ConsumerGroup, c.NewGroupWindow, c.NackBackoff = "a", -1, redisdelay.ConstantBackoff(backoff)
+		}), topic)
+		subB := newSubscriber(t, b, inGroupWithoutWindow("b"))
+		require.NoError(t, subB.SubscribeInitialize(topic))
+		require.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("k", 0, "v1")))
+		inFlight := receive(t, chA, 5*time.Second)
+		require.Equal(t, "v1", string(inFlight.Payload))
+
+		replaced := time.Now()
+		require.Equal(t, redisdelay.OutcomeReplaced, publishOne(t, pub, topic, keyed("k", newDue, "v2")), "due in b")
+		nacked := time.Now()
+		inFlight.Nack()
+		retry := receive(t, chA, 5*time.Second)
+		assert.Equal(t, "v2", string(retry.Payload), "the retry carries the new payload")
+		assert.GreaterOrEqual(t, time.Since(nacked), backoff, "not before its retry time")
+		assert.Less(t, time.Since(replaced), newDue, "at its own retry time, not the new due time")
+		retry.Ack()
+
+		msg := receive(t, subscribe(t, subB, topic), 5*time.Second)
+		assert.Equal(t, "v2", string(msg.Payload))
+		assert.GreaterOrEqual(t, time.Since(replaced), newDue, "b receives it at the new due time")
+		msg.Ack()
+	})
+}

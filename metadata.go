@@ -35,9 +35,11 @@ const ServedDelayMetadataKey = ReservedMetadataPrefix + "served_delay"
 
 // KeyMetadataKey is the metadata key that holds a message's key; WithKey sets it. Publish
 // stores the key apart from the marshaled message (it is part of the message's internal ID,
-// and is not paid for twice), and every delivery and dead letter carries it again. A dead
-// letter is stored without a key on its dead-letter topic; re-publishing it to its source topic
-// uses the key again.
+// and is not paid for twice), and every delivery and dead letter carries it again, but for a
+// new-group window's copy of a message that every group was done with, which a group
+// registered within the window receives without its key (docs/guarantees.md, "Keys and the
+// window"). A dead letter is stored without a key on its dead-letter topic; re-publishing it
+// to its source topic uses the key again.
 const KeyMetadataKey = ReservedMetadataPrefix + "key"
 
 // OnDuplicateMetadataKey is the metadata key that overrides PublisherConfig.OnDuplicate for one

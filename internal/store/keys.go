@@ -125,7 +125,9 @@ const DeadLetterInfix = ".dead-letter."
 //	P{T}:parked        zset    messages published while no group was registered, in the
 //	                           single-group form; the first group to register takes it over.
 //	                           While the window is open, also every message published: each
-//	                           group registering then gets a copy (see register.lua)
+//	                           group registering then gets a copy (see register.lua); a keyed
+//	                           message's ID:0 there names the window's copy, stored under the
+//	                           plain ID, which holds no key (see publish_to.lua)
 //	P{T}:parked:removed zset   the parked set, taken by the removal of the topic's last group
 //	                           and emptied by its later steps (see removegroup.lua)
 //	P{T}:window        hash    exists while the topic's new-group window is open: "" -> its cap

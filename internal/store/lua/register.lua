@@ -11,10 +11,12 @@
 -- the window key exists for that long, and until it expires the parked set keeps those messages
 -- and every message published meanwhile (see publish_to), and every group that registers
 -- within it receives a copy of each, at its original due time. The parked set then counts as
--- one holder of each message in refs. Without a window, or when the parked set holds more than
--- the cap, the first group takes the parked set over (RENAME) and no window opens. A group
--- that registers once the window has closed receives nothing of the past, and drops up to
--- DROP_ON_REGISTER members of what the window left (see drop_parked).
+-- one holder of each message in refs; of a keyed message, it holds the window's copy under the
+-- plain ID, never the key (see receive and publish_to), so that the key is free once the
+-- registered groups are done with the message. Without a window, or when the parked set holds
+-- more than the cap, the first group takes the parked set over (RENAME) and no window opens. A
+-- group that registers once the window has closed receives nothing of the past, and drops up
+-- to DROP_ON_REGISTER members of what the window left (see drop_parked).
 --
 -- fragments: next_ids, split, hmget, each_chunk, head, wake, drop_parked, move_set
 -- KEYS[1] groups    set     registered consumer groups
@@ -58,10 +60,14 @@ end
 -- receive copies the parked set's members into the group's due set at their scores, and counts
 -- the group as one more holder of each message (a message without a refs field has one). An
 -- embedded member (ID|message, parked before any group) is stored in the messages hash first,
--- since more than one set holds it now.
-local function receive()
+-- since more than one set holds it now. The window never holds a message key (see publish_to):
+-- the first group takes over the parked set's hold of a keyed message parked before it, and
+-- the window keeps a copy under the plain ID (window_id); a later group joins a keyed message
+-- while its key's field holds it (a group still holds it), and otherwise receives the window's
+-- plain copy.
+local function receive(first)
   local entries = redis.call('ZRANGE', parked, 0, -1, 'WITHSCORES')
-  local copies, fields, embedded, plain, hashed = {}, {}, {}, {}, {}
+  local copies, embedded, plain, hashed, keyed = {}, {}, {}, {}, {}
   for i = 1, #entries, 2 do
     local m, score = entries[i], entries[i + 1]
     local id, _, message = split(m)
@@ -75,21 +81,40 @@ local function receive()
     end
     copies[#copies + 1] = score
     copies[#copies + 1] = m
-    fields[#fields + 1] = field(id)
+    if window_id(id) ~= id then keyed[#keyed + 1] = #copies end
   end
   if #copies == 0 then return false end
-  local counts = hmget(refs, fields)
-  local counted = {}
-  for i, f in ipairs(fields) do
-    counted[#counted + 1] = f
-    counted[#counted + 1] = (tonumber(counts[i]) or 1) + 1
+  local fields, taken = {}, {}
+  for j, i in ipairs(keyed) do fields[j] = field((split(copies[i]))) end
+  for j, value in ipairs(#fields > 0 and hmget(messages, fields) or {}) do
+    local i = keyed[j]
+    local hex = string.sub(copies[i], 1, 12)
+    local live = value and string.sub(value, 1, 12) == hex
+    if first then
+      taken[i] = true
+      if live then
+        hashed[#hashed + 1] = hex
+        hashed[#hashed + 1] = string.sub(value, 13)
+      end
+    elseif not live then
+      copies[i] = hex
+    end
   end
+  local counting = {}
+  for i = 2, #copies, 2 do
+    if not taken[i] then counting[#counting + 1] = field((split(copies[i]))) end
+  end
+  local counted = {}
+  for i, f in ipairs(#counting > 0 and hmget(refs, counting) or {}) do
+    counted[#counted + 1] = counting[i]
+    counted[#counted + 1] = (tonumber(f) or 1) + 1
+  end
+  if #hashed > 0 then each_chunk('HSET', messages, hashed) end
   if #embedded > 0 then
-    each_chunk('HSET', messages, hashed)
     each_chunk('ZREM', parked, embedded)
     each_chunk('ZADD', parked, plain)
   end
-  each_chunk('HSET', refs, counted)
+  if #counted > 0 then each_chunk('HSET', refs, counted) end
   each_chunk('ZADD', due, copies)
   return true
 end
@@ -102,7 +127,7 @@ if redis.call('SCARD', groups) == 0 then
   if length > 0 and redis.call('ZCARD', parked) <= cap then
     redis.call('HSET', window, '', cap, name, 1)
     redis.call('PEXPIRE', window, length)
-    received = receive()
+    received = receive(true)
   else
     received = move_set(parked, due)
   end
@@ -111,7 +136,7 @@ elseif redis.call('EXISTS', window) == 1 then
     -- Removed and registered again within the window: it starts empty, as after any removal.
   elseif redis.call('ZCARD', parked) <= cap then
     redis.call('HSET', window, name, 1)
-    received = receive()
+    received = receive(false)
   else
     redis.call('DEL', window)
   end

@@ -55,9 +55,13 @@
 -- single-group form, until the first group registers and takes the set over (register.lua).
 -- While the new-group window is open (the window key exists, see register.lua), the messages
 -- also go to the parked set, so that a group that registers within the window receives them:
--- they are then never embedded, and the parked set counts as one holder in refs. A publish that
--- would take the parked set past the window's cap closes the window early. Once the window has
--- closed, each publish drops up to PARKED_DROP members of what it left (see drop_parked).
+-- they are then never embedded, and the parked set counts as one holder in refs. The window
+-- never holds a message key: its copy of a keyed message (parked as ID:0) is a copy of the
+-- message under the plain ID, its 12 hex digits (see window_id), counted in refs apart from
+-- the key's field, so that the key is free once the registered groups are done with it; a
+-- replace writes both. A publish that would take the parked set past the window's cap closes
+-- the window early. Once the window has closed, each publish drops up to PARKED_DROP members of
+-- what it left (see drop_parked).
 --
 -- The call key makes a second run of the same call (a client retry after a lost reply) store
 -- nothing more: it holds the first run's reply.
@@ -114,7 +118,9 @@ local function publish_to(k, a)
 
   -- fresh[key] is the index in scheduled of the score of a keyed message this call stores.
   -- later holds the score/member pairs for the compact tier.
-  local hashed, scheduled, counted, fresh, outcomes, later = {}, {}, {}, {}, {}, {}
+  -- copies[key] is true when this call stored a keyed message with the window's copy (see
+  -- window above).
+  local hashed, scheduled, counted, fresh, outcomes, later, copies = {}, {}, {}, {}, {}, {}, {}
 
   -- set_cap records cap (Unix µs) as the debounce cap of the message with key and hex ID, kept
   -- max_wait µs past the cap, and returns it.
@@ -155,7 +161,14 @@ local function publish_to(k, a)
     if (policy == '<' and score >= earliest) or (policy == '>' and score <= earliest) then
       return 'd'
     end
-    redis.call('HSET', messages, '=' .. key, string.sub(existing, 1, 12) .. data)
+    -- The window's copy, if the message has one (see window above), is replaced too.
+    local copy = copies[key]
+    if not fresh[key] and parking and ngroups > 0 then copy = redis.call('ZSCORE', parked, id .. ':0') end
+    if copy then
+      redis.call('HSET', messages, '=' .. key, hex .. data, hex, data)
+    else
+      redis.call('HSET', messages, '=' .. key, hex .. data)
+    end
     if fresh[key] then
       scheduled[fresh[key]] = score
     else
@@ -338,10 +351,17 @@ local function publish_to(k, a)
         outcomes[#outcomes + 1] = 'd'
       else
         outcomes[#outcomes + 1] = 's'
-        redis.call('HSET', messages, '=' .. key, id .. data)
-        if holders > 1 then
+        local keyholders = holders
+        if parking and ngroups > 0 then
+          -- The window's copy, under the plain ID: it never holds the key (see window above).
+          redis.call('HSET', messages, '=' .. key, id .. data, id, data)
+          keyholders, copies[key] = ngroups, true
+        else
+          redis.call('HSET', messages, '=' .. key, id .. data)
+        end
+        if keyholders > 1 then
           counted[#counted + 1] = '=' .. key
-          counted[#counted + 1] = holders
+          counted[#counted + 1] = keyholders
         end
         if retention > 0 then redis.call('HSET', history .. key, '', retention) end
         if max_wait then score = math.min(score, set_cap(key, id, now + max_wait, max_wait)) end

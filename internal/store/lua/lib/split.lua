@@ -26,3 +26,11 @@ local function field(id)
   if string.sub(id, 13, 13) == '=' then return string.sub(id, 13) end
   return id
 end
+
+-- window_id returns the ID under which the new-group window keeps its copy of a message once a
+-- group is registered (see register.lua): the 12 hex digits of a message key's ID, so that the
+-- copy holds no key, else the ID itself (a plain message, or a batch, whose key is its own).
+local function window_id(id)
+  if string.sub(id, 13, 14) == '=' .. '\1' or string.sub(id, 13, 13) ~= '=' then return id end
+  return string.sub(id, 1, 12)
+end
