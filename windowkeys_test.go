@@ -258,21 +258,28 @@ func TestAGroupRegisteredWithinTheWindowAfterTheAcksGetsTheEarlierMessages(t *te
 func keysBackToBaseline(t *testing.T, b backend, prefix, topic string, groups ...string) {
 	t.Helper()
 	tag := prefix + "{" + topic + "}"
-	baseline := []string{prefix + "topics", tag + ":groups", tag + ":seq"}
+	baseline := []string{prefix + "topics", tag + ":groups", tag + ":seq", tag + ":seq:birth"}
 	for _, g := range groups {
 		baseline = append(baseline, tag+":g:"+g+":epoch", tag+":g:"+g+":lease")
 	}
 	slices.Sort(baseline)
+	// A loop of its own rather than require.Eventually, whose condition runs in a goroutine that
+	// may still write left while the failure message reads it.
 	var left []string
-	require.Eventually(t, func() bool {
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
 		left = left[:0]
 		for _, k := range keysUnder(t, b, prefix) {
 			if !strings.Contains(k, ":call:") && !strings.Contains(k, ":claim:") {
 				left = append(left, k)
 			}
 		}
-		return slices.Equal(left, baseline)
-	}, 5*time.Second, 20*time.Millisecond, "keys left once the window ended: %v", &left)
+		if slices.Equal(left, baseline) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("keys left once the window ended: %v, want %v", left, baseline)
+		}
+	}
 }
 
 // TestDebouncedDocumentRepublishedAcrossAcksInTheWindowDeliversEachRoundsLastState republishes
