@@ -561,3 +561,39 @@ func TestCallsByKeyThatRunTwiceActOnceAndReturnTheFirstResult(t *testing.T) {
 		msg.Ack()
 	})
 }
+
+// TestReplaceLeavesADeliveryInFlightAndItsRetryCarriesTheNewPayload: a ReplaceExisting that
+// finds the message in flight in group a and due in group b moves the due time in b only; a
+// keeps its delivery, and after a Nack retries the new payload at its retry time (at once here),
+// not at the new due time.
+func TestReplaceLeavesADeliveryInFlightAndItsRetryCarriesTheNewPayload(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		chA := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) {
+			c.ConsumerGroup, c.NewGroupWindow, c.NackBackoff = "a", -1, redisdelay.ConstantBackoff(0)
+		}), topic)
+		require.NoError(t, newSubscriber(t, b, inGroupWithoutWindow("b")).SubscribeInitialize(topic))
+		require.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("k", 0, "old")))
+		first := receive(t, chA, 5*time.Second)
+		require.Equal(t, "old", string(first.Payload))
+
+		replace := keyed("k", time.Hour, "new")
+		replace.Metadata.Set(redisdelay.OnDuplicateMetadataKey, string(redisdelay.ReplaceExisting))
+		require.Equal(t, redisdelay.OutcomeReplaced, publishOne(t, pub, topic, replace))
+		st, err := in.Status(ctx, topic, "k")
+		require.NoError(t, err)
+		assert.Equal(t, redisdelay.StateInFlight, st.Groups["a"].State, "group a keeps its delivery")
+		assert.Equal(t, redisdelay.StateScheduled, st.Groups["b"].State)
+		assert.WithinDuration(t, time.Now().Add(time.Hour), st.Groups["b"].DueAt, time.Minute, "group b: the new due time")
+
+		first.Nack()
+		retry := receive(t, chA, 5*time.Second)
+		assert.Equal(t, "new", string(retry.Payload), "the retry carries the new payload")
+		assert.Equal(t, replace.UUID, retry.UUID)
+		assert.Equal(t, "2", retry.Metadata.Get(redisdelay.AttemptMetadataKey))
+		retry.Ack()
+	})
+}
