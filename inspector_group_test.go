@@ -274,7 +274,7 @@ func TestStatsAndListShowTheParkedMessagesOfATopicWithNoGroup(t *testing.T) {
 	})
 }
 
-// TestStatsCountEachMessageOnceWhileMessagesFallDue: while messages fall due one a microsecond,
+// TestStatsCountEachMessageOnceWhileMessagesFallDue: while messages fall due, one every 5 µs,
 // Stats counts each either due or scheduled, never in both or neither: stats.lua's bound "(now"
 // is the exact Redis time in µs (Lua's own number-to-text rounds it to 100 µs). Not on
 // miniredis: its Lua keeps integers exact, and its Stats takes milliseconds over 10,000
@@ -285,7 +285,7 @@ func TestStatsCountEachMessageOnceWhileMessagesFallDue(t *testing.T) {
 			t.Skip("miniredis: see the test's comment")
 		}
 		ctx := context.Background()
-		const n = 10000
+		const n, step = 10000, 5 * time.Microsecond // 50 ms in all, 20 due times in every 100 µs
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		in := newInspector(t, b, 1)
@@ -295,10 +295,10 @@ func TestStatsCountEachMessageOnceWhileMessagesFallDue(t *testing.T) {
 		first := now.Add(time.Second)
 		var batch []*message.Message
 		for i := range n {
-			batch = append(batch, dueAtExactly(i, first.Add(time.Duration(i)*time.Microsecond)))
+			batch = append(batch, dueAtExactly(i, first.Add(time.Duration(i)*step)))
 		}
 		require.NoError(t, pub.Publish(topic, batch...))
-		last := first.Add(n * time.Microsecond)
+		last := first.Add(n * step)
 		calls, wrong := 0, 0
 		for time.Now().Before(last) {
 			st := statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
