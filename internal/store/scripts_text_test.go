@@ -72,9 +72,9 @@ func luaTokens(src string) ([]luaToken, error) {
 	return toks, nil
 }
 
-// textCalls are the functions whose result is text: int, the integer formatter, and Lua's and
-// the fragments' string functions.
-var textCalls = map[string]bool{"int": true, "string.sub": true, "string.rep": true, "string.char": true, "table.concat": true, "member": true, "field": true}
+// textCalls are the functions whose result is text: int, the integer formatter, string.format
+// (its format is checked apart), and Lua's and the fragments' string functions.
+var textCalls = map[string]bool{"int": true, "string.format": true, "string.sub": true, "string.rep": true, "string.char": true, "table.concat": true, "member": true, "field": true}
 
 // textNames are the names the scripts give only to text: keys, IDs, members, data and replies.
 // A number never goes by one of these names; one that is not listed here must go through int
@@ -88,9 +88,13 @@ var textNames = map[string]bool{
 	"gone": true, "BATCH": true, "messages": true, "parked": true, "f": true, "score_text": true,
 }
 
-// checkNumbersAsText reports the first place where Lua code turns a value into text without
-// int: an operand of ".." that is not a string literal, KEYS[...] or ARGV[...], a call of
-// textCalls or a name of textNames, and any call of tostring or string.format with "%d".
+// hexOnly is a string.format format literal whose only conversions are hexadecimal (%012x).
+var hexOnly = regexp.MustCompile(`^(['"])([^%]|%%|%[-0-9]*[xX])*['"]$`)
+
+// checkNumbersAsText reports every place where Lua code turns a value into text without int: an
+// operand of ".." that is not a string literal, KEYS[...] or ARGV[...], a call of textCalls or a
+// name of textNames; any call of tostring; and a string.format whose format is not a literal
+// with hexadecimal conversions only.
 // Lua's own number-to-text keeps 14 significant digits (LUA_NUMBER_FMT "%.14g"), which rounds
 // a Unix time in µs to 100 µs; Redis's redis.call turns a number argument into text exactly.
 func checkNumbersAsText(file, src string) error {
@@ -103,8 +107,8 @@ func checkNumbersAsText(file, src string) error {
 		switch {
 		case t.text == "tostring":
 			errs = append(errs, fmt.Errorf("%s:%d: tostring; turn a number into text with int", file, t.line))
-		case t.text == "format" && i+3 < len(toks) && toks[i+2].text == "'%d'":
-			errs = append(errs, fmt.Errorf("%s:%d: string.format('%%d', ...); use int", file, t.line))
+		case t.text == "format" && i > 1 && toks[i-2].text == "string" && i+2 < len(toks) && !hexOnly.MatchString(toks[i+2].text):
+			errs = append(errs, fmt.Errorf("%s:%d: string.format(%s, ...): only %%x formats a number exactly; use int", file, t.line, toks[i+2].text))
 		case t.text == "..":
 			for _, operand := range []string{leftOperand(toks, i), rightOperand(toks, i)} {
 				if !isText(operand) {
@@ -245,7 +249,10 @@ func TestNumbersBecomeTextOnlyThroughInt(t *testing.T) {
 		{name: "in a comment or a string", src: "-- '(' .. now\nreturn '.. now'"},
 		{name: "tostring", src: "return tostring(now)", err: "test:1: tostring"},
 		{name: "format %d", src: "return string.format('%d', now)", err: "use int"},
-		{name: "format %x is exact", src: "return string.format('%012x', now)"},
+		{name: "format %d in double quotes", src: `return string.format("x%d", now)`, err: "use int"},
+		{name: "format %s", src: "return string.format('%s:%012x', now, id)", err: "use int"},
+		{name: "format with a computed format", src: "return string.format(f, now)", err: "use int"},
+		{name: "format %x is exact", src: "return string.format('%012x', now) .. string.format(\"%x%%\", n)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkNumbersAsText("test", tc.src)
