@@ -3,12 +3,15 @@ package redisdelay_test
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -315,4 +318,55 @@ func TestPurgeDropsOneStateOfOneGroup(t *testing.T) {
 			receive(t, ch, 5*time.Second).Ack()
 		}
 	})
+}
+
+// TestPurgeOfScheduledTakesTheBucketThatMovesNext: a Purge of StateScheduled that runs just
+// before a compact-tier bucket's move time drops its message. purge.lua's bound "(now" must be
+// the exact Redis time in µs: Lua's own number-to-text rounds it to 100 µs, and a purge within
+// 50 µs before the move time skipped the bucket (9, 5 and 3 misses in 400 rounds). Each round
+// publishes one message into a bucket that moves 2-12 ms later and purges at a random moment of
+// the last 600 µs before the move.
+func TestPurgeOfScheduledTakesTheBucketThatMovesNext(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		ctx := context.Background()
+		const horizon, rounds = 10 * time.Millisecond, 400
+		topic := newTopic()
+		pub := compactPublisher(t, b, horizon)
+		in := newInspector(t, b, 1)
+		require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
+		missed, late := 0, 0
+		for r := range rounds {
+			now, err := b.client.Time(ctx).Result()
+			require.NoError(t, err)
+			start := now.Add(horizon + 2*time.Millisecond).Truncate(horizon).Add(horizon) // it moves a horizon before
+			due := start.Add(horizon - time.Microsecond)
+			require.NoError(t, pub.Publish(topic, dueAtExactly(r, due)))
+			purgeAt := start.Add(-horizon - time.Duration(rand.IntN(600))*time.Microsecond)
+			for time.Now().Before(purgeAt) {
+				// Spin: a sleep's wake-up is too coarse to aim at a 50 µs window.
+			}
+			n, err := in.Purge(ctx, topic, redisdelay.DefaultConsumerGroup, redisdelay.StateScheduled)
+			require.NoError(t, err)
+			after, err := b.client.Time(ctx).Result()
+			require.NoError(t, err)
+			switch {
+			case !after.Before(due):
+				late++ // the message may have fallen due before the purge: not a scheduled one
+			case n == 0:
+				missed++
+			}
+		}
+		assert.Zero(t, missed, "purges of %d rounds that left the message of the bucket moving next", rounds-late)
+		assert.Less(t, late, rounds/2, "rounds whose purge ran after the message's due time")
+		st := statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
+		assert.Zero(t, st.Scheduled+st.Compact, "scheduled after the purges: %+v", st)
+	})
+}
+
+// dueAtExactly returns message i due at the instant at, to the microsecond (delay.Until keeps
+// whole seconds only).
+func dueAtExactly(i int, at time.Time) *message.Message {
+	msg := message.NewMessage(strconv.Itoa(i), []byte("payload "+strconv.Itoa(i)))
+	msg.Metadata.Set(delay.DelayedUntilKey, at.UTC().Format(time.RFC3339Nano))
+	return msg
 }

@@ -273,3 +273,44 @@ func TestStatsAndListShowTheParkedMessagesOfATopicWithNoGroup(t *testing.T) {
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 	})
 }
+
+// TestStatsCountEachMessageOnceWhileMessagesFallDue: while messages fall due, one every 5 µs,
+// Stats counts each either due or scheduled, never in both or neither: stats.lua's bound "(now"
+// is the exact Redis time in µs (Lua's own number-to-text rounds it to 100 µs). Not on
+// miniredis: its Lua keeps integers exact, and its Stats takes milliseconds over 10,000
+// messages, longer than they take to fall due.
+func TestStatsCountEachMessageOnceWhileMessagesFallDue(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		if b.miniredis != nil {
+			t.Skip("miniredis: see the test's comment")
+		}
+		ctx := context.Background()
+		const n, step = 10000, 5 * time.Microsecond // 50 ms in all, 20 due times in every 100 µs
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		in := newInspector(t, b, 1)
+		require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
+		now, err := b.client.Time(ctx).Result()
+		require.NoError(t, err)
+		first := now.Add(time.Second)
+		var batch []*message.Message
+		for i := range n {
+			batch = append(batch, dueAtExactly(i, first.Add(time.Duration(i)*step)))
+		}
+		require.NoError(t, pub.Publish(topic, batch...))
+		last := first.Add(n * step)
+		calls, wrong := 0, 0
+		for time.Now().Before(last) {
+			st := statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
+			if st.Due > 0 && st.Scheduled > 0 {
+				calls++
+				if st.Due+st.Scheduled != n {
+					wrong++
+					t.Logf("due %d + scheduled %d != %d", st.Due, st.Scheduled, n)
+				}
+			}
+		}
+		require.Positive(t, calls, "no Stats call while the messages fell due")
+		assert.Zero(t, wrong, "of %d Stats calls while the messages fell due, those that miscounted", calls)
+	})
+}

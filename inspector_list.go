@@ -20,7 +20,13 @@ import (
 type MessageInfo struct {
 	Topic, Group string
 	// Ref names the message in its group, partition included, as text safe for URLs, JSON and
-	// command lines: give it to Message, CancelRef, RescheduleRef, RunNowRef and Requeue.
+	// command lines. The methods that take it depend on the State List gave it:
+	//   - StateScheduled, StateDue, StateInFlight: Message, CancelRef, RescheduleRef and
+	//     RunNowRef (a parked message, listed under ParkedGroup: Message only);
+	//   - StateDeadLettered: DeadLetter and Requeue.
+	// Message looks only among the group's messages and DeadLetter only among its dead letters
+	// (an error wrapping ErrNotFound when the ref names nothing there): one ref may name a
+	// message of the group and one of its dead letters at once.
 	Ref string
 	// ID is the internal ID: 12 hex digits, then "=" and the key for a keyed message.
 	ID   string

@@ -199,6 +199,8 @@ func (r *modelRun) exec(o op) {
 			now := time.Now()
 			for _, e := range s.groups {
 				if e.exp != expNever {
+					// Due by now, the group may have claimed it: then the replace left it there.
+					e.mayBeInFlight = e.mayBeInFlight || !e.current().After(now.Add(modelClockSkew))
 					e.reschedule(start.Add(o.delay), now.Add(o.delay), now)
 				}
 			}
@@ -325,6 +327,7 @@ func (r *modelRun) exec(o op) {
 				continue
 			}
 			e.reschedule(res.DueAt, res.DueAt, end)
+			e.mayBeInFlight = false // applied: the group held it due
 		}
 
 	case opCancelRef, opRescheduleRef, opRunNowRef:
@@ -418,6 +421,7 @@ func (r *modelRun) exec(o op) {
 				}
 			case out == redisdelay.OutcomeApplied:
 				e.reschedule(due, due, end)
+				e.mayBeInFlight = false // applied: the group held it due
 			}
 		}
 

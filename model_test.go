@@ -37,6 +37,8 @@ import (
 //	REDISDELAY_MODEL_REPLAY      runs this list of operations (as printed by a failure, one a line or
 //	                             separated by ';') instead of random ones, REDISDELAY_MODEL_LEASE its lease
 //	REDISDELAY_MODEL_SHRINK      0 prints the whole failing sequence instead of shrinking it
+//	REDISDELAY_MODEL_REQUIRE_OPS 1 fails a backend that ran fewer operations than asked for within
+//	                             the time budget (.ci/run sets it, with a budget of 600 s)
 
 // modelDefaultOps is the default number of operations per backend, and modelDefaultSeconds the
 // time after which no new sequence starts, whichever comes first.
@@ -45,12 +47,13 @@ var (
 	modelDefaultSeconds = 50
 )
 
-// modelDefaultSkip is left out of the default run: crashed consumers. With them the model
-// reported, about once in 5,000 operations, a crashed consumer's message delivered again (attempt
-// 2, after its lease) to its group after a reschedule, purge or cancel the model counted as
-// final; whether the model or the adapter is wrong is not settled yet. The chaos build tag runs
-// them (REDISDELAY_MODEL_SKIP="" does too).
-var modelDefaultSkip = "crash"
+// modelDefaultSkip is left out of the default run: nothing. Crashed consumers once were: the
+// model reported, about once in 5,000 operations, a crashed consumer's message delivered again
+// (attempt 2, after its lease) after a purge the model counted as final. The model was wrong: a
+// ReplaceExisting moves the due time only in the groups where the message is due, but the model
+// moved it in every group, so a group that held the message in flight looked scheduled far
+// ahead and purged (see groupExp.mayBeInFlight).
+var modelDefaultSkip = ""
 
 // modelNewGroupWindow switches on the model of a new-group window: a group that registers within
 // a minute of the topic's first group may also receive what was published before it registered.
@@ -91,8 +94,13 @@ type groupExp struct {
 	exemptGen int
 	// removed: neverAfter is a RemoveGroup, which leaves the group's dead letters on their
 	// dead-letter topic; a Requeue after the group registers again brings them back.
-	removed  bool
-	versions []version
+	removed bool
+	// mayBeInFlight: a ReplaceExisting may have found the message in flight here. It moves the
+	// due time only where the message is due; a group holding it in flight keeps its lease and,
+	// unless that delivery is acked, retries the new payload at its retry time. So the group's
+	// current version may not be the one in effect, and a Purge(StateScheduled) may miss it.
+	mayBeInFlight bool
+	versions      []version
 }
 
 func (e *groupExp) reschedule(due, latest, now time.Time) {
@@ -403,6 +411,11 @@ func (r *modelRun) purgeScheduled(i int, final bool) {
 		due := e.current()
 		sure := e.exp == expMust && !s.replaced && !acked[s]
 		switch {
+		case due.After(end.Add(modelClockSkew)) && e.mayBeInFlight:
+			high++ // dropped where the replace moved it, retried where the group held it in flight
+			if e.exp == expMust {
+				e.exp = expMay
+			}
 		case due.After(end.Add(modelClockSkew)):
 			if sure {
 				low++
@@ -893,11 +906,44 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 		wg.Wait()
 		t.Logf("model: backend=%s seed=%d ops=%d sequences=%d in %s (partitions %d, batching %v, %d workers)", b.name, seed0, ops, seqs,
 			time.Since(start).Round(time.Millisecond), cfg.partitions, cfg.batching, workers) // partitions 0: 1 to 3 per sequence
-		if ops < total {
-			t.Logf("model: backend=%s ran %d of %d operations within the %s budget", b.name, ops, total, budget)
+		if ops < total && replay == nil && failed == nil {
+			report := t.Logf
+			if os.Getenv("REDISDELAY_MODEL_REQUIRE_OPS") == "1" {
+				report = t.Errorf
+			}
+			report("model: backend=%s ran %d of %d operations within the %s budget", b.name, ops, total, budget)
 		}
 		if failed != nil {
 			failed.report(t, b)
+		}
+	})
+}
+
+// TestModelReplaceOfAMessageInFlightIsNotFinalAfterAPurge: the model's account of a
+// ReplaceExisting that finds a keyed message in flight in one group (a crashed consumer holds
+// it) and due in another (paused). The replace moves the due time an hour ahead only where the
+// message is due; a Purge(StateScheduled) of the first group leaves it in flight, and that group
+// retries the new payload once the lease expires. A model that moved the due time in every group
+// counted the purge as final and reported that retry as unexpected (4 of 5 runs).
+func TestModelReplaceOfAMessageInFlightIsNotFinalAfterAPurge(t *testing.T) {
+	ops := []string{"register g0", "register g1", "pause g1", "pause g0"}
+	for k := range modelKeys {
+		ops = append(ops, fmt.Sprintf("publish delay=0s key=k%d", k))
+	}
+	ops = append(ops, "crash g0", "resume g0") // the crashing consumer takes some of them
+	for range 6 {
+		ops = append(ops, "publish delay=0s")
+	}
+	for k := range modelKeys {
+		ops = append(ops, fmt.Sprintf("publish delay=1h0m0s key=k%d on_duplicate=replace", k))
+	}
+	list, err := parseOps(strings.Join(append(ops, "purge-scheduled g0"), ";"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachBackend(t, func(t *testing.T, b backend) {
+		for _, v := range runSequence(t, b, modelConfig{partitions: 1, lease: 400 * time.Millisecond}, list) {
+			t.Errorf("%s: %s", v.kind, v.text)
 		}
 	})
 }

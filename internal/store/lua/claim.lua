@@ -12,7 +12,7 @@
 -- deadline to the microsecond; a replay would then hand out its message too: a duplicate at
 -- worst, never a loss.)
 --
--- fragments: now_us, split, member, each_chunk, far, stored, head, drop, ack, close_batch, lease_marker, next_ids
+-- fragments: int, now_us, split, member, each_chunk, far, stored, head, drop, ack, close_batch, lease_marker, next_ids
 -- KEYS[1] due       zset    member (see scripts.go) -> due time (µs)
 -- KEYS[2] lease     zset    ID:attempt -> lease deadline (µs)
 -- KEYS[3] messages  hash    field (see scripts.go) -> marshaled message
@@ -118,7 +118,7 @@ end
 -- messages due before that are claimed, so that claims keep due-time order.
 local unmoved = far_promote(KEYS[1], KEYS[11], now, FAR_STEP)
 local upto = now
-if unmoved and unmoved <= now then upto = '(' .. string.format('%d', unmoved) end
+if unmoved and unmoved <= now then upto = '(' .. int(unmoved) end
 
 local result = {now, -1, -1, refused, 0, #expired / 2, now}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'WITHSCORES', 'LIMIT', 0, limit)
@@ -154,7 +154,7 @@ for i = 1, #ids do
 end
 local leases, vanished, keyed = {}, {}, {}
 -- One string for the deadline of every lease: Redis would convert a number argument anew each time.
-local deadline = string.format('%d', now + lease)
+local deadline = int(now + lease)
 for i, id in ipairs(ids) do
   if data[i] then
     leases[#leases + 1] = deadline

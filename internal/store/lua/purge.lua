@@ -2,7 +2,7 @@
 -- each stored message goes once no other group holds it. A batch it drops is closed (see
 -- close_batch), so the next item of its batch key opens a new batch.
 --
--- fragments: now_us, split, each_chunk, far, drop, close_batch
+-- fragments: int, now_us, split, each_chunk, far, drop, close_batch
 -- KEYS[1] set       zset    the group's due or lease set
 -- KEYS[2] messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[3] refs      hash    field -> groups still holding it
@@ -31,7 +31,7 @@ local unmoved = far and far_promote(KEYS[1], KEYS[8], now, tonumber(ARGV[2]))
 far = far and ARGV[1] ~= 'due'
 -- '(1e300' leaves out the lease set's marker (see scripts.go).
 local min, max = '-inf', '(1e300'
-if ARGV[1] == 'due' then max = now elseif ARGV[1] == 'scheduled' then min = '(' .. now end
+if ARGV[1] == 'due' then max = now elseif ARGV[1] == 'scheduled' then min = '(' .. int(now) end
 local members = redis.call('ZRANGEBYSCORE', KEYS[1], min, max, 'LIMIT', 0, tonumber(ARGV[2]))
 local ids = {}
 for i, m in ipairs(members) do
@@ -47,7 +47,7 @@ if #members > 0 then each_chunk('ZREM', KEYS[1], members) end
 local dropped, left = #members, tonumber(ARGV[2]) - #members
 local tiered = 0
 -- The scheduled part takes only buckets that move later: their messages are all due later.
-local from = ARGV[1] == 'all' and '-inf' or '(' .. now
+local from = ARGV[1] == 'all' and '-inf' or '(' .. int(now)
 if far and left > 0 then tiered = far_drain(KEYS[8], KEYS[8], from, left, ids) end
 if tiered > 0 and redis.call('DECRBY', KEYS[8] .. ':n', tiered) <= 0 then redis.call('DEL', KEYS[8] .. ':n') end
 drop(KEYS[2], KEYS[3], ids, KEYS[5])

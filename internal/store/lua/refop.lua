@@ -6,7 +6,7 @@
 -- A group that is not registered (removed, perhaps since the caller looked) is refused before
 -- any write, so that no write for it leaves orphans.
 --
--- fragments: now_us, split, schedule, drop, ended, close_batch
+-- fragments: int, now_us, split, schedule, drop, ended, close_batch
 -- KEYS[1] call      string  this call's token: holds the reply once the call ran
 -- KEYS[2] due       zset    the group's due set
 -- KEYS[3] lease     zset    the group's lease set
@@ -63,5 +63,5 @@ if attempt ~= nil then
     reply = 'i'
   end
 end
-redis.call('SET', KEYS[1], reply .. ' ' .. string.format('%d', due), 'PX', ARGV[1])
+redis.call('SET', KEYS[1], reply .. ' ' .. int(due), 'PX', ARGV[1])
 return {reply, due}

@@ -3,7 +3,7 @@
 -- attempt count. Groups whose subscribers sleep past the new time are woken. A group that
 -- holds the message in flight keeps it as it is.
 --
--- fragments: now_us, locate, schedule, stale
+-- fragments: int, now_us, locate, schedule, stale
 -- KEYS[1]              call      string  this call's token: holds the reply once the call ran
 -- KEYS[2]              messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[3]              groups    set     registered consumer groups
@@ -66,5 +66,5 @@ else
   end
 end
 local reply = table.concat(states)
-redis.call('SET', KEYS[1], reply .. ' ' .. string.format('%d', score), 'PX', ARGV[1])
+redis.call('SET', KEYS[1], reply .. ' ' .. int(score), 'PX', ARGV[1])
 return {1, reply, score}

@@ -1,7 +1,7 @@
 -- stats.lua: counts the messages of consumer groups of one topic partition, in O(log N) per
 -- set.
 --
--- fragments: now_us, head
+-- fragments: int, now_us, head
 -- KEYS[1]         due     zset    the first group's due set
 -- KEYS[2]         lease   zset    its lease set
 -- KEYS[3]         paused  string  its paused flag
@@ -21,7 +21,7 @@ local now = now_us()
 local result = {now}
 for g = 1, #KEYS, 5 do
   local due_set, far = KEYS[g], KEYS[g + 4]
-  local later = redis.call('ZRANGEBYSCORE', due_set, '(' .. now, '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+  local later = redis.call('ZRANGEBYSCORE', due_set, '(' .. int(now), '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
   local next_due = -1
   if later[2] then next_due = tonumber(later[2]) end
   local bucket = redis.call('ZRANGE', far, 0, 0)[1]
@@ -30,7 +30,7 @@ for g = 1, #KEYS, 5 do
   local in_far = tonumber(redis.call('GET', far .. ':n') or 0)
   local values = {
     redis.call('ZCOUNT', due_set, '-inf', now),
-    redis.call('ZCOUNT', due_set, '(' .. now, '+inf') + in_far,
+    redis.call('ZCOUNT', due_set, '(' .. int(now), '+inf') + in_far,
     redis.call('ZCOUNT', KEYS[g + 1], '-inf', '(1e300'), -- not the lease set's marker
     redis.call('ZCARD', KEYS[g + 3]),
     head(due_set) or -1,

@@ -1,4 +1,4 @@
--- fragment ended; needs: split
+-- fragment ended; needs: int, split
 -- ended notes that a consumer group is done with a keyed message: the group's entry in its
 -- keyed hash (key -> the member it holds) goes, and, when the key keeps a history (a retention
 -- was set at publish), the group's record in it becomes "outcome time attempt[ reason]": the
@@ -11,7 +11,7 @@ local function ended(group, id, attempt, outcome, reason, now)
   redis.call('HDEL', group.keyed, key)
   local h = group.history .. key
   if redis.call('EXISTS', h) == 1 then
-    local record = outcome .. ' ' .. string.format('%d', now) .. ' ' .. attempt
+    local record = outcome .. ' ' .. int(now) .. ' ' .. int(attempt)
     if reason and reason ~= '' then record = record .. ' ' .. reason end
     redis.call('HSET', h, group.name, record)
   end

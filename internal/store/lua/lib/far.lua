@@ -1,4 +1,4 @@
--- fragment far; needs: each_chunk, split
+-- fragment far; needs: int, each_chunk, split
 -- The compact tier: messages due far ahead wait in time buckets, Redis lists, instead of the
 -- group's due set, and move into the due set a bucket at a time before they fall due. A sorted
 -- set entry costs about 120 bytes of Redis bookkeeping; a list entry a few. The tier of a group
@@ -53,9 +53,9 @@ local function far_put(far, epoch, horizon, entries)
   end
   local index = {}
   for _, start in ipairs(order) do
-    local m = epoch .. ':' .. string.format('%d', start)
+    local m = epoch .. ':' .. int(start)
     each_chunk('RPUSH', far .. ':' .. m, buckets[start])
-    index[#index + 1] = string.format('%d', start - horizon)
+    index[#index + 1] = int(start - horizon)
     index[#index + 1] = m
   end
   for i = 1, #index, 1000 do
@@ -88,7 +88,7 @@ local function far_promote(due, far, now, limit)
       local back = {}
       for i, e in ipairs(entries) do
         local offset, m = far_read(e)
-        back[2 * i - 1] = string.format('%d', start + offset)
+        back[2 * i - 1] = int(start + offset)
         back[2 * i] = m
       end
       each_chunk('ZADD', due, back)

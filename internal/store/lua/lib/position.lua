@@ -17,9 +17,9 @@ end
 
 -- first_from returns the rank of the first member of the given score (a decimal string) that
 -- is not before bound, or the rank after the members of that score.
-local function first_from(set, score, bound)
-  local lo = redis.call('ZCOUNT', set, '-inf', '(' .. score)
-  local hi = lo + redis.call('ZCOUNT', set, score, score)
+local function first_from(set, score_text, bound)
+  local lo = redis.call('ZCOUNT', set, '-inf', '(' .. score_text)
+  local hi = lo + redis.call('ZCOUNT', set, score_text, score_text)
   while lo < hi do
     local mid = math.floor((lo + hi) / 2)
     if bytes_before(redis.call('ZRANGE', set, mid, mid)[1], bound) then lo = mid + 1 else hi = mid end

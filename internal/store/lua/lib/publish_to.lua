@@ -125,8 +125,8 @@ local function publish_to(k, a)
   -- set_cap records cap (Unix µs) as the debounce cap of the message with key and hex ID, kept
   -- max_wait µs past the cap, and returns it.
   local function set_cap(key, hex, cap, max_wait)
-    redis.call('SET', debounce .. key, hex .. ' ' .. string.format('%d', cap), 'PXAT',
-      string.format('%d', math.floor((cap + max_wait) / 1000) + 1))
+    redis.call('SET', debounce .. key, hex .. ' ' .. int(cap), 'PXAT',
+      int(math.floor((cap + max_wait) / 1000) + 1))
     return cap
   end
 
@@ -268,8 +268,8 @@ local function publish_to(k, a)
       scheduled[#scheduled + 1] = b.hex .. b.hfield .. ':0'
     end
     b.n, b.size = b.n + 1, b.size + #data
-    pending[#pending + 1] = b.hfield .. BATCH .. b.n
-    pending[#pending + 1] = #data .. ':' .. data
+    pending[#pending + 1] = b.hfield .. BATCH .. int(b.n)
+    pending[#pending + 1] = int(#data) .. ':' .. data
     if b.n >= max_items or (max_bytes > 0 and b.size >= max_bytes) then
       write_pending()
       release_full(bk, b)
@@ -283,7 +283,7 @@ local function publish_to(k, a)
   -- plain counts the messages without a key spec so far: while all are, outcomes stays empty
   -- and the reply is that many 's'.
   local plain = 0
-  local now_s = string.format('%d', now)
+  local now_s = int(now)
   local embed = holders <= 1
   for i = 0, count - 1 do
     local id = string.format('%012x', last_id - count + 1 + i)
@@ -375,7 +375,7 @@ local function publish_to(k, a)
   for bk, b in pairs(open_batches) do
     if b then
       entries[#entries + 1] = bk
-      entries[#entries + 1] = b.hex .. ' ' .. b.n .. ' ' .. b.size .. ' ' .. string.format('%d', b.due)
+      entries[#entries + 1] = b.hex .. ' ' .. int(b.n) .. ' ' .. int(b.size) .. ' ' .. int(b.due)
     end
   end
   if #entries > 0 then each_chunk('HSET', batches, entries) end

@@ -1,4 +1,4 @@
--- fragment seal_batch; needs: each_chunk, hmget
+-- fragment seal_batch; needs: int, each_chunk, hmget
 -- seal_batch writes the n items of an open batch into its stored value, in order, with the
 -- trigger letter (t time, s size, f flush), once, as the batch closes. While a batch is open
 -- (see publish_to) its stored value holds only its hex digits and 't', and each item waits in a
@@ -7,7 +7,7 @@
 -- loses its items' fields too.
 local function seal_batch(messages, hfield, n, trigger)
   local fields = {}
-  for i = 1, n do fields[i] = hfield .. '\1' .. i end
+  for i = 1, n do fields[i] = hfield .. '\1' .. int(i) end
   local value = redis.call('HGET', messages, hfield)
   if value and (n > 0 or trigger ~= 't') then
     local parts = {string.sub(value, 1, 12), trigger, string.sub(value, 14)}

@@ -1,4 +1,4 @@
--- fragment wake; needs: nothing
+-- fragment wake; needs: int
 -- wake tells the subscribers of a group that a message is due at `score` when that is earlier
 -- than the group's earliest due time before the change (`before`, nil for an empty set).
 -- It uses sharded Pub/Sub, which keeps the message on the shard of the channel (the channel
@@ -7,7 +7,7 @@
 -- same way: SSUBSCRIBE, or SUBSCRIBE where Redis refuses it (internal/wake).
 local function wake(channel, before, score)
   if before == nil or score < before then
-    local payload = string.format('%d', score)
+    local payload = int(score)
     local sent = redis.pcall('SPUBLISH', channel, payload)
     if type(sent) == 'table' and sent.err then
       redis.call('PUBLISH', channel, payload)
