@@ -1,4 +1,4 @@
--- fragment next_ids; needs: now_us
+-- fragment next_ids; needs: int, now_us
 -- next_ids takes n IDs from a topic's ID counter seq and returns the last one's number. A
 -- counter that does not exist, on a new topic or after Redis lost its data, starts from the
 -- Redis clock in units of 16 µs: so IDs and epochs drawn after a data loss are greater than
@@ -12,8 +12,8 @@ local function next_ids(seq, n)
   if last > n then return last end
   local first = math.floor(now_us() / 16) + 1
   last = first + n - 1
-  redis.call('SET', seq, string.format('%d', last))
-  redis.call('SET', seq .. ':birth', string.format('%d', first))
+  redis.call('SET', seq, int(last))
+  redis.call('SET', seq .. ':birth', int(first))
   return last
 end
 
