@@ -17,12 +17,14 @@ import (
 const MaxNameLength = 512
 
 // MaxDeadLetterTopicLength is the longest name, in bytes, that ValidateName accepts when the
-// name contains DeadLetterInfix: 2 × MaxNameLength + len(DeadLetterInfix) = 1037. So the default
-// dead-letter topic of every topic and consumer group of at most MaxNameLength bytes is valid,
-// and Subscribe accepts every such pair. A longer dead-letter topic, the dead-letter topic of a
-// long dead-letter topic for example, is refused by Subscribe with an error wrapping
-// ErrInvalidName that names its length.
-const MaxDeadLetterTopicLength = 2*MaxNameLength + len(DeadLetterInfix)
+// name contains DeadLetterInfix: 3 × MaxNameLength + 2 × len(DeadLetterInfix) = 1562, the
+// length of the dead-letter topic of a dead-letter topic. So the default dead-letter topic of
+// every topic and consumer group of at most MaxNameLength bytes is valid, and so is the
+// dead-letter topic of a subscription to that dead-letter topic: Subscribe accepts every such
+// topic and group, and a dead-letter topic's subscribers too. A longer dead-letter topic (a
+// subscription to the dead letters of dead letters with long names) is refused by Subscribe
+// and SubscribeInitialize with an error wrapping ErrInvalidName that names its length.
+const MaxDeadLetterTopicLength = 3*MaxNameLength + 2*len(DeadLetterInfix)
 
 // ValidateName reports whether name can be used as a topic, consumer group or schedule name;
 // kind names it in the error. A name must be non-empty, at most MaxNameLength bytes

@@ -28,11 +28,14 @@ var unreadableNames = []string{"bad\xff\xfe", "bell\a", "clear\x1b[2J", "osc\x1b
 
 // TestEveryNameHasOneLimitWholeAndTheDeadLetterTopicOfLongestNamesIsValid: a name is limited
 // as a whole (MaxNameLength, MaxDeadLetterTopicLength with DeadLetterInfix), and the longest
-// topic and group still subscribe, their dead-letter topic exactly at its limit.
+// topic and group still subscribe, and so does their dead-letter topic, whose own dead-letter
+// topic is exactly at the limit.
 func TestEveryNameHasOneLimitWholeAndTheDeadLetterTopicOfLongestNamesIsValid(t *testing.T) {
 	longest := strings.Repeat("t", redisdelay.MaxNameLength)
-	dlt := redisdelay.DefaultDeadLetterTopic(longest, strings.Repeat("g", redisdelay.MaxNameLength))
-	require.Len(t, dlt, redisdelay.MaxDeadLetterTopicLength)
+	group := strings.Repeat("g", redisdelay.MaxNameLength)
+	dlt := redisdelay.DefaultDeadLetterTopic(longest, group)
+	dlt2 := redisdelay.DefaultDeadLetterTopic(dlt, group)
+	require.Len(t, dlt2, redisdelay.MaxDeadLetterTopicLength)
 	for _, tc := range []struct {
 		name string
 		ok   bool
@@ -40,7 +43,8 @@ func TestEveryNameHasOneLimitWholeAndTheDeadLetterTopicOfLongestNamesIsValid(t *
 		{longest, true},
 		{longest + "t", false},
 		{dlt, true},
-		{dlt + "g", false},
+		{dlt2, true},
+		{dlt2 + "g", false},
 		{strings.Repeat("a"+redisdelay.DeadLetterInfix, 200), false},
 	} {
 		err := redisdelay.ValidateName("topic", tc.name)
@@ -53,14 +57,15 @@ func TestEveryNameHasOneLimitWholeAndTheDeadLetterTopicOfLongestNamesIsValid(t *
 	}
 
 	b := embeddedRedis(t)
-	sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = strings.Repeat("g", redisdelay.MaxNameLength) })
+	sub := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.ConsumerGroup = group })
 	require.NoError(t, sub.SubscribeInitialize(longest), "the longest topic and group have a valid dead-letter topic")
-	// The dead-letter topic of a dead-letter topic at its limit is longer still: refused.
-	require.ErrorIs(t, sub.SubscribeInitialize(dlt), redisdelay.ErrInvalidName)
-	_, err := sub.Subscribe(context.Background(), dlt)
+	require.NoError(t, sub.SubscribeInitialize(dlt), "their dead-letter topic subscribes too")
+	// The dead letters of dead letters, with the longest names, would dead-letter further: refused.
+	require.ErrorIs(t, sub.SubscribeInitialize(dlt2), redisdelay.ErrInvalidName)
+	_, err := sub.Subscribe(context.Background(), dlt2)
 	require.ErrorIs(t, err, redisdelay.ErrInvalidName)
 	assert.Contains(t, err.Error(), "dead-letter topic")
-	assert.Contains(t, err.Error(), strconv.Itoa(len(dlt)+len(redisdelay.DeadLetterInfix)+redisdelay.MaxNameLength)+" bytes")
+	assert.Contains(t, err.Error(), strconv.Itoa(len(dlt2)+len(redisdelay.DeadLetterInfix)+redisdelay.MaxNameLength)+" bytes")
 }
 
 func TestUnreadableNamesAreRefusedBeforeAnythingIsStored(t *testing.T) {
