@@ -460,8 +460,13 @@ func TestShowAsksForTheStateWhenARefNamesAMessageAndADeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	large := strings.Repeat("x", 4096)
 	q.schedule(topic, newMessage("", "later "+large))
-	// Three dead letters, numbered 1 to 3 on the dead-letter topic: one of them has the
-	// scheduled message's number.
+	// Three dead letters, numbered around the scheduled message's number on the dead-letter
+	// topic: one of them has it. (IDs start from the Redis clock, so the test sets the
+	// dead-letter topic's counter; counters of two topics can meet like this in time.)
+	last, err := q.client.Get(ctx, redisdelay.DefaultKeyPrefix+"{"+topic+"}:seq").Int64()
+	require.NoError(t, err)
+	dlt := redisdelay.DefaultKeyPrefix + "{" + topic + "}" + redisdelay.DeadLetterInfix + group + ":seq"
+	require.NoError(t, q.client.Set(ctx, dlt, last-2, 0).Err())
 	for n := range 3 {
 		require.NoError(t, q.pub.Publish(topic, newMessage("", fmt.Sprintf("now %d %s", n, large))))
 		select {
