@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -301,22 +302,7 @@ func TestKilledSchedulerNeitherSkipsNorDuplicatesATick(t *testing.T) {
 func killTicks(t *testing.T, policy redisdelay.OverlapPolicy, lease, period time.Duration) {
 	b := realRedis(t)
 	e := newSchedulerEnv(t, b)
-	var mu sync.Mutex
-	got := map[int64]int{} // tick (Unix ms) -> deliveries
-	var early []time.Time
-	msgs := e.subscribe(t, "ticks", "audit")
-	go func() {
-		for msg := range msgs {
-			tick := tickOf(t, msg)
-			mu.Lock()
-			got[tick.UnixMilli()]++
-			if time.Now().Before(tick) {
-				early = append(early, tick)
-			}
-			mu.Unlock()
-			msg.Ack()
-		}
-	}()
+	audit := auditTicks(t, e.subscribe(t, "ticks", "audit"))
 	reports := make(chan childReport, 64)
 	procs := startSchedulerProcs(t, b, e.prefix, lease, 3, reports)
 	sch := redisdelay.Schedule{Name: "kill", Spec: "@every 1s", Topic: "ticks", Overlap: policy}
@@ -332,21 +318,7 @@ func killTicks(t *testing.T, policy redisdelay.OverlapPolicy, lease, period time
 	end := time.Now()
 	// Each tick up to the end of the kill period arrives by then plus a lease (its Scheduler
 	// killed mid-tick) plus slack; the schedule's counts cover the ticks before its pending one.
-	inRange := func(upTo time.Time) (ticks, received, missing, duplicates int) {
-		mu.Lock()
-		defer mu.Unlock()
-		for tick := first; !tick.After(upTo); tick = tick.Add(time.Second) {
-			ticks++
-			switch n := got[tick.UnixMilli()]; {
-			case n == 0:
-				missing++
-			case n > 1:
-				duplicates += n - 1
-			}
-			received += min(got[tick.UnixMilli()], 1)
-		}
-		return
-	}
+	inRange := func(upTo time.Time) (ticks, received, missing, duplicates int) { return audit.count(first, upTo) }
 	assert.Eventually(t, func() bool {
 		_, _, missing, _ := inRange(end)
 		return missing == 0
@@ -371,11 +343,54 @@ func killTicks(t *testing.T, policy redisdelay.OverlapPolicy, lease, period time
 	assert.Positive(t, reacted, "a kill cut a tick short")
 	assert.Zero(t, missing, "ticks never published")
 	assert.Zero(t, duplicates, "ticks published more than once")
-	mu.Lock()
-	assert.Empty(t, early, "ticks received before their time")
-	mu.Unlock()
+	audit.mu.Lock()
+	assert.Empty(t, audit.early, "ticks received before their time")
+	audit.mu.Unlock()
 	assert.Equal(t, int64(received), info.Published, "Published counts the ticks received")
 	assert.Equal(t, int64(counted-received), info.Skipped, "Skipped counts the ticks not received")
+}
+
+// tickAudit records the ticks a consumer group receives.
+type tickAudit struct {
+	mu    sync.Mutex
+	got   map[int64]int // tick (Unix ms) -> deliveries
+	early []time.Time   // ticks received before their time
+}
+
+// auditTicks acks and records every message of msgs.
+func auditTicks(t *testing.T, msgs <-chan *message.Message) *tickAudit {
+	a := &tickAudit{got: map[int64]int{}}
+	go func() {
+		for msg := range msgs {
+			tick := tickOf(t, msg)
+			a.mu.Lock()
+			a.got[tick.UnixMilli()]++
+			if time.Now().Before(tick) {
+				a.early = append(a.early, tick)
+			}
+			a.mu.Unlock()
+			msg.Ack()
+		}
+	}()
+	return a
+}
+
+// count counts the 1-second ticks from first to upTo, those received, those missing and the
+// deliveries beyond the first.
+func (a *tickAudit) count(first, upTo time.Time) (ticks, received, missing, duplicates int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for tick := first; !tick.After(upTo); tick = tick.Add(time.Second) {
+		ticks++
+		switch n := a.got[tick.UnixMilli()]; {
+		case n == 0:
+			missing++
+		case n > 1:
+			duplicates += n - 1
+		}
+		received += min(a.got[tick.UnixMilli()], 1)
+	}
+	return ticks, received, missing, duplicates
 }
 
 // killActing SIGKILLs, until end, the child that reports being handed a tick message's first
