@@ -52,8 +52,11 @@ type SchedulerConfig struct {
 	// OnDuplicate is KeepExisting and its KeyRetention is TickKeyRetention.
 	Publisher PublisherConfig
 	// LeaseTimeout is the lease of a tick message while a Scheduler acts on it: a Scheduler that
-	// dies holding one delays that tick by up to this long, never duplicates or skips it
-	// (provided it is shorter than the catch-up window). DefaultSchedulerLeaseTimeout when 0.
+	// dies holding one delays that tick, and the ticks that fall due meanwhile, by up to this
+	// long, and never duplicates or skips them, for every overlap policy, provided it is shorter
+	// than the schedule's catch-up window: the Scheduler that acts on the tick message again
+	// owes its tick and every tick due since (docs/schedules.md, "A Scheduler cut short").
+	// DefaultSchedulerLeaseTimeout when 0.
 	LeaseTimeout time.Duration
 	// TickKeyRetention is how long a tick's message key stays taken after the message is
 	// finished in every group, so that a tick acted on again after a Scheduler died stores

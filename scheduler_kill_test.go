@@ -8,12 +8,15 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,17 +24,18 @@ import (
 	"github.com/watermill-redisdelay/redisdelay"
 )
 
-// schedulerChildEnv makes the test binary act as one Scheduler instance that
-// TestSchedulersKilledAndRestartedPublishEachTickOnce kills: "<redis|cluster> <addresses,
-// comma-separated> <key prefix>".
+// schedulerChildEnv makes the test binary act as one Scheduler instance that the kill tests
+// SIGKILL: "<redis|cluster> <addresses, comma-separated> <key prefix> <lease in ms>".
 const schedulerChildEnv = "REDISDELAY_SCHEDULER_CHILD"
 
-// schedulerKillLease is the instances' lease of a tick: a tick whose instance is killed while
+// schedulerKillLease is the instances' lease of a tick in
+// TestSchedulersKilledAndRestartedPublishEachTickOnce: a tick whose instance is killed while
 // acting on it is acted on again this long after.
 const schedulerKillLease = time.Second
 
 // runSchedulerChild is called by TestMain. In the child process it runs a Scheduler until it
-// is killed, and prints "ready" once it runs; elsewhere it does nothing.
+// is killed, prints "ready" once it runs and "delivered <attempt>" as each tick message is
+// handed to it; elsewhere it does nothing.
 func runSchedulerChild() {
 	spec := os.Getenv(schedulerChildEnv)
 	if spec == "" {
@@ -44,7 +48,13 @@ func runSchedulerChild() {
 	} else {
 		client = redis.NewClient(&redis.Options{Addr: f[1]})
 	}
-	s, err := redisdelay.NewScheduler(redisdelay.SchedulerConfig{Client: client, KeyPrefix: f[2], LeaseTimeout: schedulerKillLease}, errorLogger{})
+	leaseMs, err := strconv.Atoi(f[3])
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	cfg := redisdelay.SchedulerConfig{Client: client, KeyPrefix: f[2], LeaseTimeout: time.Duration(leaseMs) * time.Millisecond}
+	s, err := redisdelay.NewScheduler(cfg, deliveryReporter{})
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
@@ -55,6 +65,97 @@ func runSchedulerChild() {
 		os.Exit(1)
 	}
 	os.Exit(0)
+}
+
+// deliveryReporter is a child's logger: errors as errorLogger logs them, and a line "delivered
+// <attempt>" on stdout as the child's subscription hands it a tick message, which tells the
+// parent which child acts on a tick and when.
+type deliveryReporter struct{ errorLogger }
+
+func (r deliveryReporter) Trace(msg string, fields watermill.LogFields) {
+	if msg == "Message delivered" {
+		fmt.Printf("delivered %v\n", fields["attempt"])
+	}
+}
+
+func (r deliveryReporter) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return deliveryReporter{errorLogger{fields: r.fields.Add(fields)}}
+}
+
+// childReport is a child's "delivered" line: child proc, in its start gen, was handed a tick
+// message's attempt at time at (the parent's clock, as it read the line).
+type childReport struct {
+	proc, gen, attempt int
+	at                 time.Time
+}
+
+// schedulerProcs are Scheduler child processes, killed and restarted by a kill test; all are
+// killed when the test ends.
+type schedulerProcs struct {
+	t       *testing.T
+	env     string           // schedulerChildEnv's value
+	reports chan childReport // their "delivered" lines; nil discards them
+	cmds    []*exec.Cmd
+	gens    []int
+}
+
+// startSchedulerProcs starts n children on b's Redis with key prefix and lease.
+func startSchedulerProcs(t *testing.T, b backend, prefix string, lease time.Duration, n int, reports chan childReport) *schedulerProcs {
+	kind, addrs := "redis", ""
+	switch c := b.client.(type) {
+	case *redis.ClusterClient:
+		kind, addrs = "cluster", strings.Join(c.Options().Addrs, ",")
+	case *redis.Client:
+		addrs = c.Options().Addr
+	}
+	env := fmt.Sprintf("%s %s %s %d", kind, addrs, prefix, lease.Milliseconds())
+	p := &schedulerProcs{t: t, env: env, reports: reports, cmds: make([]*exec.Cmd, n), gens: make([]int, n)}
+	t.Cleanup(func() {
+		for i := range p.cmds {
+			p.kill(i)
+		}
+	})
+	for i := range p.cmds {
+		p.start(i)
+	}
+	return p
+}
+
+// start starts child i and waits until its Scheduler runs.
+func (p *schedulerProcs) start(i int) {
+	t := p.t
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), schedulerChildEnv+"="+p.env)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	lines := bufio.NewScanner(out)
+	require.True(t, lines.Scan(), "instance %d did not start: %v", i, lines.Err())
+	require.Equal(t, "ready", lines.Text())
+	p.gens[i]++
+	gen, reports := p.gens[i], p.reports
+	go func() {
+		for lines.Scan() {
+			var attempt int
+			if _, err := fmt.Sscanf(lines.Text(), "delivered %d", &attempt); err == nil && reports != nil {
+				select {
+				case reports <- childReport{proc: i, gen: gen, attempt: attempt, at: time.Now()}:
+				default: // the test stopped reading
+				}
+			}
+		}
+	}()
+	p.cmds[i] = cmd
+}
+
+// kill SIGKILLs child i, if it runs.
+func (p *schedulerProcs) kill(i int) {
+	if p.cmds[i] != nil {
+		_ = p.cmds[i].Process.Signal(syscall.SIGKILL)
+		_ = p.cmds[i].Wait()
+		p.cmds[i] = nil
+	}
 }
 
 // schedulerKillDuration is how long the instances are killed and restarted: 60 ticks of a
@@ -79,13 +180,6 @@ func TestSchedulersKilledAndRestartedPublishEachTickOnce(t *testing.T) {
 			t.Parallel()
 			b := be.start(t)
 			e := newSchedulerEnv(t, b)
-			kind, addrs := "redis", ""
-			switch c := b.client.(type) {
-			case *redis.ClusterClient:
-				kind, addrs = "cluster", strings.Join(c.Options().Addrs, ",")
-			case *redis.Client:
-				addrs = c.Options().Addr
-			}
 			seed := rand.Uint64()
 			t.Logf("seed %d", seed)
 			rng := rand.New(rand.NewPCG(seed, seed))
@@ -110,35 +204,7 @@ func TestSchedulersKilledAndRestartedPublishEachTickOnce(t *testing.T) {
 				}
 			}()
 
-			instances := make([]*exec.Cmd, 5)
-			start := func(i int) {
-				cmd := exec.Command(os.Args[0], "-test.run=^$")
-				cmd.Env = append(os.Environ(), schedulerChildEnv+"="+kind+" "+addrs+" "+e.prefix)
-				cmd.Stderr = os.Stderr
-				out, err := cmd.StdoutPipe()
-				require.NoError(t, err)
-				require.NoError(t, cmd.Start())
-				line, err := bufio.NewReader(out).ReadString('\n')
-				require.NoError(t, err, "instance %d did not start", i)
-				require.Equal(t, "ready\n", line)
-				go func() { _, _ = bufio.NewReader(out).WriteTo(discard{}) }()
-				instances[i] = cmd
-			}
-			kill := func(i int) {
-				if instances[i] != nil {
-					_ = instances[i].Process.Signal(syscall.SIGKILL)
-					_ = instances[i].Wait()
-					instances[i] = nil
-				}
-			}
-			t.Cleanup(func() {
-				for i := range instances {
-					kill(i)
-				}
-			})
-			for i := range instances {
-				start(i)
-			}
+			procs := startSchedulerProcs(t, b, e.prefix, schedulerKillLease, 5, nil)
 			s := e.scheduler(t, nil)
 			_, err := s.Put(context.Background(), redisdelay.Schedule{Name: "kill", Spec: "@every 1s", Topic: "ticks"})
 			require.NoError(t, err)
@@ -147,11 +213,11 @@ func TestSchedulersKilledAndRestartedPublishEachTickOnce(t *testing.T) {
 			kills := 0
 			for time.Now().Before(end) {
 				time.Sleep(300*time.Millisecond + time.Duration(rng.Int64N(int64(1200*time.Millisecond))))
-				i := rng.IntN(len(instances))
-				kill(i)
+				i := rng.IntN(len(procs.cmds))
+				procs.kill(i)
 				kills++
 				time.Sleep(time.Duration(rng.Int64N(int64(time.Second))))
-				start(i)
+				procs.start(i)
 			}
 			// The ticks of the kill period, from the first message on: each is in by its time
 			// plus a lease (its instance killed mid-tick) plus slack.
@@ -193,7 +259,7 @@ func TestSchedulersKilledAndRestartedPublishEachTickOnce(t *testing.T) {
 			}
 			slices.Sort(lateness)
 			t.Logf("%s: %d instances, %d kills, %d ticks, %d received, %d duplicates, %d missing; lateness p50 %s, p99 %s, max %s",
-				be.name, len(instances), kills, want, len(lateness), duplicates, len(missing), lateness[len(lateness)/2], lateness[len(lateness)*99/100], lateness[len(lateness)-1])
+				be.name, len(procs.cmds), kills, want, len(lateness), duplicates, len(missing), lateness[len(lateness)/2], lateness[len(lateness)*99/100], lateness[len(lateness)-1])
 			assert.Empty(t, missing, "ticks never published")
 			assert.Zero(t, duplicates, "ticks published more than once")
 			assert.Len(t, byTick, want)
@@ -204,3 +270,151 @@ func TestSchedulersKilledAndRestartedPublishEachTickOnce(t *testing.T) {
 type discard struct{}
 
 func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// schedKillSecondsEnv sets how many seconds TestKilledSchedulerNeitherSkipsNorDuplicatesATick
+// kills Schedulers for (default 12; at least a lease and 2 s, so that a tick is cut short and
+// acted on again within it).
+const schedKillSecondsEnv = "REDISDELAY_SCHED_KILL_SECONDS"
+
+// TestKilledSchedulerNeitherSkipsNorDuplicatesATick runs 3 Scheduler processes on an `@every
+// 1s` schedule, for each overlap policy and a lease of 0.4 s, 1 s and 10 s (all shorter than
+// the catch-up window, 1 min), and SIGKILLs the process that was handed a tick message 0.5 to
+// 5 ms after it was (restarting it at once): every tick of the kill period arrives exactly
+// once, none before its time, and the schedule's Published and Skipped count what arrived.
+func TestKilledSchedulerNeitherSkipsNorDuplicatesATick(t *testing.T) {
+	base := 12 * time.Second
+	if s := os.Getenv(schedKillSecondsEnv); s != "" {
+		n, err := strconv.Atoi(s)
+		require.NoError(t, err, "%s=%q", schedKillSecondsEnv, s)
+		base = time.Duration(n) * time.Second
+	}
+	for _, policy := range []redisdelay.OverlapPolicy{redisdelay.OverlapAllowAll, redisdelay.OverlapSkip, redisdelay.OverlapBufferOne} {
+		for _, lease := range []time.Duration{400 * time.Millisecond, time.Second, 10 * time.Second} {
+			t.Run(fmt.Sprintf("%s/lease=%s", policy, lease), func(t *testing.T) {
+				t.Parallel()
+				killTicks(t, policy, lease, max(base, lease+2*time.Second))
+			})
+		}
+	}
+}
+
+// killTicks is one case of TestKilledSchedulerNeitherSkipsNorDuplicatesATick.
+func killTicks(t *testing.T, policy redisdelay.OverlapPolicy, lease, period time.Duration) {
+	b := realRedis(t)
+	e := newSchedulerEnv(t, b)
+	audit := auditTicks(t, e.subscribe(t, "ticks", "audit"))
+	reports := make(chan childReport, 64)
+	procs := startSchedulerProcs(t, b, e.prefix, lease, 3, reports)
+	sch := redisdelay.Schedule{Name: "kill", Spec: "@every 1s", Topic: "ticks", Overlap: policy}
+	_, err := e.scheduler(t, nil).Put(context.Background(), sch)
+	require.NoError(t, err)
+	info, err := e.inspector(t).Schedule(context.Background(), "kill")
+	require.NoError(t, err)
+	firsts, err := sch.NextTicks(info.Created, 1)
+	require.NoError(t, err)
+	first := firsts[0]
+
+	kills, reacted := killActing(procs, reports, time.Now().Add(period))
+	end := time.Now()
+	// Each tick up to the end of the kill period arrives by then plus a lease (its Scheduler
+	// killed mid-tick) plus slack; the schedule's counts cover the ticks before its pending one.
+	inRange := func(upTo time.Time) (ticks, received, missing, duplicates int) { return audit.count(first, upTo) }
+	assert.Eventually(t, func() bool {
+		_, _, missing, _ := inRange(end)
+		return missing == 0
+	}, lease+10*time.Second, 10*time.Millisecond, "every tick of the kill period arrives")
+	ticks, _, missing, duplicates := inRange(end)
+	for len(reports) > 0 { // tick messages handed out again after the kill period
+		if r := <-reports; r.attempt > 1 {
+			reacted++
+		}
+	}
+	var counted, received int
+	assert.Eventually(t, func() bool {
+		if info, err = e.inspector(t).Schedule(context.Background(), "kill"); err != nil {
+			return false
+		}
+		counted, received, _, _ = inRange(info.Pending.Add(-time.Second))
+		return received == int(info.Published)
+	}, 5*time.Second, 10*time.Millisecond, "the ticks before the pending one that Published counts arrive")
+	t.Logf("%s, lease %s: %d kills, %d tick messages acted on again; %d ticks, %d missing, %d duplicated; "+
+		"%d ticks before the pending one: %d received, Published %d, Skipped %d",
+		policy, lease, kills, reacted, ticks, missing, duplicates, counted, received, info.Published, info.Skipped)
+	assert.Positive(t, reacted, "a kill cut a tick short")
+	assert.Zero(t, missing, "ticks never published")
+	assert.Zero(t, duplicates, "ticks published more than once")
+	audit.mu.Lock()
+	assert.Empty(t, audit.early, "ticks received before their time")
+	audit.mu.Unlock()
+	assert.Equal(t, int64(received), info.Published, "Published counts the ticks received")
+	assert.Equal(t, int64(counted-received), info.Skipped, "Skipped counts the ticks not received")
+}
+
+// tickAudit records the ticks a consumer group receives.
+type tickAudit struct {
+	mu    sync.Mutex
+	got   map[int64]int // tick (Unix ms) -> deliveries
+	early []time.Time   // ticks received before their time
+}
+
+// auditTicks acks and records every message of msgs.
+func auditTicks(t *testing.T, msgs <-chan *message.Message) *tickAudit {
+	a := &tickAudit{got: map[int64]int{}}
+	go func() {
+		for msg := range msgs {
+			tick := tickOf(t, msg)
+			a.mu.Lock()
+			a.got[tick.UnixMilli()]++
+			if time.Now().Before(tick) {
+				a.early = append(a.early, tick)
+			}
+			a.mu.Unlock()
+			msg.Ack()
+		}
+	}()
+	return a
+}
+
+// count counts the 1-second ticks from first to upTo, those received, those missing and the
+// deliveries beyond the first.
+func (a *tickAudit) count(first, upTo time.Time) (ticks, received, missing, duplicates int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for tick := first; !tick.After(upTo); tick = tick.Add(time.Second) {
+		ticks++
+		switch n := a.got[tick.UnixMilli()]; {
+		case n == 0:
+			missing++
+		case n > 1:
+			duplicates += n - 1
+		}
+		received += min(a.got[tick.UnixMilli()], 1)
+	}
+	return ticks, received, missing, duplicates
+}
+
+// killActing SIGKILLs, until end, the child that reports being handed a tick message's first
+// attempt, 0.5 to 5 ms after it did, and restarts it. It returns the kills and the number of
+// tick messages handed out again (a kill cut their tick short).
+func killActing(procs *schedulerProcs, reports chan childReport, end time.Time) (kills, reacted int) {
+	for {
+		var r childReport
+		select {
+		case r = <-reports:
+		case <-time.After(time.Until(end)):
+			return kills, reacted
+		}
+		if r.attempt > 1 {
+			reacted++
+			continue
+		}
+		delay := 500*time.Microsecond + rand.N(4500*time.Microsecond)
+		if r.gen != procs.gens[r.proc] || time.Since(r.at) > delay {
+			continue // restarted since, or read too late to kill at that moment
+		}
+		time.Sleep(time.Until(r.at.Add(delay)))
+		procs.kill(r.proc)
+		kills++
+		procs.start(r.proc)
+	}
+}

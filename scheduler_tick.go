@@ -123,8 +123,11 @@ func (s *Scheduler) act(ctx context.Context, msg *message.Message) {
 		return
 	}
 	fields := watermill.LogFields{"schedule": tp.Name, "tick": time.UnixMilli(tp.Tick).UTC()}
+	// A later attempt means that an earlier one was cut short: its Scheduler died, was cut off
+	// from Redis or failed (see SchedulerConfig.LeaseTimeout).
+	attempt, _ := strconv.Atoi(msg.Metadata.Get(AttemptMetadataKey))
 	// A tick under way is finished even when Run is stopping (bounded by OperationTimeout).
-	err := s.actOn(context.WithoutCancel(ctx), tp)
+	err := s.actOn(context.WithoutCancel(ctx), tp, attempt > 1)
 	var wait *predecessorHeld
 	switch {
 	case errors.As(err, &wait):
@@ -144,7 +147,8 @@ type predecessorHeld struct{}
 func (predecessorHeld) Error() string { return "the previous tick's message is still held" }
 
 // actOn reads the schedule's state and acts on tick message tp: nothing when it is stale.
-func (s *Scheduler) actOn(ctx context.Context, tp tickPayload) error {
+// resumed says that an earlier attempt at it was cut short.
+func (s *Scheduler) actOn(ctx context.Context, tp tickPayload, resumed bool) error {
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
 	states, nowUs, err := s.store.ScheduleStates(ctx, s.tickPart, tp.Name)
@@ -166,7 +170,7 @@ func (s *Scheduler) actOn(ctx context.Context, tp tickPayload) error {
 	if st.Fields["next"] != strconv.FormatInt(tp.Tick, 10) {
 		return nil // moved past, paused or a second delivery: stale
 	}
-	return s.fire(ctx, st, c, time.UnixMilli(tp.Tick), now)
+	return s.fire(ctx, st, c, time.UnixMilli(tp.Tick), now, resumed)
 }
 
 // dueTicks returns the ticks from tick to now to publish, how many were skipped as late, and
@@ -208,20 +212,25 @@ func (c *compiledSchedule) prearmed() bool { return c.Overlap == OverlapAllowAll
 
 // fire acts on the schedule's pending tick, which fell due: it publishes the messages of the
 // ticks due by now, as the catch-up and overlap policies allow, and arms the next tick (with a
-// prearmed schedule, also storing its message ahead).
-func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compiledSchedule, tick, now time.Time) error {
+// prearmed schedule, also storing its message ahead). resumed says that an earlier attempt at
+// the tick was cut short (see SchedulerConfig.LeaseTimeout).
+func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compiledSchedule, tick, now time.Time, resumed bool) error {
 	ver := st.Fields["ver"]
 	a := store.Advance{Mode: store.AdvanceTick, Version: ver, ExpectMs: tick.UnixMilli(), Next: "", Outcome: string(TickSkippedLate)}
 	// The ticks due by now whose messages are not stored yet: with a prearmed schedule, those
-	// after the tick, whose message was stored ahead.
+	// after the tick, whose message was stored ahead; resumed, the tick is owed and the
+	// catch-up policy applies to those after it.
 	from := tick
-	if c.prearmed() {
+	if c.prearmed() || resumed {
 		from = c.next(tick)
 	}
 	var publish []time.Time
 	next := from
 	if !from.IsZero() && !from.After(now) {
 		publish, a.Skipped, next = c.dueTicks(from, now)
+	}
+	if resumed && !c.prearmed() {
+		publish = c.owe(tick, now, publish, &a.Skipped)
 	}
 	jitter := c.jitter()
 	var msgs []store.Outgoing
@@ -235,7 +244,7 @@ func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compile
 	if c.prearmed() {
 		return s.firePrearmed(ctx, c, a, msgs, tick, now, publish, next, jitter)
 	}
-	publish, msgs, err := s.overlap(ctx, st, c, &a, publish, msgs, now)
+	publish, msgs, err := s.overlap(ctx, st, c, &a, publish, msgs, now, resumed)
 	if err != nil {
 		return err
 	}
@@ -250,28 +259,51 @@ func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compile
 	return err
 }
 
+// owe puts tick, the tick of a resumed tick message, before the ticks due after it (publish),
+// or counts it skipped when it is older than the catch-up window.
+func (c *compiledSchedule) owe(tick, now time.Time, publish []time.Time, skipped *int) []time.Time {
+	if tick.Before(now.Add(-c.CatchUpWindow)) {
+		*skipped++
+		return publish
+	}
+	return append([]time.Time{tick}, publish...)
+}
+
 // overlap applies the overlap policy (OverlapSkip or OverlapBufferOne) to the ticks due: one at
 // most is published (the latest; the others overlap it), and none while the previous tick's
-// message is held: skipped, or held back (a recheck message joins msgs). It records its
-// decision in a and returns the ticks to publish and the messages to arm.
-func (s *Scheduler) overlap(ctx context.Context, st store.ScheduleState, c *compiledSchedule, a *store.Advance, publish []time.Time, msgs []store.Outgoing, now time.Time) ([]time.Time, []store.Outgoing, error) {
+// message is held: skipped, or held back (a recheck message joins msgs). Resumed (see
+// SchedulerConfig.LeaseTimeout), the ticks due are owed: all of them are published, unless the
+// previous tick's message is held. It records its decision in a and returns the ticks to publish and
+// the messages to arm.
+func (s *Scheduler) overlap(ctx context.Context, st store.ScheduleState, c *compiledSchedule, a *store.Advance, publish []time.Time, msgs []store.Outgoing, now time.Time, resumed bool) ([]time.Time, []store.Outgoing, error) {
 	if len(publish) == 0 {
 		return nil, msgs, nil
 	}
-	a.Skipped += len(publish) - 1
-	publish = publish[len(publish)-1:]
+	if !resumed {
+		a.Skipped += len(publish) - 1
+		publish = publish[len(publish)-1:]
+	}
 	held, err := s.held(ctx, c, st.Fields["last_key"])
+	if err == nil && held && resumed {
+		// The attempt cut short published the first owed tick only if it found the previous
+		// message finished; a finished message is held again only in a group registered since
+		// (the new-group window). Its decision stands: what it published is counted.
+		var published bool
+		published, err = s.published(ctx, c, publish[0])
+		held = !published
+	}
 	switch {
 	case err != nil:
 		return nil, nil, err
 	case held && (c.Overlap == OverlapSkip || st.Fields["buffered"] != ""):
-		a.Skipped, a.Outcome = a.Skipped+1, string(TickSkippedOverlap)
+		a.Skipped, a.Outcome = a.Skipped+len(publish), string(TickSkippedOverlap)
 		return nil, msgs, nil
-	case held: // OverlapBufferOne, nothing held back yet
+	case held: // OverlapBufferOne, nothing held back yet: the first is, the others overlap it
 		m, err := s.tickOutgoingAt(c.Name, a.Version, publish[0], now.Add(s.config.BufferRecheckInterval), tickKindBuffer)
 		if err != nil {
 			return nil, nil, err
 		}
+		a.Skipped += len(publish) - 1
 		a.Buffered, a.Outcome = strconv.FormatInt(publish[0].UnixMilli(), 10), string(TickBuffered)
 		return nil, append(msgs, m), nil
 	}
@@ -363,12 +395,7 @@ func (s *Scheduler) held(ctx context.Context, c *compiledSchedule, key string) (
 	if key == "" {
 		return false, nil
 	}
-	part := store.Partition{Topic: c.Topic, N: keyPartition(key, s.config.Publisher.Partitions)}
-	groups, err := s.store.Groups(ctx, part)
-	if err != nil {
-		return false, err
-	}
-	st, err := s.store.Status(ctx, part, key, groups)
+	st, err := s.keyStatus(ctx, c, key)
 	if err != nil {
 		return false, err
 	}
@@ -378,6 +405,32 @@ func (s *Scheduler) held(ctx context.Context, c *compiledSchedule, key string) (
 		}
 	}
 	return false, nil
+}
+
+// published reports whether the message of tick was published: a message with its TickKey
+// lives, or some group holds or remembers one (within TickKeyRetention of its end).
+func (s *Scheduler) published(ctx context.Context, c *compiledSchedule, tick time.Time) (bool, error) {
+	st, err := s.keyStatus(ctx, c, TickKey(c.Name, tick))
+	if err != nil || st.Live {
+		return st.Live, err
+	}
+	for _, g := range st.Groups {
+		if g.State != store.KeyUnknown {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// keyStatus reads where each consumer group of the schedule's topic stands with the message of
+// key.
+func (s *Scheduler) keyStatus(ctx context.Context, c *compiledSchedule, key string) (store.KeyStatus, error) {
+	part := store.Partition{Topic: c.Topic, N: keyPartition(key, s.config.Publisher.Partitions)}
+	groups, err := s.store.Groups(ctx, part)
+	if err != nil {
+		return store.KeyStatus{}, err
+	}
+	return s.store.Status(ctx, part, key, groups)
 }
 
 // publishBuffered publishes the tick held back by OverlapBufferOne once its predecessor is
