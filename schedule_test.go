@@ -84,6 +84,7 @@ func TestSchedulerPublishesDaylightSavingTicks(t *testing.T) {
 			in := e.inspector(t)
 			for i, want := range c.want {
 				tick := utc(want)
+				jumped := time.Now()
 				b.miniredis.SetTime(tick.Add(100 * time.Millisecond))
 				// A Scheduler started after the jump reads the new clock from its first claim.
 				s := e.scheduler(t, func(cfg *redisdelay.SchedulerConfig) { cfg.Concurrency = 1 })
@@ -91,6 +92,10 @@ func TestSchedulerPublishesDaylightSavingTicks(t *testing.T) {
 				done := make(chan error, 1)
 				go func() { done <- s.Run(runCtx) }()
 				require.Eventually(t, func() bool {
+					// miniredis's clock stands still unless set: it moves on with real time from
+					// the jump, so that a lease (of a call cut short by the Scheduler's
+					// OperationTimeout on a loaded machine) expires as it would on Redis.
+					b.miniredis.SetTime(tick.Add(100*time.Millisecond + time.Since(jumped)))
 					info, err := in.Schedule(ctx, "dst")
 					if err != nil { // the condition runs in a goroutine of its own: no require here
 						return false
