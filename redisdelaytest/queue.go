@@ -85,37 +85,12 @@ type Queue struct {
 // it with t.Cleanup. An invalid config fails the test.
 func New(t TB, opts Options) *Queue {
 	t.Helper()
-	if opts.Start.IsZero() {
-		opts.Start = DefaultStart
-	}
-	if opts.SettleTimeout == 0 {
-		opts.SettleTimeout = DefaultSettleTimeout
-	}
-	if opts.Logger == nil {
-		opts.Logger = watermill.NopLogger{}
-	}
-	partitions := max(opts.Publisher.Partitions, opts.Subscriber.Partitions, 1)
-	opts.Publisher.Partitions, opts.Subscriber.Partitions = partitions, partitions
-	if opts.Subscriber.KeyPrefix == "" {
-		opts.Subscriber.KeyPrefix = opts.Publisher.KeyPrefix
-	}
-	if opts.Subscriber.KeyPrefix == "" {
-		opts.Subscriber.KeyPrefix = redisdelay.DefaultKeyPrefix
-	}
-	opts.Publisher.KeyPrefix = opts.Subscriber.KeyPrefix
-	if opts.Subscriber.Marshaler == nil {
-		if m, ok := opts.Publisher.Marshaler.(redisdelay.MarshalerUnmarshaler); ok {
-			opts.Subscriber.Marshaler = m
-		}
-	}
-
+	opts = opts.withDefaults()
 	mr := miniredis.NewMiniRedis()
 	if err := mr.Start(); err != nil {
 		t.Fatalf("redisdelaytest: start miniredis: %v", err)
 	}
-	opts.Start = opts.Start.Truncate(time.Microsecond)
-	now := opts.Start
-	mr.SetTime(now)
+	mr.SetTime(opts.Start)
 	mr.ClockTTL(true) // key retention and the publish call tokens expire on the virtual clock
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
 	q := &Queue{
@@ -123,7 +98,7 @@ func New(t TB, opts Options) *Queue {
 		opts:        opts,
 		mr:          mr,
 		client:      client,
-		now:         now,
+		now:         opts.Start,
 		store:       store.New(client, opts.Subscriber.KeyPrefix, store.Options{}),
 		subscribers: map[string]*Subscriber{},
 		groups:      map[topicGroup]*groupState{},
@@ -131,26 +106,71 @@ func New(t TB, opts Options) *Queue {
 		events:      make(chan struct{}, 1),
 	}
 	t.Cleanup(q.close)
+	q.publisher = q.newPublisher()
+	q.inspector = q.newInspector()
+	return q
+}
 
-	pubCfg := opts.Publisher
-	pubCfg.Client = client
-	pub, err := redisdelay.NewPublisher(pubCfg, opts.Logger)
+// withDefaults returns o with its zero fields set to their defaults, Start truncated to the
+// microsecond, and what the Publisher and the Subscribers must agree on made one: the
+// partitions (the larger of the two, at least 1), the key prefix (the Subscriber's, else the
+// Publisher's, else redisdelay.DefaultKeyPrefix) and the marshaler (the Publisher's, when the
+// Subscriber has none and it unmarshals too).
+func (o Options) withDefaults() Options {
+	if o.Start.IsZero() {
+		o.Start = DefaultStart
+	}
+	o.Start = o.Start.Truncate(time.Microsecond)
+	if o.SettleTimeout == 0 {
+		o.SettleTimeout = DefaultSettleTimeout
+	}
+	if o.Logger == nil {
+		o.Logger = watermill.NopLogger{}
+	}
+	partitions := max(o.Publisher.Partitions, o.Subscriber.Partitions, 1)
+	o.Publisher.Partitions, o.Subscriber.Partitions = partitions, partitions
+	if o.Subscriber.KeyPrefix == "" {
+		o.Subscriber.KeyPrefix = o.Publisher.KeyPrefix
+	}
+	if o.Subscriber.KeyPrefix == "" {
+		o.Subscriber.KeyPrefix = redisdelay.DefaultKeyPrefix
+	}
+	o.Publisher.KeyPrefix = o.Subscriber.KeyPrefix
+	if o.Subscriber.Marshaler == nil {
+		if m, ok := o.Publisher.Marshaler.(redisdelay.MarshalerUnmarshaler); ok {
+			o.Subscriber.Marshaler = m
+		}
+	}
+	return o
+}
+
+// newPublisher returns the Queue's Publisher, on the virtual clock. An invalid config fails
+// the test.
+func (q *Queue) newPublisher() *redisdelay.Publisher {
+	q.t.Helper()
+	cfg := q.opts.Publisher
+	cfg.Client = q.client
+	pub, err := redisdelay.NewPublisher(cfg, q.opts.Logger)
 	if err != nil {
-		t.Fatalf("redisdelaytest: %v", err)
+		q.t.Fatalf("redisdelaytest: %v", err)
 	}
 	clock.Inject(pub, clock.Func(q.Now))
-	q.publisher = pub
+	return pub
+}
+
+// newInspector returns the Queue's Inspector. An invalid config fails the test.
+func (q *Queue) newInspector() *redisdelay.Inspector {
+	q.t.Helper()
 	insp, err := redisdelay.NewInspector(redisdelay.InspectorConfig{
-		Client:      client,
-		KeyPrefix:   opts.Subscriber.KeyPrefix,
-		Partitions:  opts.Publisher.Partitions,
-		Unmarshaler: opts.Subscriber.Marshaler,
-	}, opts.Logger)
+		Client:      q.client,
+		KeyPrefix:   q.opts.Subscriber.KeyPrefix,
+		Partitions:  q.opts.Publisher.Partitions,
+		Unmarshaler: q.opts.Subscriber.Marshaler,
+	}, q.opts.Logger)
 	if err != nil {
-		t.Fatalf("redisdelaytest: %v", err)
+		q.t.Fatalf("redisdelaytest: %v", err)
 	}
-	q.inspector = insp
-	return q
+	return insp
 }
 
 // close closes the subscribers, the publisher, the client and miniredis, in that order.

@@ -187,54 +187,66 @@ func (a *app) rootCommand() *cobra.Command {
 
 // connect builds the Redis client and the Inspector from the flags, and checks that Redis
 // answers a PING within --timeout: a wrong address is one error, errUnreachable, that names it.
-// A try of a command dials once (go-redis would dial five times, 100 ms apart, and wait after
-// the last); go-redis's retries of the command itself stay. Every call ends by its context's
-// deadline, --timeout (go-redis would wait for its ReadTimeout, 3 s, otherwise).
 func (a *app) connect() error {
 	if a.output != "table" && a.output != "json" {
 		return fmt.Errorf("--output is %q, want table or json", a.output)
 	}
-	var tlsConfig *tls.Config
-	if a.tls {
-		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	client, where, err := a.newClient()
+	if err != nil {
+		return err
 	}
-	var where string // the Redis and where its address came from, for errUnreachable
-	if len(a.cluster) > 0 {
-		a.client = redis.NewClusterClient(&redis.ClusterOptions{
-			Addrs: a.cluster, Username: a.username, Password: a.password, TLSConfig: tlsConfig,
-			DialerRetries: 1, DialerRetryTimeout: time.Millisecond, ContextTimeoutEnabled: true,
-		})
-		where = strings.Join(a.cluster, ",") + " (--cluster)"
-	} else {
-		addr, from := a.address()
-		opts := &redis.Options{Addr: addr}
-		if strings.Contains(addr, "://") {
-			var err error
-			if opts, err = redis.ParseURL(addr); err != nil {
-				return fmt.Errorf("%s: %w", from, err)
-			}
-		}
-		opts.DialerRetries, opts.DialerRetryTimeout, opts.ContextTimeoutEnabled = 1, time.Millisecond, true
-		where = fmt.Sprintf("%s (%s)", opts.Addr, from)
-		// Flags given explicitly win over the URL's.
-		if a.username != "" {
-			opts.Username = a.username
-		}
-		if a.password != "" {
-			opts.Password = a.password
-		}
-		if opts.TLSConfig == nil {
-			opts.TLSConfig = tlsConfig
-		}
-		a.client = redis.NewClient(opts)
-	}
-	var err error
+	a.client = client
 	a.in, err = redisdelay.NewInspector(redisdelay.InspectorConfig{
 		Client: a.client, KeyPrefix: a.prefix, Partitions: a.partitions, OperationTimeout: a.timeout,
 	}, nil)
 	if err != nil {
 		return err
 	}
+	return a.ping(where)
+}
+
+// newClient returns the client of the Redis that --cluster, or else the address (see address),
+// names, with --username, --password and --tls, and where: that Redis and where its address
+// came from, for errUnreachable. A try of a command dials once (go-redis would dial five
+// times, 100 ms apart, and wait after the last); go-redis's retries of the command itself
+// stay. Every call ends by its context's deadline, --timeout (go-redis would wait for its
+// ReadTimeout, 3 s, otherwise). A URL that does not parse is an error naming where it came
+// from.
+func (a *app) newClient() (client redis.UniversalClient, where string, err error) {
+	var tlsConfig *tls.Config
+	if a.tls {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	if len(a.cluster) > 0 {
+		return redis.NewClusterClient(&redis.ClusterOptions{
+			Addrs: a.cluster, Username: a.username, Password: a.password, TLSConfig: tlsConfig,
+			DialerRetries: 1, DialerRetryTimeout: time.Millisecond, ContextTimeoutEnabled: true,
+		}), strings.Join(a.cluster, ",") + " (--cluster)", nil
+	}
+	addr, from := a.address()
+	opts := &redis.Options{Addr: addr}
+	if strings.Contains(addr, "://") {
+		if opts, err = redis.ParseURL(addr); err != nil {
+			return nil, "", fmt.Errorf("%s: %w", from, err)
+		}
+	}
+	opts.DialerRetries, opts.DialerRetryTimeout, opts.ContextTimeoutEnabled = 1, time.Millisecond, true
+	// Flags given explicitly win over the URL's.
+	if a.username != "" {
+		opts.Username = a.username
+	}
+	if a.password != "" {
+		opts.Password = a.password
+	}
+	if opts.TLSConfig == nil {
+		opts.TLSConfig = tlsConfig
+	}
+	return redis.NewClient(opts), fmt.Sprintf("%s (%s)", opts.Addr, from), nil
+}
+
+// ping checks that Redis answers a PING within --timeout; its error wraps errUnreachable and
+// names where (the Redis and where its address came from).
+func (a *app) ping(where string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), a.timeout)
 	defer cancel()
 	if err := a.client.Ping(ctx).Err(); err != nil {

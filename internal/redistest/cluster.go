@@ -7,7 +7,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -125,8 +124,30 @@ func NewCluster(opts ClusterOptions) (*Cluster, error) {
 	return c, nil
 }
 
+// start starts the nodes, creates the cluster with redis-cli and waits until it is ready (see
+// checkReady), all within opts.ReadyTimeout.
 func (c *Cluster) start(bin, cli string, opts ClusterOptions) error {
-	deadline := time.Now().Add(opts.ReadyTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), opts.ReadyTimeout)
+	defer cancel()
+	if err := c.startNodes(bin, opts); err != nil {
+		return err
+	}
+	args := []string{"--cluster", "create"}
+	args = append(args, c.Addrs()...)
+	args = append(args, "--cluster-replicas", strconv.Itoa(ClusterReplicasPerMaster), "--cluster-yes")
+	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("redis-cli %s: %w\n%s", strings.Join(args, " "), err, out)
+	}
+	if err := waitUntil(ctx, c.checkReady); err != nil {
+		return fmt.Errorf("cluster not ready within %s: %w\nredis-cli output:\n%s", opts.ReadyTimeout, err, out)
+	}
+	return nil
+}
+
+// startNodes starts the cluster's nodes in parallel, each a redis-server in cluster mode, into
+// c.Nodes; its error joins those of every node that did not start.
+func (c *Cluster) startNodes(bin string, opts ClusterOptions) error {
 	const nodes = ClusterMasters * (1 + ClusterReplicasPerMaster)
 	var (
 		wg   sync.WaitGroup
@@ -149,23 +170,7 @@ func (c *Cluster) start(bin, cli string, opts ClusterOptions) error {
 		}()
 	}
 	wg.Wait()
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-
-	args := []string{"--cluster", "create"}
-	args = append(args, c.Addrs()...)
-	args = append(args, "--cluster-replicas", strconv.Itoa(ClusterReplicasPerMaster), "--cluster-yes")
-	ctx, cancel := context.WithDeadline(context.Background(), deadline)
-	defer cancel()
-	out, err := exec.CommandContext(ctx, cli, args...).CombinedOutput()
-	if err != nil {
-		return fmt.Errorf("redis-cli %s: %w\n%s", strings.Join(args, " "), err, out)
-	}
-	if err := c.waitReady(ctx); err != nil {
-		return fmt.Errorf("cluster not ready within %s: %w\nredis-cli output:\n%s", opts.ReadyTimeout, err, out)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // startNode starts node i, retrying a few times in case a free port was taken in between.
@@ -199,105 +204,6 @@ func (c *Cluster) startNode(bin string, i int, opts ClusterOptions) (*Server, er
 	return nil, err
 }
 
-// waitReady waits until every node reports cluster_state:ok, all slots assigned and all six
-// nodes known, sees three healthy masters with one replica each, and every replica's link to
-// its master is up.
-func (c *Cluster) waitReady(ctx context.Context) error {
-	for {
-		err := c.checkReady(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
-func (c *Cluster) checkReady(ctx context.Context) error {
-	want := len(c.Nodes)
-	for _, addr := range c.Addrs() {
-		cl := nodeClient(addr)
-		info, err := cl.ClusterInfo(ctx).Result()
-		if err != nil {
-			_ = cl.Close()
-			return fmt.Errorf("CLUSTER INFO on %s: %w", addr, err)
-		}
-		fields := infoFields(info)
-		if fields["cluster_state"] != "ok" || fields["cluster_slots_assigned"] != "16384" || fields["cluster_known_nodes"] != strconv.Itoa(want) {
-			_ = cl.Close()
-			return fmt.Errorf("node %s: cluster_state:%s cluster_slots_assigned:%s cluster_known_nodes:%s",
-				addr, fields["cluster_state"], fields["cluster_slots_assigned"], fields["cluster_known_nodes"])
-		}
-		out, err := cl.ClusterNodes(ctx).Result()
-		if err != nil {
-			_ = cl.Close()
-			return fmt.Errorf("CLUSTER NODES on %s: %w", addr, err)
-		}
-		if err := checkTopology(parseClusterNodes(out)); err != nil {
-			_ = cl.Close()
-			return fmt.Errorf("CLUSTER NODES on %s: %w", addr, err)
-		}
-		repl, err := cl.Info(ctx, "replication").Result()
-		_ = cl.Close()
-		if err != nil {
-			return fmt.Errorf("INFO replication on %s: %w", addr, err)
-		}
-		rf := infoFields(repl)
-		if rf["role"] == "slave" && rf["master_link_status"] != "up" {
-			return fmt.Errorf("replica %s: master_link_status:%s", addr, rf["master_link_status"])
-		}
-	}
-	return nil
-}
-
-// checkTopology reports whether one node's view of the cluster has the expected shape: every
-// node healthy, ClusterMasters masters and each with ClusterReplicasPerMaster replicas.
-func checkTopology(nodes []clusterNode) error {
-	replicas := map[string]int{}
-	masters := 0
-	for _, n := range nodes {
-		switch {
-		case n.failed() || n.is("handshake"):
-			return fmt.Errorf("node %s has flags %s", n.addr, strings.Join(n.flags, ","))
-		case n.is("master"):
-			masters++
-		case n.is("slave"):
-			replicas[n.masterID]++
-		}
-	}
-	if masters != ClusterMasters {
-		return fmt.Errorf("%d masters, want %d", masters, ClusterMasters)
-	}
-	for _, n := range nodes {
-		if n.is("master") && replicas[n.id] != ClusterReplicasPerMaster {
-			return fmt.Errorf("master %s has %d replicas, want %d", n.addr, replicas[n.id], ClusterReplicasPerMaster)
-		}
-	}
-	return nil
-}
-
-// infoFields parses the "key:value" lines of an INFO or CLUSTER INFO reply.
-func infoFields(s string) map[string]string {
-	m := map[string]string{}
-	for _, line := range strings.Split(s, "\n") {
-		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
-			m[k] = v
-		}
-	}
-	return m
-}
-
-// nodeClient is a plain client for one node, for administrative commands.
-func nodeClient(addr string) *redis.Client {
-	return redis.NewClient(&redis.Options{
-		Addr: addr, MaxRetries: -1,
-		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
-	})
-}
-
 // Addrs returns the "127.0.0.1:port" addresses of all six nodes, killed ones included, in the
 // order of Nodes.
 func (c *Cluster) Addrs() []string {
@@ -328,104 +234,6 @@ func (c *Cluster) Client(t testing.TB) *redis.ClusterClient {
 	cl := redis.NewClusterClient(c.ClientOptions())
 	t.Cleanup(func() { _ = cl.Close() })
 	return cl
-}
-
-// clusterNode is one line of CLUSTER NODES.
-type clusterNode struct {
-	id, addr, masterID string
-	flags              []string
-}
-
-func (n clusterNode) is(flag string) bool { return slices.Contains(n.flags, flag) }
-
-// failed reports whether the cluster considers the node down (or possibly down).
-func (n clusterNode) failed() bool { return n.is("fail") || n.is("fail?") || n.is("noaddr") }
-
-// nodes returns CLUSTER NODES as seen by the first node still alive.
-func (c *Cluster) nodes(ctx context.Context) ([]clusterNode, error) {
-	var lastErr error = errors.New("every node was killed")
-	for _, addr := range c.Addrs() {
-		c.mu.Lock()
-		killed := c.killed[addr]
-		c.mu.Unlock()
-		if killed {
-			continue
-		}
-		cl := nodeClient(addr)
-		out, err := cl.ClusterNodes(ctx).Result()
-		_ = cl.Close()
-		if err != nil {
-			lastErr = fmt.Errorf("CLUSTER NODES on %s: %w", addr, err)
-			continue
-		}
-		return parseClusterNodes(out), nil
-	}
-	return nil, lastErr
-}
-
-// parseClusterNodes parses the CLUSTER NODES format:
-// <id> <ip:port@cport[,hostname]> <flags> <master id or -> <ping-sent> <pong-recv> <epoch> <link> <slot>...
-func parseClusterNodes(out string) []clusterNode {
-	var nodes []clusterNode
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 8 {
-			continue
-		}
-		addr, _, _ := strings.Cut(f[1], "@")
-		addr, _, _ = strings.Cut(addr, ",")
-		nodes = append(nodes, clusterNode{id: f[0], addr: addr, flags: strings.Split(f[2], ","), masterID: f[3]})
-	}
-	return nodes
-}
-
-// Masters returns the addresses of the current masters that the cluster does not consider
-// failed, sorted, as reported by CLUSTER NODES on a live node. After a failover the promoted
-// replica appears here and the killed master does not.
-func (c *Cluster) Masters() ([]string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	nodes, err := c.nodes(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var masters []string
-	for _, n := range nodes {
-		if n.is("master") && !n.failed() {
-			masters = append(masters, n.addr)
-		}
-	}
-	slices.Sort(masters)
-	return masters, nil
-}
-
-// ReplicaOf returns the address of a replica of the master at masterAddr that the cluster does
-// not consider failed, from CLUSTER NODES on a live node.
-func (c *Cluster) ReplicaOf(masterAddr string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	nodes, err := c.nodes(ctx)
-	if err != nil {
-		return "", err
-	}
-	var masterID string
-	for _, n := range nodes {
-		if n.addr == masterAddr {
-			if !n.is("master") {
-				return "", fmt.Errorf("redistest: %s is not a master (flags %s)", masterAddr, strings.Join(n.flags, ","))
-			}
-			masterID = n.id
-		}
-	}
-	if masterID == "" {
-		return "", fmt.Errorf("redistest: %s is not a node of the cluster", masterAddr)
-	}
-	for _, n := range nodes {
-		if n.masterID == masterID && n.is("slave") && !n.failed() {
-			return n.addr, nil
-		}
-	}
-	return "", fmt.Errorf("redistest: master %s has no healthy replica", masterAddr)
 }
 
 // Node returns the server listening on addr, or nil.

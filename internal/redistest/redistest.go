@@ -265,3 +265,38 @@ func (s *Server) Client(t testing.TB) *redis.Client {
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
+
+// infoFields parses the "key:value" lines of an INFO or CLUSTER INFO reply.
+func infoFields(s string) map[string]string {
+	m := map[string]string{}
+	for _, line := range strings.Split(s, "\n") {
+		if k, v, ok := strings.Cut(strings.TrimSpace(line), ":"); ok {
+			m[k] = v
+		}
+	}
+	return m
+}
+
+// nodeClient is a plain client for one node, for administrative commands.
+func nodeClient(addr string) *redis.Client {
+	return redis.NewClient(&redis.Options{
+		Addr: addr, MaxRetries: -1,
+		DialTimeout: 500 * time.Millisecond, ReadTimeout: time.Second, WriteTimeout: time.Second,
+	})
+}
+
+// waitUntil calls check every 50 ms until it returns nil, or returns its last error when ctx
+// ends.
+func waitUntil(ctx context.Context, check func(context.Context) error) error {
+	for {
+		err := check(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}

@@ -214,22 +214,6 @@ func replicaInSync(ctx context.Context, addr string) error {
 	return nil
 }
 
-// waitUntil calls check every 50 ms until it returns nil, or returns its last error when ctx
-// ends.
-func waitUntil(ctx context.Context, check func(context.Context) error) error {
-	for {
-		err := check(ctx)
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-}
-
 // SentinelAddrs returns the "127.0.0.1:port" addresses of the three sentinels.
 func (s *Sentinel) SentinelAddrs() []string {
 	addrs := make([]string, len(s.Sentinels))
