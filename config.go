@@ -114,9 +114,9 @@ type PublisherConfig struct {
 	// (Watermill's LoggerAdapter has no warn level). Where CONFIG is not allowed (managed
 	// Redis), the check is logged at info level and skipped.
 	AllowEvictingRedis bool
-	// Metrics records this Publisher's publishes and script durations; none when nil. See
-	// NewMetrics.
-	Metrics *Metrics
+	// Metrics receives this Publisher's publishes and script durations (see Metrics); none
+	// when nil. metrics.New, in the metrics package, gives the Prometheus ones.
+	Metrics Metrics
 	// Batching configures keyed batching per topic: messages published to such a topic with a
 	// batch key (WithBatchKey) join that key's open batch, released as one message (see
 	// BatchConfig and UnpackBatch). A batch key on another topic is refused.
@@ -317,9 +317,10 @@ type SubscriberConfig struct {
 	// AllowEvictingRedis lets the Subscriber work on a Redis whose maxmemory-policy evicts
 	// keys; see PublisherConfig.AllowEvictingRedis.
 	AllowEvictingRedis bool
-	// Metrics records this Subscriber's claims, lateness, acks, nacks, expired leases, expired
-	// deadlines (OnExpired), dead letters and script durations; none when nil. See NewMetrics.
-	Metrics *Metrics
+	// Metrics receives this Subscriber's claims, lateness, acks, nacks, expired leases, expired
+	// deadlines (OnExpired), dead letters and script durations (see Metrics); none when nil.
+	// metrics.New, in the metrics package, gives the Prometheus ones.
+	Metrics Metrics
 	// NewGroupWindow is how long, on the Redis clock, a topic partition keeps its messages for
 	// the groups that register shortly after its first one: when this subscriber registers the
 	// first group of a partition, the partition keeps the messages published before it (parked)
@@ -340,8 +341,8 @@ type SubscriberConfig struct {
 	// DeliverWithinMetadataKey; compared with the Redis clock of the claim): the message is not
 	// handed out, and is moved to the dead-letter topic with DeadLetterReasonExpired
 	// (ExpiryActionDeadLetter, the default when empty) or acked and dropped (ExpiryActionDrop).
-	// Either way expired_total counts it (see NewMetrics) and it is logged. Later attempts of a
-	// message claimed in time are delivered whatever their deadline.
+	// Either way it is reported to Metrics.Expired and logged. Later attempts of a message
+	// claimed in time are delivered whatever their deadline.
 	OnExpired ExpiryAction
 }
 
