@@ -168,7 +168,7 @@ func (s *partitionConsumer) expireIfLate(c *claimed, msg *message.Message) bool 
 		"claimed_at":   time.UnixMicro(c.claimedUs).UTC().Format(deadlineLayout),
 		"action":       string(action),
 	})
-	done := true
+	done := true // false when dead-lettering failed: the retry after the lease reports it
 	if action == ExpiryActionDrop {
 		s.book.acked(c)
 	} else {
