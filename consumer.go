@@ -79,6 +79,8 @@ type partitionConsumer struct {
 	// subscription registered while it was open; zero when there is nothing to clean up. From
 	// then on the claim loop drops what the window left (see closeWindow).
 	windowEnd time.Time
+	// lateness is the buffer that recordClaim reuses for each claim's lateness.
+	lateness []time.Duration
 }
 
 // newPartitionConsumer returns the consumer of one partition of topic for one Subscribe call.
@@ -200,7 +202,9 @@ func (s *partitionConsumer) claimTurn(watch *wake.Watch) bool {
 // loop registers the group again.
 func (s *partitionConsumer) registrationLost(err error) {
 	s.logger.Error("Redis lost its data, the consumer group's registration with it: registering the group again; messages stored before the loss are gone", err, watermill.LogFields{"partition": s.partition, "acks_forgotten": len(s.book.acks)})
-	s.cfg.Metrics.registrationLost(s.topic, s.group)
+	if m := s.cfg.Metrics; m != nil {
+		m.RegistrationLost(s.topic, s.group)
+	}
 	s.book.clear()
 	s.forgetTopic()
 	s.epoch, s.windowEnd = "", time.Time{}
@@ -217,7 +221,7 @@ func (s *partitionConsumer) claimNext() (store.ClaimResult, time.Time, time.Time
 		return res, sent, time.Time{}, err
 	}
 	s.claim.Token = store.NewToken()
-	s.cfg.Metrics.claim(s.topic, s.group, res)
+	recordClaim(s.cfg.Metrics, s.topic, s.group, res, &s.lateness)
 	s.acksConfirmed(res.RefusedAcks)
 	if res.Dropped > 0 {
 		s.logger.Error("Dropped due entries that were malformed or whose stored message had vanished", nil, watermill.LogFields{"dropped": res.Dropped})

@@ -11,7 +11,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/ThreeDotsLabs/watermill/pubsub/gochannel"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -65,21 +64,13 @@ func forEachDataLoss(t *testing.T, base string, f func(t *testing.T, b backend, 
 }
 
 // lossWatch is a Subscriber's metrics, to see when a subscription found its registration lost.
-type lossWatch struct {
-	registry *prometheus.Registry
-	metrics  *redisdelay.Metrics
-}
+type lossWatch struct{ metrics *hookRecorder }
 
-func newLossWatch(t *testing.T) lossWatch {
-	registry := prometheus.NewRegistry()
-	m, err := redisdelay.NewMetrics(redisdelay.MetricsConfig{Registerer: registry})
-	require.NoError(t, err)
-	return lossWatch{registry: registry, metrics: m}
-}
+func newLossWatch(*testing.T) lossWatch { return lossWatch{metrics: newHookRecorder()} }
 
 // lost returns how many times subscriptions of group on topic registered again after a loss.
-func (w lossWatch) lost(t *testing.T, topic, group string) float64 {
-	return counterValue(t, w.registry, "redisdelay_registrations_lost_total", map[string]string{"topic": topic, "consumer_group": group})
+func (w lossWatch) lost(_ *testing.T, topic, group string) int {
+	return w.metrics.count(hook{"registration_lost", topic, group, ""})
 }
 
 // watched returns a config edit that counts into w and rechecks often, so that a subscription

@@ -79,7 +79,9 @@ func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reas
 	case err != nil:
 		s.logger.Error("Dead-lettering failed; the message is retried after its lease expires", err, fields)
 	default:
-		s.cfg.Metrics.deadLetter(s.topic, s.group, reason)
+		if m := s.cfg.Metrics; m != nil {
+			m.DeadLettered(s.topic, s.group, reason)
+		}
 		s.logger.Info("Message moved to the dead-letter topic", fields)
 		return true
 	}

@@ -168,13 +168,14 @@ func (s *partitionConsumer) expireIfLate(c *claimed, msg *message.Message) bool 
 		"claimed_at":   time.UnixMicro(c.claimedUs).UTC().Format(deadlineLayout),
 		"action":       string(action),
 	})
+	done := true // false when dead-lettering failed: the retry after the lease reports it
 	if action == ExpiryActionDrop {
 		s.book.acked(c)
-		s.cfg.Metrics.expired(s.topic, s.group, action)
-		return true
+	} else {
+		done = s.deadLetter(c, msg, DeadLetterReasonExpired)
 	}
-	if s.deadLetter(c, msg, DeadLetterReasonExpired) {
-		s.cfg.Metrics.expired(s.topic, s.group, action)
+	if m := s.cfg.Metrics; m != nil && done {
+		m.Expired(s.topic, s.group, action)
 	}
 	return true
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -50,17 +49,9 @@ func waitRedisPast(t *testing.T, b backend, deadline time.Time) {
 	}
 }
 
-// deadlineMetrics returns metrics on a registry of their own.
-func deadlineMetrics(t *testing.T) (*redisdelay.Metrics, *prometheus.Registry) {
-	registry := prometheus.NewRegistry()
-	m, err := redisdelay.NewMetrics(redisdelay.MetricsConfig{Registerer: registry})
-	require.NoError(t, err)
-	return m, registry
-}
-
-// expiredCount reads redisdelay_expired_total of topic and group for action.
-func expiredCount(t *testing.T, registry *prometheus.Registry, topic, group string, action redisdelay.ExpiryAction) float64 {
-	return counterValue(t, registry, "redisdelay_expired_total", map[string]string{"topic": topic, "consumer_group": group, "action": string(action)})
+// expiredCount returns how many messages of topic and group m heard expired with action.
+func expiredCount(m *hookRecorder, topic, group string, action redisdelay.ExpiryAction) int {
+	return m.count(hook{"expired", topic, group, string(action)})
 }
 
 // receiveAcked waits for one message, acks it and returns it.
@@ -74,7 +65,7 @@ func receiveAcked(t *testing.T, ch <-chan *message.Message) *message.Message {
 func TestMessageClaimedAfterItsDeadlineIsDeadLetteredNotHandled(t *testing.T) {
 	forRedisAndMiniredis(t, func(t *testing.T, b backend) {
 		topic, group := newTopic(), "billing"
-		m, registry := deadlineMetrics(t)
+		m := newHookRecorder()
 		pub := newPublisher(t, b)
 
 		// Published before any consumer of the group runs; its deadline passes meanwhile.
@@ -91,10 +82,9 @@ func TestMessageClaimedAfterItsDeadlineIsDeadLetteredNotHandled(t *testing.T) {
 		// group is done with "late".
 		assert.Equal(t, "in-time", receiveAcked(t, ch).UUID, "the expired message is never handed out")
 
-		assert.EqualValues(t, 1, expiredCount(t, registry, topic, group, redisdelay.ExpiryActionDeadLetter))
-		assert.EqualValues(t, 0, expiredCount(t, registry, topic, group, redisdelay.ExpiryActionDrop))
-		assert.EqualValues(t, 1, counterValue(t, registry, "redisdelay_dead_lettered_total",
-			map[string]string{"topic": topic, "consumer_group": group, "reason": redisdelay.DeadLetterReasonExpired}))
+		assert.EqualValues(t, 1, expiredCount(m, topic, group, redisdelay.ExpiryActionDeadLetter))
+		assert.EqualValues(t, 0, expiredCount(m, topic, group, redisdelay.ExpiryActionDrop))
+		assert.EqualValues(t, 1, m.count(hook{"dead_lettered", topic, group, redisdelay.DeadLetterReasonExpired}))
 
 		dlSub := newSubscriber(t, b, inGroup("ops"))
 		letter := receiveAcked(t, subscribe(t, dlSub, redisdelay.DefaultDeadLetterTopic(topic, group)))
@@ -110,7 +100,7 @@ func TestMessageClaimedAfterItsDeadlineIsDeadLetteredNotHandled(t *testing.T) {
 func TestExpiredMessageIsDroppedWhenTheGroupSaysSo(t *testing.T) {
 	forRedisAndMiniredis(t, func(t *testing.T, b backend) {
 		topic, group := newTopic(), "billing"
-		m, registry := deadlineMetrics(t)
+		m := newHookRecorder()
 		pub := newPublisher(t, b)
 		in := newInspector(t, b, 1)
 		dropping := func(c *redisdelay.SubscriberConfig) {
@@ -132,9 +122,9 @@ func TestExpiredMessageIsDroppedWhenTheGroupSaysSo(t *testing.T) {
 		require.NoError(t, pub.Publish(topic, message.NewMessage("in-time", nil)))
 		assert.Equal(t, "in-time", receiveAcked(t, ch).UUID, "the expired message is never handed out")
 
-		assert.EqualValues(t, 1, expiredCount(t, registry, topic, group, redisdelay.ExpiryActionDrop))
-		assert.EqualValues(t, 0, expiredCount(t, registry, topic, group, redisdelay.ExpiryActionDeadLetter))
-		assert.EqualValues(t, 0, counterValue(t, registry, "redisdelay_dead_lettered_total", map[string]string{"topic": topic}))
+		assert.EqualValues(t, 1, expiredCount(m, topic, group, redisdelay.ExpiryActionDrop))
+		assert.EqualValues(t, 0, expiredCount(m, topic, group, redisdelay.ExpiryActionDeadLetter))
+		assert.EqualValues(t, 0, m.count(hook{"dead_lettered", topic, group, redisdelay.DeadLetterReasonExpired}))
 		s := waitStats(t, in, topic, group, "drained", func(s redisdelay.GroupStats) bool { return s.Scheduled+s.Due+s.InFlight == 0 })
 		assert.Zero(t, s.DeadLetters, "nothing on the dead-letter topic")
 		var keys []string
@@ -153,7 +143,7 @@ func TestExpiredMessageIsDroppedWhenTheGroupSaysSo(t *testing.T) {
 func TestRetryOfAMessageClaimedInTimeIsDeliveredAfterItsDeadline(t *testing.T) {
 	forRedisAndMiniredis(t, func(t *testing.T, b backend) {
 		topic := newTopic()
-		m, registry := deadlineMetrics(t)
+		m := newHookRecorder()
 		pub := newPublisher(t, b)
 		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.Metrics = m }), topic)
 
@@ -171,7 +161,7 @@ func TestRetryOfAMessageClaimedInTimeIsDeliveredAfterItsDeadline(t *testing.T) {
 		due, err := time.Parse(time.RFC3339Nano, retry.Metadata.Get(redisdelay.DueTimeMetadataKey))
 		require.NoError(t, err)
 		assert.True(t, due.After(deadline), "the retry fell due after the deadline (%s, deadline %s)", due, deadline)
-		assert.EqualValues(t, 0, expiredCount(t, registry, topic, redisdelay.DefaultConsumerGroup, redisdelay.ExpiryActionDeadLetter))
+		assert.EqualValues(t, 0, expiredCount(m, topic, redisdelay.DefaultConsumerGroup, redisdelay.ExpiryActionDeadLetter))
 	})
 }
 
@@ -179,7 +169,7 @@ func TestDeliverWithinGivesATopicsMessagesADeadlineAfterTheirDueTime(t *testing.
 	forRedisAndMiniredis(t, func(t *testing.T, b backend) {
 		windowed, plain, group := newTopic(), newTopic(), "billing"
 		const window = 100 * time.Millisecond
-		m, registry := deadlineMetrics(t)
+		m := newHookRecorder()
 		pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) {
 			c.DeliverWithin = map[string]time.Duration{windowed: window}
 		})
@@ -202,8 +192,8 @@ func TestDeliverWithinGivesATopicsMessagesADeadlineAfterTheirDueTime(t *testing.
 		got := receiveAcked(t, ch)
 		assert.Equal(t, "own-deadline", got.UUID, "the windowed message claimed after its window is not handed out")
 		assert.Equal(t, "1h", got.Metadata.Get(redisdelay.DeliverWithinMetadataKey), "a message's own deadline is kept")
-		assert.EqualValues(t, 1, expiredCount(t, registry, windowed, group, redisdelay.ExpiryActionDeadLetter))
-		assert.EqualValues(t, 0, expiredCount(t, registry, plain, group, redisdelay.ExpiryActionDeadLetter))
+		assert.EqualValues(t, 1, expiredCount(m, windowed, group, redisdelay.ExpiryActionDeadLetter))
+		assert.EqualValues(t, 0, expiredCount(m, plain, group, redisdelay.ExpiryActionDeadLetter))
 
 		letter := receiveAcked(t, subscribe(t, newSubscriber(t, b, inGroup("ops")), redisdelay.DefaultDeadLetterTopic(windowed, group)))
 		assert.Equal(t, "late", letter.UUID)

@@ -137,11 +137,15 @@ func (s *partitionConsumer) finished(c *claimed, msg *message.Message) bool {
 	select {
 	case <-msg.Acked():
 		s.book.acked(c)
-		s.cfg.Metrics.handled(s.topic, s.group, true)
+		if m := s.cfg.Metrics; m != nil {
+			m.Acked(s.topic, s.group)
+		}
 		return true
 	case <-msg.Nacked():
 		s.book.finished(c)
-		s.cfg.Metrics.handled(s.topic, s.group, false)
+		if m := s.cfg.Metrics; m != nil {
+			m.Nacked(s.topic, s.group)
+		}
 		s.nack(c, msg)
 		return true
 	default:

@@ -38,9 +38,10 @@ type InspectorConfig struct {
 	// OperationTimeout bounds each call, its Redis round trips included;
 	// DefaultOperationTimeout when zero.
 	OperationTimeout time.Duration
-	// Metrics records cancels, reschedules and script durations; none when nil. See
-	// NewMetrics and Metrics.RunSampler for the queue-size gauges.
-	Metrics *Metrics
+	// Metrics receives cancels, reschedules and script durations (see Metrics); none when
+	// nil. metrics.New, in the metrics package, gives the Prometheus ones, and its RunSampler
+	// the queue-size gauges.
+	Metrics Metrics
 	// Unmarshaler decodes stored messages for List and Message; DefaultMarshalerUnmarshaler
 	// when nil. It must match the publishers' Marshaler.
 	Unmarshaler Unmarshaler
@@ -115,7 +116,7 @@ func NewInspector(config InspectorConfig, logger watermill.LoggerAdapter) (*Insp
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	st := store.New(config.Client, config.KeyPrefix, store.Options{Observe: config.Metrics.scriptObserver()})
+	st := store.New(config.Client, config.KeyPrefix, store.Options{Observe: observeScripts(config.Metrics)})
 	return &Inspector{
 		config:  config,
 		logger:  logger.With(watermill.LogFields{"provider": "redisdelay"}),

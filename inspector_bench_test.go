@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/metrics"
 )
 
 // The cost of operating a queue, against a dedicated redis-server:
@@ -42,7 +43,7 @@ func BenchmarkStats1000Topics(b *testing.B) {
 // 2 consumer groups each.
 func BenchmarkSampler1000Topics(b *testing.B) {
 	in, client := seed1000Topics(b)
-	m, err := redisdelay.NewMetrics(redisdelay.MetricsConfig{Registerer: prometheus.NewRegistry()})
+	m, err := metrics.New(metrics.Config{Registerer: prometheus.NewRegistry()})
 	require.NoError(b, err)
 	before := redisCPU(b, client)
 	b.ResetTimer()

@@ -71,7 +71,7 @@ func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, e
 		}
 		return err
 	})
-	i.config.Metrics.acted(true, topic, r.Groups)
+	recordActed(i.config.Metrics, true, topic, r.Groups)
 	return r, err
 }
 
@@ -109,7 +109,7 @@ func (i *Inspector) reschedule(ctx context.Context, topic, key string, when stor
 		}
 		return err
 	})
-	i.config.Metrics.acted(false, topic, r.Groups)
+	recordActed(i.config.Metrics, false, topic, r.Groups)
 	return r, err
 }
 

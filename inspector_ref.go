@@ -87,6 +87,6 @@ func (i *Inspector) refOp(ctx context.Context, topic, group, ref string, op stor
 		due = time.UnixMicro(dueUs)
 	}
 	outcome := outcomeOf(o)
-	i.config.Metrics.acted(op == store.RefCancel, topic, map[string]Outcome{group: outcome})
+	recordActedIn(i.config.Metrics, op == store.RefCancel, topic, group, outcome)
 	return outcome, due, nil
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -72,8 +71,7 @@ func TestUnreadableNamesAreRefusedBeforeAnythingIsStored(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		ctx := context.Background()
 		prefix := "names-" + watermill.NewShortUUID() + ":"
-		metrics, err := redisdelay.NewMetrics(redisdelay.MetricsConfig{Registerer: prometheus.NewRegistry()})
-		require.NoError(t, err)
+		metrics := newHookRecorder()
 		pub := publisherWith(t, b, func(c *redisdelay.PublisherConfig) {
 			c.KeyPrefix, c.Metrics = prefix, metrics
 			c.Batching = map[string]redisdelay.BatchConfig{"batched": {MaxItems: 10, MaxWait: time.Minute}}
@@ -108,6 +106,10 @@ func TestUnreadableNamesAreRefusedBeforeAnythingIsStored(t *testing.T) {
 			assert.ErrorIs(t, err, redisdelay.ErrInvalidKey, "batch key %q", name)
 		}
 		assert.Empty(t, keysUnder(t, b, prefix), "nothing is stored")
+		heard := metrics.heard()
+		for _, name := range unreadableNames {
+			assert.False(t, heard[name], "no metric hears of %q", name)
+		}
 		topics, err := in.Topics(ctx)
 		require.NoError(t, err)
 		assert.Empty(t, topics)

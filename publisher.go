@@ -64,7 +64,7 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 		logger = watermill.NopLogger{}
 	}
 	logger = logger.With(watermill.LogFields{"provider": "redisdelay"})
-	st := store.New(config.Client, config.KeyPrefix, store.Options{DurableReplicas: config.DurableReplicas, DurableTimeout: config.DurableTimeout, Observe: config.Metrics.scriptObserver()})
+	st := store.New(config.Client, config.KeyPrefix, store.Options{DurableReplicas: config.DurableReplicas, DurableTimeout: config.DurableTimeout, Observe: observeScripts(config.Metrics)})
 	p := &Publisher{
 		config:   config,
 		logger:   logger,
@@ -137,7 +137,7 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 	if err != nil {
 		return nil, err
 	}
-	p.config.Metrics.publishedOutcomes(topic, outcomes)
+	recordPublished(p.config.Metrics, topic, outcomes)
 	for i, o := range outcomes {
 		if o == OutcomeDuplicate {
 			p.logger.Debug("Duplicate not stored: its key is taken", watermill.LogFields{"topic": topic, "message_uuid": msgs[i].UUID, "key": msgs[i].Metadata.Get(KeyMetadataKey)})
@@ -180,7 +180,7 @@ func (p *Publisher) publishScheduled(topic string, at []time.Time, msgs ...*mess
 	if err != nil {
 		return nil, err
 	}
-	p.config.Metrics.publishedOutcomes(topic, outcomes)
+	recordPublished(p.config.Metrics, topic, outcomes)
 	return outcomes, nil
 }
 

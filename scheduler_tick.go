@@ -383,7 +383,7 @@ func (s *Scheduler) publishTicks(ctx context.Context, c *compiledSchedule, ticks
 		for i := range outs {
 			outcomes[i] = outcomeOf(store.PublishOutcome(letters, i))
 		}
-		p.config.Metrics.publishedOutcomes(c.Topic, outcomes)
+		recordPublished(p.config.Metrics, c.Topic, outcomes)
 	}
 	p.topics.ensure(ctx, s.store, c.Topic, p.config.Partitions, s.logger)
 	return nil

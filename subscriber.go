@@ -66,7 +66,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		"consumer":       config.Consumer,
 	})
 	closing, stopClosing := context.WithCancel(context.Background())
-	st := store.New(config.Client, config.KeyPrefix, store.Options{Observe: config.Metrics.scriptObserver()})
+	st := store.New(config.Client, config.KeyPrefix, store.Options{Observe: observeScripts(config.Metrics)})
 	return &Subscriber{
 		config:      config,
 		logger:      logger,

@@ -37,9 +37,9 @@ func BenchmarkOverview1000Topics(b *testing.B) {
 	require.NoError(b, err)
 	require.Len(b, st, topics*len(groups))
 
-	h, err := dashboard.New(q.in, dashboard.Options{Lateness: func(string, string) (time.Duration, time.Duration, bool) {
+	h, err := dashboard.New(q.in, dashboard.Options{Lateness: latenessFunc(func(string, string) (time.Duration, time.Duration, bool) {
 		return time.Millisecond, 10 * time.Millisecond, true
-	}})
+	})})
 	require.NoError(b, err)
 	req := httptest.NewRequest(http.MethodGet, "/", nil)
 	b.ResetTimer()

@@ -46,6 +46,15 @@ import (
 // DefaultRefreshInterval is Options.RefreshInterval when it is zero.
 const DefaultRefreshInterval = 10 * time.Second
 
+// LatenessSource gives the delivery lateness of a consumer group on a topic (how long after
+// their due time its messages were claimed): the median and the 99th percentile, ok false when
+// it has none (the overview shows "–"). It is called once per group for each overview page
+// load, and must be safe for concurrent use. The *Metrics of the metrics package
+// (github.com/watermill-redisdelay/redisdelay/metrics) implements it.
+type LatenessSource interface {
+	Lateness(topic, group string) (p50, p99 time.Duration, ok bool)
+}
+
 // Options configure the dashboard. The zero value serves a read-only dashboard of every topic
 // at the root path.
 type Options struct {
@@ -82,11 +91,11 @@ type Options struct {
 	// ErrorLog receives the full error of a request that failed in Redis or timed out, whose
 	// page shows only what failed; nil means the log package's standard logger.
 	ErrorLog *log.Logger
-	// Lateness, when not nil, gives the overview each group's delivery lateness (how long after
-	// their due time messages were claimed), median and 99th percentile; ok false shows "–".
-	// Metrics.Lateness fits it: serve the dashboard from the process whose subscribers record
-	// those Metrics. When nil, the overview has no lateness columns, and says how to add them.
-	Lateness func(topic, group string) (p50, p99 time.Duration, ok bool)
+	// Lateness, when not nil, gives the overview each group's delivery lateness (see
+	// LatenessSource). The *Metrics of metrics.New is one: serve the dashboard from the process
+	// whose subscribers record those metrics. When nil, the overview has no lateness columns,
+	// and says how to add them.
+	Lateness LatenessSource
 	// Thresholds set when a figure shows as a warning or an alarm; the zero value means the
 	// defaults (see Thresholds).
 	Thresholds Thresholds

@@ -13,6 +13,7 @@ import (
 
 	"github.com/watermill-redisdelay/redisdelay"
 	"github.com/watermill-redisdelay/redisdelay/dashboard"
+	"github.com/watermill-redisdelay/redisdelay/metrics"
 )
 
 // The dashboard mounted under /queues of an operator's server, reached as
@@ -20,11 +21,11 @@ import (
 // lateness from the Metrics of the subscribers that run in the same process.
 func ExampleNew() {
 	client := redis.NewClient(&redis.Options{Addr: "redis:6379"})
-	metrics, err := redisdelay.NewMetrics(redisdelay.MetricsConfig{})
+	m, err := metrics.New(metrics.Config{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, Metrics: metrics}, nil)
+	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, Metrics: m}, nil)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -33,7 +34,7 @@ func ExampleNew() {
 		AllowActions: true,
 		AllowedHosts: []string{"queues.internal"},
 		Authenticate: basicAuth("operator", "operator password"),
-		Lateness:     metrics.Lateness,
+		Lateness:     m,
 	})
 	if err != nil {
 		log.Fatal(err)

@@ -102,7 +102,7 @@ func (s *server) writeLatenessCells(b *strings.Builder, st redisdelay.GroupStats
 		return
 	}
 	p50, p99 := "–", "–"
-	if d50, d99, ok := s.opts.Lateness(st.Topic, st.Group); ok {
+	if d50, d99, ok := s.opts.Lateness.Lateness(st.Topic, st.Group); ok {
 		p50, p99 = shortDuration(d50), shortDuration(d99)
 	}
 	writeNumCell(b, "lateness-p50", levelNone, p50)

@@ -22,9 +22,9 @@ func TestOverviewShowsTheStatsAndLatenessOfEveryGroup(t *testing.T) {
 	q.publish("emails", "later", 1, time.Minute)
 	require.NoError(t, q.in.Pause(context.Background(), "emails", "sender"))
 
-	srv := q.serve(dashboard.Options{Lateness: func(topic, group string) (time.Duration, time.Duration, bool) {
+	srv := q.serve(dashboard.Options{Lateness: latenessFunc(func(topic, group string) (time.Duration, time.Duration, bool) {
 		return 12 * time.Millisecond, 340 * time.Millisecond, topic == "orders" && group == "billing"
-	}})
+	})})
 	res := get(t, srv.URL+"/")
 	require.Equal(t, http.StatusOK, res.status, res.body)
 
@@ -89,11 +89,18 @@ func TestOverviewWithoutLatenessSaysHowToShowIt(t *testing.T) {
 	assert.NotContains(t, res.body, "Lateness p50")
 	assert.NotContains(t, res.body, `data-stat="lateness-p50"`)
 	assert.Contains(t, res.body, `id="lateness-note"`)
-	assert.Contains(t, res.body, "dashboard.Options{Lateness: metrics.Lateness}")
+	assert.Contains(t, res.body, "dashboard.Options{Lateness: m}")
 
-	with := get(t, q.serve(dashboard.Options{Lateness: func(string, string) (time.Duration, time.Duration, bool) {
+	with := get(t, q.serve(dashboard.Options{Lateness: latenessFunc(func(string, string) (time.Duration, time.Duration, bool) {
 		return 0, 0, false
-	}}).URL+"/")
+	})}).URL+"/")
 	assert.Contains(t, with.body, "Lateness p50")
 	assert.NotContains(t, with.body, `id="lateness-note"`)
+}
+
+// latenessFunc is a dashboard.LatenessSource made of a function.
+type latenessFunc func(topic, group string) (p50, p99 time.Duration, ok bool)
+
+func (f latenessFunc) Lateness(topic, group string) (p50, p99 time.Duration, ok bool) {
+	return f(topic, group)
 }

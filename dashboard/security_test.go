@@ -23,6 +23,7 @@ import (
 
 	"github.com/watermill-redisdelay/redisdelay"
 	"github.com/watermill-redisdelay/redisdelay/dashboard"
+	"github.com/watermill-redisdelay/redisdelay/metrics"
 )
 
 // commandCounter counts the commands a client sends.
@@ -190,9 +191,9 @@ func TestViewingPagesCreatesNoMetricSeries(t *testing.T) {
 	q.register("emails", "sender")
 	q.publish("orders", "m", 2, 0)
 	registry := prometheus.NewRegistry()
-	metrics, err := redisdelay.NewMetrics(redisdelay.MetricsConfig{Registerer: registry})
+	m, err := metrics.New(metrics.Config{Registerer: registry})
 	require.NoError(t, err)
-	srv := q.serve(dashboard.Options{Lateness: metrics.Lateness})
+	srv := q.serve(dashboard.Options{Lateness: m})
 	for range 3 {
 		for _, p := range []string{"/", "/topic/orders/group/billing", "/topic/emails/group/sender?state=due"} {
 			require.Equal(t, http.StatusOK, get(t, srv.URL+p).status, p)
