@@ -120,14 +120,14 @@ const DeadLetterInfix = ".dead-letter."
 //	                           "" -> retention (ms), group -> "outcome time attempt[ reason]"
 //	P{T}:debounce:K    string  "ID cap": the latest due time (Unix µs) of the keep-later message
 //	                           with key K and that ID, published with a max wait; expires by
-//	                           itself a max wait after the cap (see publish_to.lua)
+//	                           itself a max wait after the cap (see publish_debounce.lua)
 //	P{T}:groups        set     consumer groups registered on the topic
 //	P{T}:parked        zset    messages published while no group was registered, in the
 //	                           single-group form; the first group to register takes it over.
 //	                           While the window is open, also every message published: each
 //	                           group registering then gets a copy (see register.lua); a keyed
 //	                           message's ID:0 there names the window's copy, stored under the
-//	                           plain ID, which holds no key (see publish_to.lua)
+//	                           plain ID, which holds no key (see publish_window.lua)
 //	P{T}:parked:removed zset   the parked set, taken by the removal of the topic's last group
 //	                           and emptied by its later steps (see removegroup.lua)
 //	P{T}:window        hash    exists while the topic's new-group window is open: "" -> its cap
@@ -223,7 +223,7 @@ type topicKeys struct {
 	// history is the prefix of the history keys: history + key is the key's history.
 	history string
 	// debounce is the prefix of the debounce caps: debounce + key is the key's cap (see
-	// publish_to.lua).
+	// publish_debounce.lua).
 	debounce string
 	// batches holds the open batch of each batch key (see batch.lua).
 	batches string

@@ -86,7 +86,7 @@ var textNames = map[string]bool{
 	"record": true, "reason": true, "mode": true, "name": true, "first_id": true, "h": true,
 	"group.history": true, "first[1]": true, "b[1]": true, "b": true, "existing": true,
 	"gone": true, "BATCH": true, "messages": true, "parked": true, "f": true, "score_text": true,
-	"seq": true,
+	"seq": true, "p.history": true, "p.debounce": true,
 }
 
 // hexOnly is a string.format format literal whose only conversions are hexadecimal (%012x).
@@ -284,4 +284,178 @@ func TestEveryScriptTurnsNumbersIntoTextThroughInt(t *testing.T) {
 		}
 	}
 	assert.Greater(t, checked, 50, "scripts and fragments checked")
+}
+
+// The size limits of the Lua: every function at most maxLuaFunctionLines lines, from the line
+// of its "function" to the line of its "end", comments and blank lines included; every file of
+// lua/ and lua/lib at most maxLuaCodeLines code lines. A code line is a line of the file itself
+// that holds something other than white space and comments: a script's fragments count in their
+// own files, so a script and each fragment are read, and checked, on their own.
+const (
+	maxLuaFunctionLines = 60
+	maxLuaCodeLines     = 150
+)
+
+// luaFunction is one function of Lua source: the line of its "function" and of its "end".
+type luaFunction struct {
+	name        string
+	first, last int
+}
+
+// luaBlockOpen are the words that open a block closed by "end" (or, for repeat, "until"):
+// "while" and "for" open theirs with "do", and "elseif"/"else" continue the block of an "if".
+var luaBlockOpen = map[string]bool{"function": true, "if": true, "do": true, "repeat": true}
+
+// luaFunctions returns the functions of Lua source, nested ones too, in the order they start.
+func luaFunctions(src string) ([]luaFunction, error) {
+	toks, err := luaTokens(src)
+	if err != nil {
+		return nil, err
+	}
+	var funcs []luaFunction
+	var open []int // per open block, its function's index in funcs, or -1
+	for i, t := range toks {
+		switch {
+		case t.kind != 'w':
+		case luaBlockOpen[t.text]:
+			fn := -1
+			if t.text == "function" {
+				name := "function"
+				if i+1 < len(toks) && toks[i+1].kind == 'w' {
+					name = toks[i+1].text
+				} else if i > 1 && toks[i-1].text == "=" {
+					name = toks[i-2].text
+				}
+				fn = len(funcs)
+				funcs = append(funcs, luaFunction{name: name, first: t.line})
+			}
+			open = append(open, fn)
+		case t.text == "end" || t.text == "until":
+			if len(open) == 0 {
+				return nil, fmt.Errorf("line %d: %s closes no block", t.line, t.text)
+			}
+			if fn := open[len(open)-1]; fn >= 0 {
+				funcs[fn].last = t.line
+			}
+			open = open[:len(open)-1]
+		}
+	}
+	if len(open) > 0 {
+		return nil, fmt.Errorf("%d blocks not closed", len(open))
+	}
+	return funcs, nil
+}
+
+// luaCodeLines counts the code lines of Lua source: lines with a token other than a comment.
+func luaCodeLines(src string) (int, error) {
+	toks, err := luaTokens(src)
+	if err != nil {
+		return 0, err
+	}
+	lines := map[int]bool{}
+	for _, t := range toks {
+		lines[t.line] = true
+	}
+	return len(lines), nil
+}
+
+// checkLuaSize reports every function of a Lua file longer than maxLuaFunctionLines and a file
+// of more than maxLuaCodeLines code lines.
+func checkLuaSize(file, src string) error {
+	funcs, err := luaFunctions(src)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	var errs []error
+	for _, f := range funcs {
+		if n := f.last - f.first + 1; n > maxLuaFunctionLines {
+			errs = append(errs, fmt.Errorf("%s:%d: function %s has %d lines, more than %d", file, f.first, f.name, n, maxLuaFunctionLines))
+		}
+	}
+	n, err := luaCodeLines(src)
+	if err != nil {
+		return fmt.Errorf("%s: %w", file, err)
+	}
+	if n > maxLuaCodeLines {
+		errs = append(errs, fmt.Errorf("%s: %d code lines, more than %d", file, n, maxLuaCodeLines))
+	}
+	return errors.Join(errs...)
+}
+
+func TestLuaSizeCheckFindsFunctionsAndCodeLines(t *testing.T) {
+	src := "-- a comment\nlocal function f(a)\n  if a then\n    for i = 1, 2 do end\n  end\n\n" +
+		"  local g = function() return '[[end]]' end\n  repeat a = a - 1 until a < 0\n  return a -- end\nend\n"
+	funcs, err := luaFunctions(src)
+	require.NoError(t, err)
+	assert.Equal(t, []luaFunction{{name: "f", first: 2, last: 10}, {name: "g", first: 7, last: 7}}, funcs)
+	n, err := luaCodeLines(src)
+	require.NoError(t, err)
+	assert.Equal(t, 8, n)
+	long := "local function long()\n" + strings.Repeat("  x = 1\n", maxLuaFunctionLines-2) + "end\n"
+	assert.NoError(t, checkLuaSize("test", long))
+	long = "local function long()\n" + strings.Repeat("  x = 1\n", maxLuaFunctionLines-1) + "end\n"
+	assert.ErrorContains(t, checkLuaSize("test", long), "test:1: function long has 61 lines")
+	big := strings.Repeat("-- comment\nx = 1\n\n", maxLuaCodeLines+1)
+	assert.ErrorContains(t, checkLuaSize("test", big), "test: 151 code lines, more than 150")
+	_, err = luaFunctions("local function f()\n")
+	assert.Error(t, err)
+}
+
+// TestEveryLuaFunctionAndFileIsSmall runs checkLuaSize over every script and fragment in lua/.
+func TestEveryLuaFunctionAndFileIsSmall(t *testing.T) {
+	checked := 0
+	for _, dir := range []string{"lua", "lua/lib"} {
+		files, err := luaFiles.ReadDir(dir)
+		require.NoError(t, err)
+		for _, f := range files {
+			if f.IsDir() || !strings.HasSuffix(f.Name(), ".lua") {
+				continue
+			}
+			src, err := luaFiles.ReadFile(path.Join(dir, f.Name()))
+			require.NoError(t, err)
+			assert.NoError(t, checkLuaSize(path.Join(dir, f.Name()), string(src)))
+			checked++
+		}
+	}
+	assert.Greater(t, checked, 50, "scripts and fragments checked")
+}
+
+// TestEveryFragmentDeclaresTheFragmentsItUses checks the first line of every fragment of
+// lua/lib, "-- fragment NAME; needs: ...": it lists every fragment whose names the fragment
+// uses and no other, each before it in fragmentOrder, and every file of lua/lib is a fragment
+// of fragmentOrder. A script's header lists the fragments it uses itself (assembleCode checks
+// it), so together a fragment is declared wherever it is used.
+func TestEveryFragmentDeclaresTheFragmentsItUses(t *testing.T) {
+	frags, err := readFragments()
+	require.NoError(t, err)
+	files, err := luaFiles.ReadDir("lua/lib")
+	require.NoError(t, err)
+	assert.Len(t, fragmentOrder, len(files), "the fragments in fragmentOrder and the files in lua/lib")
+	definedBy := map[string]string{}
+	for name, f := range frags {
+		for _, def := range f.defines {
+			assert.Empty(t, definedBy[def], "%s is defined by fragments %s and %s", def, definedBy[def], name)
+			definedBy[def] = name
+		}
+	}
+	position := map[string]int{}
+	for i, name := range fragmentOrder {
+		position[name] = i
+	}
+	for _, name := range fragmentOrder {
+		used := map[string]bool{}
+		for id := range namesUsed(frags[name].body) {
+			if by := definedBy[id]; by != "" && by != name {
+				used[by] = true
+			}
+		}
+		for _, need := range frags[name].needs {
+			assert.True(t, used[need], "fragment %s needs %s but uses none of its names", name, need)
+			assert.Less(t, position[need], position[name], "fragment %s comes before %s, which it needs", name, need)
+			delete(used, need)
+		}
+		for by := range used {
+			t.Errorf("fragment %s uses names of fragment %s, which its first line does not list", name, by)
+		}
+	}
 }

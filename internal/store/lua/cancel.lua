@@ -46,7 +46,7 @@ local holds = {}
 if redis.call('ZREM', KEYS[5], id .. ':0') == 1 then
   states[1] = 'c'
   -- With a group registered, the parked set is the new-group window, whose copy is under the
-  -- plain ID (see publish_to); a copy parked by a version that held the key has none.
+  -- plain ID (see publish_window); a copy parked by a version that held the key has none.
   local copy = window_id(id)
   if ngroups > 0 and redis.call('HEXISTS', KEYS[2], copy) == 1 then
     holds[#holds + 1] = copy

@@ -31,7 +31,7 @@ end
 -- The rank after the part: '(1e300' leaves out the lease set's marker (see scripts.go).
 local stop = redis.call('ZCOUNT', KEYS[1], '-inf', part == 'due' and now or '(1e300')
 local result = {now, 0}
--- A member holds at most MAX_EMBEDDED bytes of message (see publish_to), so one ZRANGE of the
+-- A member holds at most MAX_EMBEDDED bytes of message (see publish_plain), so one ZRANGE of the
 -- whole page reads at most limit KiB.
 local page = {}
 if rank < stop then

@@ -8,11 +8,11 @@
 -- KEYS[4]            refs      hash    field -> number of groups still holding it (when G > 1)
 -- KEYS[5]            groups    set     registered consumer groups
 -- KEYS[6]            parked    zset    messages waiting for a first group (written when G = 0),
---                                      and the new-group window's messages (see publish_to)
+--                                      and the new-group window's messages (see publish_window)
 -- KEYS[7]            history   prefix  of the history keys of keyed messages
--- KEYS[8]            batches   hash    batch key -> its open batch (see publish_to)
+-- KEYS[8]            batches   hash    batch key -> its open batch (see publish_batch)
 -- KEYS[9]            window    hash    exists while the new-group window is open: "" -> its cap
--- KEYS[10]           debounce  prefix  of the debounce caps of keep-later messages (see publish_to)
+-- KEYS[10]           debounce  prefix  of the debounce caps of keep-later messages (see publish_debounce)
 -- KEYS[11..10+G]     due       zset    one per group in ARGV[3..2+G]; members as in scripts.go
 -- KEYS[11+G..10+2G]  keyed     hash    one per group: key -> member, once claimed
 -- KEYS[11+2G..10+3G] far      zset    one per group: its compact tier's index, prefix of its buckets

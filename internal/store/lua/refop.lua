@@ -1,7 +1,7 @@
 -- refop.lua: cancels or reschedules one message of one consumer group, named by its member (see
 -- scripts.go): the Inspector's operations by reference, for messages with or without a key.
 -- Cancelling a message in flight removes its lease, as cancel.lua does; rescheduling leaves it.
--- A batch that is still open (see publish_to) and is cancelled or rescheduled is closed: later
+-- A batch that is still open (see publish_batch) and is cancelled or rescheduled is closed: later
 -- items of its batch key open a new batch instead of joining one whose delivery has moved on.
 -- A group that is not registered (removed, perhaps since the caller looked) is refused before
 -- any write, so that no write for it leaves orphans.

@@ -9,10 +9,10 @@
 -- The first group registered on a topic receives the messages published while the topic had
 -- no group (the parked set). With a new-group window (ARGV[3] > 0), the first group opens it:
 -- the window key exists for that long, and until it expires the parked set keeps those messages
--- and every message published meanwhile (see publish_to), and every group that registers
+-- and every message published meanwhile (see publish_window), and every group that registers
 -- within it receives a copy of each, at its original due time. The parked set then counts as
 -- one holder of each message in refs; of a keyed message, it holds the window's copy under the
--- plain ID, never the key (see receive and publish_to), so that the key is free once the
+-- plain ID, never the key (see receive and publish_window), so that the key is free once the
 -- registered groups are done with the message. Without a window, or when the parked set holds
 -- more than the cap, the first group takes the parked set over (RENAME) and no window opens. A
 -- group that registers once the window has closed receives nothing of the past, and drops up
@@ -60,7 +60,7 @@ end
 -- receive copies the parked set's members into the group's due set at their scores, and counts
 -- the group as one more holder of each message (a message without a refs field has one). An
 -- embedded member (ID|message, parked before any group) is stored in the messages hash first,
--- since more than one set holds it now. The window never holds a message key (see publish_to):
+-- since more than one set holds it now. The window never holds a message key (see publish_window):
 -- the first group takes over the parked set's hold of a keyed message parked before it, and
 -- the window keeps a copy under the plain ID (window_id); a later group joins a keyed message
 -- while its key's field holds it (a group still holds it), and otherwise receives the window's

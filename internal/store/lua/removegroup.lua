@@ -19,7 +19,7 @@
 -- KEYS[9]  epoch     string  the group's registration (see register.lua)
 -- KEYS[10] rdue      zset    the removal's due set
 -- KEYS[11] rlease    zset    the removal's lease set
--- KEYS[12] batches   hash    batch key -> its open batch (see publish_to)
+-- KEYS[12] batches   hash    batch key -> its open batch (see publish_batch)
 -- KEYS[13] parked    zset    the topic's parked set
 -- KEYS[14] window    hash    the topic's new-group window (see register.lua)
 -- KEYS[15] rparked   zset    the parked set as the removal of the topic's last group left it

@@ -1,4 +1,4 @@
--- fragment ack; needs: split, held, drop, ended, now_us
+-- fragment ack; needs: split, each_chunk, held, drop, ended, now_us
 -- ack acknowledges the leases `members` of a group: their leases go, the group's hold on each
 -- message ends (see drop), and keyed ones are recorded with outcome and reason (see ended).
 -- With group.epoch, the leases are the ones that registration epoch's claims gave (see held).

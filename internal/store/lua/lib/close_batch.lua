@@ -1,5 +1,5 @@
 -- fragment close_batch; needs: split, seal_batch
--- close_batch ends the open state of the batch with ID `id` (see publish_to): when the batches
+-- close_batch ends the open state of the batch with ID `id` (see publish_batch): when the batches
 -- hash still names that batch as its batch key's open batch, its items are sealed into its
 -- stored value (seal_batch, trigger t) and the entry goes, so the next item of the key opens a
 -- new batch instead of joining one that is already claimed, rescheduled, cancelled or dropped

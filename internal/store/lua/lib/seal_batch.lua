@@ -1,7 +1,7 @@
 -- fragment seal_batch; needs: int, each_chunk, hmget
 -- seal_batch writes the n items of an open batch into its stored value, in order, with the
 -- trigger letter (t time, s size, f flush), once, as the batch closes. While a batch is open
--- (see publish_to) its stored value holds only its hex digits and 't', and each item waits in a
+-- (see publish_batch) its stored value holds only its hex digits and 't', and each item waits in a
 -- field of its own, the batch's field, "\1" and the item's number from 1, so that adding an
 -- item costs O(item); sealing costs O(batch), once. A batch whose field has gone (dropped)
 -- loses its items' fields too.
