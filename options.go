@@ -3,8 +3,7 @@ package redisdelay
 // This file turns a message's metadata into one typed value, options, in one pass (scan):
 // Publish reads and checks it (publishOptions), and a consumer reads it once per delivery and
 // keeps it with the claim (receivedOptions). With the Marshaler, it is the only code that reads
-// a message's metadata, and it writes the keys a received message gains: the delivery keys, the
-// dead-letter keys and a released batch's keys. The keys are declared in metadata.go.
+// a message's metadata. The keys, and the code that writes them, are in metadata.go.
 
 import (
 	"errors"
