@@ -67,10 +67,10 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 }
 
 // delivery decodes c into the message to hand out, with its delivery metadata, and reads its
-// options once, into c.opts. It returns nil
-// when c is done with instead: stored data that cannot be decoded is removed, a message claimed
-// for its first attempt after its deliver-by deadline is expired (deadline.go), and a message
-// whose last attempt was never acknowledged is dead-lettered.
+// options once, into c.opts. It returns nil when c is done with instead: stored data that
+// cannot be decoded is removed, a message claimed for its first attempt after its deliver-by
+// deadline is expired (deadline.go), and a message whose last attempt was never acknowledged
+// is dead-lettered.
 func (s *partitionConsumer) delivery(c *claimed) *message.Message {
 	var msg *message.Message
 	var err error

@@ -19,11 +19,13 @@ const ackDelay = 50 * time.Millisecond
 // it.
 type claimed struct {
 	store.Claimed
-	claimedUs int64   // the Redis clock of the claim that leased it, Unix µs (ClaimResult.ClaimedUs)
-	uuid      string  // the message UUID, once decoded, for logs
-	opts      options // the message's options, once decoded (receivedOptions)
-	delivered bool    // handed to the application
-	lost      bool    // its lease was found lost before it was handed out: it never will be
+	claimedUs int64  // the Redis clock of the claim that leased it, Unix µs (ClaimResult.ClaimedUs)
+	uuid      string // the message UUID, once decoded, for logs
+	delivered bool   // handed to the application
+	lost      bool   // its lease was found lost before it was handed out: it never will be
+
+	// opts are the message's options, read once when it is decoded (receivedOptions).
+	opts options
 }
 
 // claimedOf wraps the messages of a claim made at claimedUs (Unix µs, Redis clock).
