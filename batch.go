@@ -1,7 +1,7 @@
 package redisdelay
 
-// This file owns keyed batching's message side: WithBatchKey, the released batch's payload
-// and UnpackBatch, and the Inspector's FlushBatch and CancelBatch.
+// This file owns keyed batching's message side: the released batch's payload and UnpackBatch,
+// and the Inspector's FlushBatch and CancelBatch. (WithBatchKey is in metadata.go.)
 
 import (
 	"bytes"
@@ -21,13 +21,6 @@ import (
 // MaxWait after its first item, on the Redis clock, never early. Items go through the publish
 // script like any message (see publish_to in lua/lib), so concurrent publishes share calls.
 
-// WithBatchKey sets msg's batch key (BatchKeyMetadataKey) and returns msg. The key follows the
-// rules of message keys (ValidateKey); the topic must be configured for batching.
-func WithBatchKey(msg *message.Message, key string) *message.Message {
-	msg.Metadata.Set(BatchKeyMetadataKey, key)
-	return msg
-}
-
 // batchMessage builds the message of a released batch of topic partition partition from its
 // stored value: a trigger letter and the length-prefixed items. Its UUID is batchUUID's, the
 // same on every attempt; its payload is the items as stored (UnpackBatch reads them).
@@ -41,9 +34,7 @@ func batchMessage(id, batchKey string, partition int, data []byte) (*message.Mes
 		return nil, fmt.Errorf("%w: batch %s: %v", ErrCorruptMessage, quote(batchKey), err)
 	}
 	msg := message.NewMessage(batchUUID(id, partition), data[1:])
-	msg.Metadata.Set(BatchKeyMetadataKey, batchKey)
-	msg.Metadata.Set(BatchItemsMetadataKey, strconv.Itoa(len(items)))
-	msg.Metadata.Set(BatchTriggerMetadataKey, trigger)
+	setBatchMetadata(msg, batchKey, trigger, len(items))
 	return msg, nil
 }
 
@@ -59,8 +50,7 @@ func batchPreview(id, batchKey string, partition int, data []byte) (*message.Mes
 		return nil, fmt.Errorf("%w: batch %s: unknown trigger", ErrCorruptMessage, quote(batchKey))
 	}
 	msg := message.NewMessage(batchUUID(id, partition), data[1:])
-	msg.Metadata.Set(BatchKeyMetadataKey, batchKey)
-	msg.Metadata.Set(BatchTriggerMetadataKey, trigger)
+	setBatchMetadata(msg, batchKey, trigger, -1)
 	return msg, nil
 }
 
@@ -101,7 +91,7 @@ func UnpackBatch(msg *message.Message, u Unmarshaler) ([]*message.Message, error
 	if u == nil {
 		u = DefaultMarshalerUnmarshaler{}
 	}
-	if msg.Metadata.Get(BatchKeyMetadataKey) == "" {
+	if batchKeyOf(msg) == "" {
 		return nil, fmt.Errorf("%w: message %s is not a batch", ErrCorruptMessage, quote(msg.UUID))
 	}
 	items, err := batchItems(msg.Payload)

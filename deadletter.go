@@ -7,7 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -49,15 +48,8 @@ func (s *Subscriber) deadLetterTopic(topic string) (string, error) {
 // keeps its lease and is dead-lettered on its next claim, after the lease expired (an expired
 // message is then delivered: its next claim is no first attempt).
 func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reason string) bool {
-	delete(letter.Metadata, DeliverByMetadataKey)
-	delete(letter.Metadata, DeliverWithinMetadataKey)
-	letter.Metadata[DeadLetterTopicMetadataKey] = s.topic
-	letter.Metadata[DeadLetterGroupMetadataKey] = s.group
-	letter.Metadata[DeadLetterAttemptsMetadataKey] = strconv.FormatInt(min(c.Attempt, int64(s.cfg.MaxAttempts)), 10)
-	letter.Metadata[DeadLetterReasonMetadataKey] = reason
-	if key, ok := store.KeyOf(c.ID); ok {
-		letter.Metadata[KeyMetadataKey] = key // the letter itself is stored without a key
-	}
+	key, keyed := store.KeyOf(c.ID)
+	setDeadLetterMetadata(letter, s.topic, s.group, min(c.Attempt, int64(s.cfg.MaxAttempts)), reason, key, keyed)
 	fields := watermill.LogFields{"message_uuid": letter.UUID, "attempt": c.Attempt, "reason": reason, "dead_letter_topic": s.deadLetterTopic}
 
 	data, err := s.cfg.Marshaler.Marshal(s.deadLetterTopic, letter)
@@ -93,11 +85,12 @@ func (s *partitionConsumer) deadLetter(c *claimed, letter *message.Message, reas
 // there, is when it was moved: dead-lettering publishes it due at once.
 func deadLettered(m *MessageInfo) {
 	m.State = StateDeadLettered
-	m.Reason = m.Metadata[DeadLetterReasonMetadataKey]
+	reason, key, attempts, ok := deadLetterOf(m.Metadata)
+	m.Reason = reason
 	if m.Key == "" {
-		m.Key = m.Metadata[KeyMetadataKey]
+		m.Key = key
 	}
-	if n, err := strconv.Atoi(m.Metadata[DeadLetterAttemptsMetadataKey]); err == nil {
-		m.Attempt = n
+	if ok {
+		m.Attempt = attempts
 	}
 }

@@ -1,7 +1,7 @@
 package redisdelay
 
-// This file owns the reading of Watermill's delay metadata into a due time (DelayOf,
-// MaxDelay).
+// This file owns the rule that turns Watermill's delay metadata into a due time (DelayOf,
+// MaxDelay); options.go reads the metadata.
 
 import (
 	"errors"
@@ -75,18 +75,10 @@ func DelayOf(msg *message.Message, now time.Time) (time.Duration, error) {
 	return delayOf(msg, now, false)
 }
 
-// delayOf is DelayOf, on a virtual clock when virtual (see scheduleOf).
-func delayOf(msg *message.Message, now time.Time, virtual bool) (time.Duration, error) {
-	d, at, _, err := scheduleOf(msg, now, virtual)
-	if !at.IsZero() {
-		d = max(at.Sub(now), 0)
-	}
-	return d, err
-}
-
-// scheduleOf applies the DelayOf rule. A message with only _watermill_delayed_until is due at
-// that absolute instant, read on the Redis clock, so that messages naming the same instant get
-// the same due time and keep their publish order; it is returned as at. Otherwise at is zero and
+// scheduleOf applies the DelayOf rule to e, a message's metadata entries (see scan). A message
+// with only _watermill_delayed_until is due at that absolute instant, read on the Redis clock,
+// so that messages naming the same instant get the same due time and keep their publish order;
+// it is returned as at. Otherwise at is zero and
 // d is the delay relative to now. For a message with both keys, latest is the end of the clamp
 // range, U + 1.1s: the publish script applies it on the Redis clock too, so that the time that
 // passes between now and the script's run never carries the due time past it.
@@ -94,9 +86,9 @@ func delayOf(msg *message.Message, now time.Time, virtual bool) (time.Duration, 
 // On a virtual clock (the test kit, see internal/clock) a message with both keys is due F after
 // now: Watermill's delay.For and delay.Until compute U on the real clock, which a virtual clock
 // does not follow.
-func scheduleOf(msg *message.Message, now time.Time, virtual bool) (d time.Duration, at, latest time.Time, err error) {
-	untilStr, forStr := msg.Metadata.Get(delay.DelayedUntilKey), msg.Metadata.Get(delay.DelayedForKey)
-	if served, ok := msg.Metadata[ServedDelayMetadataKey]; ok && served == servedDelay(untilStr, forStr) {
+func scheduleOf(e entries, now time.Time, virtual bool) (d time.Duration, at, latest time.Time, err error) {
+	untilStr, forStr := e.until, e.delayFor
+	if e.has&hasServed != 0 && e.served == servedDelay(untilStr, forStr) {
 		return 0, time.Time{}, time.Time{}, nil
 	}
 	until, d, err := parseDelayMetadata(untilStr, forStr)
@@ -166,15 +158,3 @@ func clampToUntil(now time.Time, d time.Duration, until time.Time) (remaining ti
 func tooLong(key, value string, d time.Duration) error {
 	return &metadataError{key: key, value: value, err: fmt.Errorf("delay: %w", checkAhead(d))}
 }
-
-// metadataError is a problem with one metadata entry; Publish turns it into a MessageError.
-type metadataError struct {
-	key, value string
-	err        error
-}
-
-func (e *metadataError) Error() string {
-	return fmt.Sprintf("metadata %s=%s: %v", quote(e.key), quote(e.value), e.err)
-}
-
-func (e *metadataError) Unwrap() error { return e.err }

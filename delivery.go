@@ -8,19 +8,13 @@ package redisdelay
 import (
 	"context"
 	"errors"
-	"strconv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
-	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
-
-// dueTimeLayout formats DueTimeMetadataKey: RFC3339 with microseconds, the precision of due
-// times.
-const dueTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 
 // deliverPending hands the claimed messages out one at a time and returns how many were
 // finished. It returns early when the subscription stops.
@@ -72,10 +66,11 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 	return s.awaitOutcome(c, msg)
 }
 
-// delivery decodes c into the message to hand out, with its delivery metadata. It returns nil
-// when c is done with instead: stored data that cannot be decoded is removed, a message claimed
-// for its first attempt after its deliver-by deadline is expired (deadline.go), and a message
-// whose last attempt was never acknowledged is dead-lettered.
+// delivery decodes c into the message to hand out, with its delivery metadata, and reads its
+// options once, into c.opts. It returns nil when c is done with instead: stored data that
+// cannot be decoded is removed, a message claimed for its first attempt after its deliver-by
+// deadline is expired (deadline.go), and a message whose last attempt was never acknowledged
+// is dead-lettered.
 func (s *partitionConsumer) delivery(c *claimed) *message.Message {
 	var msg *message.Message
 	var err error
@@ -92,9 +87,8 @@ func (s *partitionConsumer) delivery(c *claimed) *message.Message {
 		return nil
 	}
 	c.uuid = msg.UUID
-	if key, ok := store.KeyOf(c.ID); ok {
-		msg.Metadata.Set(KeyMetadataKey, key)
-	}
+	key, keyed := store.KeyOf(c.ID)
+	c.opts = receivedOptions(msg, key, keyed)
 	if s.expireIfLate(c, msg) {
 		return nil
 	}
@@ -103,7 +97,7 @@ func (s *partitionConsumer) delivery(c *claimed) *message.Message {
 		s.deadLetter(c, msg, DeadLetterReasonLeaseExpired)
 		return nil
 	}
-	setDeliveryMetadata(msg, c)
+	setDeliveryMetadata(msg, c.opts, c.Attempt, c.DueUs)
 	return msg
 }
 
@@ -217,7 +211,7 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 	if !exhausted(c.Attempt, s.cfg.MaxAttempts) {
 		original, _ = s.cfg.Marshaler.Unmarshal(s.topic, c.Data)
 	}
-	d := decideNack(c.Attempt, s.cfg.MaxAttempts, s.cfg.NackBackoff, original, delivered, s.clock.Now(), s.clock.Virtual())
+	d := decideNack(c.Attempt, s.cfg.MaxAttempts, s.cfg.NackBackoff, c.opts, original, delivered, s.clock.Now(), s.clock.Virtual())
 	fields := watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.Attempt}
 	if d.deadLetter {
 		s.deadLetter(c, delivered, DeadLetterReasonNacked)
@@ -248,17 +242,5 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 	case err != nil:
 		// The message keeps its lease and comes back when the lease expires.
 		s.logger.Error("Nack failed; the message is delivered again after its lease", err, fields)
-	}
-}
-
-// setDeliveryMetadata sets the keys a delivery carries: the attempt, the due time, and the
-// delay metadata that due time served (see ServedDelayMetadataKey). (deliver sets the message
-// key, KeyMetadataKey, first: a dead letter carries it too.)
-func setDeliveryMetadata(msg *message.Message, c *claimed) {
-	msg.Metadata.Set(AttemptMetadataKey, strconv.FormatInt(c.Attempt, 10))
-	msg.Metadata.Set(DueTimeMetadataKey, time.UnixMicro(c.DueUs).UTC().Format(dueTimeLayout))
-	until, delayFor := msg.Metadata.Get(delay.DelayedUntilKey), msg.Metadata.Get(delay.DelayedForKey)
-	if until != "" || delayFor != "" {
-		msg.Metadata.Set(ServedDelayMetadataKey, servedDelay(until, delayFor))
 	}
 }

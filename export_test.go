@@ -94,8 +94,11 @@ func RegistryKeysForTest(prefix, topic string) (registry, groups string) {
 	return k.Registry, k.Groups
 }
 
-// ExpiredAtClaimForTest is the deadline decision of a claimed message (see expiredAtClaim).
-var ExpiredAtClaimForTest = expiredAtClaim
+// ExpiredAtClaimForTest is the deadline decision of a claimed message with metadata md (see
+// expiredAtClaim), read as a consumer reads it (receivedOptions).
+func ExpiredAtClaimForTest(md message.Metadata, attempt, dueUs, claimedUs int64) (deadlineUs int64, expired bool, err error) {
+	return expiredAtClaim(receivedOptions(&message.Message{Metadata: md}, "", false), attempt, dueUs, claimedUs)
+}
 
 // PrearmedTickDelayForTest is how long after a prearmed schedule's tick its tick message falls
 // due (see prearmedTickDelay).

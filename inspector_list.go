@@ -203,7 +203,7 @@ func (i *Inspector) describe(topic, group string, partition int, r store.Listed,
 	}
 	m.UUID, m.Metadata, m.PayloadSize = msg.UUID, msg.Metadata, payloadSize
 	if m.Key != "" {
-		m.Metadata[KeyMetadataKey] = m.Key
+		setKeyMetadata(m.Metadata, m.Key)
 	}
 	m.Preview = preview(msg.Payload)
 	if full {

@@ -1,6 +1,8 @@
 package redisdelay_test
 
 import (
+	"context"
+
 	"testing"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -35,12 +37,12 @@ func TestOneLayoutMakesEveryComponentOfAQueue(t *testing.T) {
 
 	require.NoError(t, sub.SubscribeInitialize("orders"))
 	require.NoError(t, pub.Publish("orders", message.NewMessage("order-1", []byte("paid?"))))
-	stats, err := in.Stats(t.Context(), "orders")
+	stats, err := in.Stats(context.Background(), "orders")
 	require.NoError(t, err)
 	require.Len(t, stats, 1)
 	require.Equal(t, "billing", stats[0].Group)
 	require.EqualValues(t, 1, stats[0].Due)
-	keys, err := rdb.Keys(t.Context(), "*").Result()
+	keys, err := rdb.Keys(context.Background(), "*").Result()
 	require.NoError(t, err)
 	for _, k := range keys {
 		require.Regexp(t, `^shop:`, k)

@@ -23,6 +23,9 @@ type claimed struct {
 	uuid      string // the message UUID, once decoded, for logs
 	delivered bool   // handed to the application
 	lost      bool   // its lease was found lost before it was handed out: it never will be
+
+	// opts are the message's options, read once when it is decoded (receivedOptions).
+	opts options
 }
 
 // claimedOf wraps the messages of a claim made at claimedUs (Unix µs, Redis clock).

@@ -1,16 +1,14 @@
 package redisdelay
 
-// This file owns message keys on the publishing side: WithKey, ValidateKey, the duplicate
-// policies and the partition of a key.
+// This file owns message keys on the publishing side: ValidateKey, the duplicate policies, the
+// key spec of the publish script and the partition of a key. (WithKey and WithDebounce are in
+// metadata.go; options.go reads the key, its policy and its debounce cap.)
 
 import (
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"time"
 	"unicode/utf8"
-
-	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
@@ -21,29 +19,6 @@ import (
 
 // MaxKeyLength is the longest message key, in bytes.
 const MaxKeyLength = 256
-
-// WithKey sets msg's key (KeyMetadataKey) and returns msg. Publish validates the key (see
-// ValidateKey).
-func WithKey(msg *message.Message, key string) *message.Message {
-	msg.Metadata.Set(KeyMetadataKey, key)
-	return msg
-}
-
-// WithDebounce makes msg a debounced message and returns msg: it sets its key (as WithKey), the
-// KeepLater policy (OnDuplicateMetadataKey) and, unless maxWait is 0, its max wait
-// (DebounceMaxWaitMetadataKey, µs precision; Publish refuses one under 1µs or over MaxDelay,
-// with ErrBeyondMaxDelay); with maxWait 0,
-// PublisherConfig.DebounceMaxWait applies. Each publish of the key with a later due time then replaces the waiting message, but
-// never beyond maxWait after the first publish that asked for a cap. Publish validates the key
-// and the cap.
-func WithDebounce(msg *message.Message, key string, maxWait time.Duration) *message.Message {
-	msg.Metadata.Set(KeyMetadataKey, key)
-	msg.Metadata.Set(OnDuplicateMetadataKey, string(KeepLater))
-	if maxWait != 0 {
-		msg.Metadata.Set(DebounceMaxWaitMetadataKey, maxWait.String())
-	}
-	return msg
-}
 
 // ValidateKey reports whether key can be a message key: non-empty, at most MaxKeyLength bytes,
 // valid UTF-8 without control characters or characters that change the direction of text (see
@@ -106,47 +81,14 @@ func (p DuplicatePolicy) scriptCode() string {
 	return ""
 }
 
-// keySpecOf returns the key spec of msg for the publish script: "" without a key, else
-// store.KeySpec's, with the debounce cap of msg (DebounceMaxWaitMetadataKey, else maxWait) when
-// its policy is KeepLater. A bad key, policy or cap, or a cap on a message without a key or of
-// another policy, is a *metadataError.
-func keySpecOf(msg *message.Message, policy DuplicatePolicy, retention, maxWait time.Duration) (string, *metadataError) {
-	key, ok := msg.Metadata[KeyMetadataKey]
-	wait, hasWait := msg.Metadata[DebounceMaxWaitMetadataKey]
-	if !ok {
-		if hasWait {
-			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: errors.New("a debounce cap needs a message key (WithDebounce)")}
-		}
-		return "", nil
+// keySpec is the key spec of a message with options o for the publish script: "" without a
+// key, else store.KeySpec's with its policy and debounce cap, and retention
+// (PublisherConfig.KeyRetention).
+func (o options) keySpec(retention time.Duration) string {
+	if !o.keyed {
+		return ""
 	}
-	if err := ValidateKey(key); err != nil {
-		return "", &metadataError{key: KeyMetadataKey, value: key, err: err}
-	}
-	if v, ok := msg.Metadata[OnDuplicateMetadataKey]; ok {
-		policy = DuplicatePolicy(v)
-	}
-	code := policy.scriptCode()
-	if code == "" {
-		return "", &metadataError{key: OnDuplicateMetadataKey, value: string(policy), err: errors.New(`want "keep", "replace", "keep-earlier" or "keep-later"`)}
-	}
-	if hasWait {
-		d, err := time.ParseDuration(wait)
-		switch {
-		case err != nil:
-			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: errors.New(`want a Go duration such as "30s"`)}
-		case d < time.Microsecond:
-			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: errors.New("want at least 1µs")}
-		case d > MaxDelay:
-			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: checkAhead(d)}
-		case policy != KeepLater:
-			return "", &metadataError{key: DebounceMaxWaitMetadataKey, value: wait, err: fmt.Errorf(`a debounce cap needs the %q duplicate policy, not %q`, KeepLater, policy)}
-		}
-		maxWait = d
-	}
-	if policy != KeepLater {
-		maxWait = 0
-	}
-	return store.KeySpec(code, retention, maxWait, key), nil
+	return store.KeySpec(o.policy.scriptCode(), retention, o.maxWait, o.key)
 }
 
 // keyPartition is the partition of a key on a topic with the given number of partitions:

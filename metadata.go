@@ -1,11 +1,13 @@
 package redisdelay
 
 // This file is the one home of every metadata key the adapter reads or writes (all start with
-// ReservedMetadataPrefix) and of the rules Publish applies to them.
+// ReservedMetadataPrefix), and of the code that writes them: the With… setters, and the keys a
+// received message gains (a delivery's, a dead letter's, a released batch's). options.go reads
+// them.
 
 import (
-	"errors"
-	"strings"
+	"strconv"
+	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
 )
@@ -127,27 +129,6 @@ const (
 	DeadLetterReasonExpired = "expired"
 )
 
-// publishableReserved are the reserved keys Publish accepts: the delivery keys, which it drops,
-// the message key, the duplicate policy and the debounce cap, which it reads, and the
-// deadlines and the dead-letter keys, which it keeps.
-var publishableReserved = map[string]bool{
-	KeyMetadataKey:                true,
-	OnDuplicateMetadataKey:        true,
-	DebounceMaxWaitMetadataKey:    true,
-	BatchKeyMetadataKey:           true,
-	AttemptMetadataKey:            true,
-	DueTimeMetadataKey:            true,
-	ServedDelayMetadataKey:        true,
-	DeliverByMetadataKey:          true,
-	DeliverWithinMetadataKey:      true,
-	DeadLetterTopicMetadataKey:    true,
-	DeadLetterGroupMetadataKey:    true,
-	DeadLetterAttemptsMetadataKey: true,
-	DeadLetterReasonMetadataKey:   true,
-	ScheduleMetadataKey:           true,
-	TickTimeMetadataKey:           true,
-}
-
 // The keys a Scheduler sets on each tick's message (see Schedule).
 const (
 	// ScheduleMetadataKey holds the name of the schedule that published the message.
@@ -158,32 +139,101 @@ const (
 	TickTimeMetadataKey = ReservedMetadataPrefix + "tick_time"
 )
 
-// checkReservedMetadata refuses a metadata key that starts with ReservedMetadataPrefix and is
-// not one the adapter itself puts on delivered messages.
-func checkReservedMetadata(msg *message.Message) *metadataError {
-	for k, v := range msg.Metadata {
-		if strings.HasPrefix(k, ReservedMetadataPrefix) && !publishableReserved[k] {
-			return &metadataError{key: k, value: v, err: errors.New("the " + ReservedMetadataPrefix + " prefix is reserved for the adapter")}
-		}
-	}
-	return nil
+// dueTimeLayout formats DueTimeMetadataKey: RFC3339 with microseconds, the precision of due
+// times.
+const dueTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
+
+// WithKey sets msg's key (KeyMetadataKey) and returns msg. Publish validates the key (see
+// ValidateKey).
+func WithKey(msg *message.Message, key string) *message.Message {
+	msg.Metadata.Set(KeyMetadataKey, key)
+	return msg
 }
 
-// withoutDeliveryMetadata returns msg, or a copy of it (context included) without the keys a
-// Subscriber sets on each delivery when it has any.
-func withoutDeliveryMetadata(msg *message.Message) *message.Message {
-	found := false
-	for _, k := range deliveryMetadata {
-		_, ok := msg.Metadata[k]
-		found = found || ok
+// WithDebounce makes msg a debounced message and returns msg: it sets its key (as WithKey), the
+// KeepLater policy (OnDuplicateMetadataKey) and, unless maxWait is 0, its max wait
+// (DebounceMaxWaitMetadataKey, µs precision; Publish refuses one under 1µs or over MaxDelay,
+// with ErrBeyondMaxDelay); with maxWait 0,
+// PublisherConfig.DebounceMaxWait applies. Each publish of the key with a later due time then replaces the waiting message, but
+// never beyond maxWait after the first publish that asked for a cap. Publish validates the key
+// and the cap.
+func WithDebounce(msg *message.Message, key string, maxWait time.Duration) *message.Message {
+	msg.Metadata.Set(KeyMetadataKey, key)
+	msg.Metadata.Set(OnDuplicateMetadataKey, string(KeepLater))
+	if maxWait != 0 {
+		msg.Metadata.Set(DebounceMaxWaitMetadataKey, maxWait.String())
 	}
-	if !found {
+	return msg
+}
+
+// WithDeliverBy sets msg's deliver-by deadline (DeliverByMetadataKey) to t, an absolute instant
+// read on the Redis clock, to the microsecond (finer is truncated), and returns msg. A consumer
+// group that claims msg for its first attempt after t does not hand it out: it dead-letters it
+// with DeadLetterReasonExpired, or drops it (SubscriberConfig.OnExpired). Publish refuses a t
+// more than MaxDelay after its clock's now (ErrBeyondMaxDelay). In a test with redisdelaytest,
+// the Redis clock is the virtual one: use q.Now().Add(d).
+func WithDeliverBy(msg *message.Message, t time.Time) *message.Message {
+	msg.Metadata.Set(DeliverByMetadataKey, t.UTC().Format(deadlineLayout))
+	return msg
+}
+
+// WithBatchKey sets msg's batch key (BatchKeyMetadataKey) and returns msg. The key follows the
+// rules of message keys (ValidateKey); the topic must be configured for batching.
+func WithBatchKey(msg *message.Message, key string) *message.Message {
+	msg.Metadata.Set(BatchKeyMetadataKey, key)
+	return msg
+}
+
+// withDeliverWithin returns msg, or, when window is positive and msg, with options o, is no
+// batch item and has no deadline of its own, a copy of it (context included) with
+// DeliverWithinMetadataKey set to window: Publish never changes the caller's message.
+func withDeliverWithin(msg *message.Message, o options, window time.Duration) *message.Message {
+	if window <= 0 || o.batched || o.hasDeliverBy || o.deliverWithin > 0 {
 		return msg
 	}
 	c := msg.Copy()
-	for _, k := range deliveryMetadata {
-		delete(c.Metadata, k)
-	}
+	c.Metadata.Set(DeliverWithinMetadataKey, window.String())
 	c.SetContext(msg.Context())
 	return c
 }
+
+// setDeliveryMetadata sets the keys a delivery of msg, with options o, carries: the attempt,
+// the due time (Unix µs, Redis clock), and the delay metadata that due time served (see
+// ServedDelayMetadataKey). (receivedOptions set the message key first: a dead letter carries it
+// too.)
+func setDeliveryMetadata(msg *message.Message, o options, attempt, dueUs int64) {
+	msg.Metadata.Set(AttemptMetadataKey, strconv.FormatInt(attempt, 10))
+	msg.Metadata.Set(DueTimeMetadataKey, time.UnixMicro(dueUs).UTC().Format(dueTimeLayout))
+	if o.delayedUntil != "" || o.delayedFor != "" {
+		msg.Metadata.Set(ServedDelayMetadataKey, servedDelay(o.delayedUntil, o.delayedFor))
+	}
+}
+
+// setDeadLetterMetadata makes letter a dead letter of topic and group after attempts, for
+// reason: it loses its deliver-by deadlines and gains the dead-letter keys, and its message
+// key, key when keyed, since the letter itself is stored without a key.
+func setDeadLetterMetadata(letter *message.Message, topic, group string, attempts int64, reason, key string, keyed bool) {
+	delete(letter.Metadata, DeliverByMetadataKey)
+	delete(letter.Metadata, DeliverWithinMetadataKey)
+	letter.Metadata.Set(DeadLetterTopicMetadataKey, topic)
+	letter.Metadata.Set(DeadLetterGroupMetadataKey, group)
+	letter.Metadata.Set(DeadLetterAttemptsMetadataKey, strconv.FormatInt(attempts, 10))
+	letter.Metadata.Set(DeadLetterReasonMetadataKey, reason)
+	if keyed {
+		letter.Metadata.Set(KeyMetadataKey, key)
+	}
+}
+
+// setBatchMetadata sets the keys of a released batch on msg: its batch key, what released it,
+// and its number of items unless items < 0 (a preview, which does not count them).
+func setBatchMetadata(msg *message.Message, batchKey, trigger string, items int) {
+	msg.Metadata.Set(BatchKeyMetadataKey, batchKey)
+	msg.Metadata.Set(BatchTriggerMetadataKey, trigger)
+	if items >= 0 {
+		msg.Metadata.Set(BatchItemsMetadataKey, strconv.Itoa(items))
+	}
+}
+
+// setKeyMetadata sets the message key in md, the metadata of a listed message, which is stored
+// without its key.
+func setKeyMetadata(md message.Metadata, key string) { md.Set(KeyMetadataKey, key) }

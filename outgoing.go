@@ -1,16 +1,14 @@
 package redisdelay
 
-// This file prepares one message for the publish script: its partition, its schedule (delay
-// metadata), its key spec, the checks of its reserved metadata (deadlines included) and of a
-// batch item, the topic's DeliverWithin window, and its marshaled form. Publish (publisher.go)
-// prepares every message of a call before it commits any.
+// This file prepares one message for the publish script from its options (options.go): its
+// partition, its due time, its key spec or batch spec, the topic's DeliverWithin window, and its
+// marshaled form. Publish (publisher.go) prepares every message of a call before it commits any.
 
 import (
 	"errors"
 	"fmt"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
@@ -21,8 +19,7 @@ import (
 // stored. now is the client time the delay metadata is read against, on a virtual clock when
 // virtual (see scheduleOf).
 func (p *Publisher) outgoing(topic string, msg *message.Message, now time.Time, virtual bool, roundRobin int) (store.Outgoing, int, error) {
-	partition := p.partitionOf(msg, roundRobin)
-	d, at, latest, err := scheduleOf(msg, now, virtual)
+	o, err := publishOptions(msg, &p.config, topic, now, virtual)
 	if err != nil {
 		var me *metadataError
 		if errors.As(err, &me) {
@@ -30,35 +27,17 @@ func (p *Publisher) outgoing(topic string, msg *message.Message, now time.Time, 
 		}
 		return store.Outgoing{}, 0, &MessageError{Topic: topic, UUID: msg.UUID, Err: err}
 	}
-	if err := checkReservedMetadata(msg); err != nil {
-		return store.Outgoing{}, 0, metadataMessageError(topic, msg, err)
+	partition, spec := p.partitionOf(o, roundRobin), o.keySpec(p.config.KeyRetention)
+	if o.batched {
+		cfg := p.config.Batching[topic]
+		spec = store.BatchSpec(cfg.MaxItems, cfg.MaxWait, cfg.maxBytes(), o.batchKey)
+		partition = keyPartition(o.batchKey, p.config.Partitions)
 	}
-	if err := checkDeadlines(msg, now); err != nil {
-		return store.Outgoing{}, 0, metadataMessageError(topic, msg, err)
-	}
-	spec, keyErr := keySpecOf(msg, p.config.OnDuplicate, p.config.KeyRetention, p.config.DebounceMaxWait)
-	if keyErr != nil {
-		return store.Outgoing{}, 0, metadataMessageError(topic, msg, keyErr)
-	}
-	bk, isBatched := msg.Metadata[BatchKeyMetadataKey]
-	if isBatched {
-		if err := p.checkBatchItem(topic, msg, bk); err != nil {
-			return store.Outgoing{}, 0, err
-		}
-	}
-	if !isBatched {
-		msg = withDeliverWithin(msg, p.config.DeliverWithin[topic])
-	}
-	data, err := p.marshalOutgoing(topic, msg)
+	data, err := p.marshalOutgoing(topic, withDeliverWithin(msg, o, p.config.DeliverWithin[topic]))
 	if err != nil {
 		return store.Outgoing{}, 0, err
 	}
-	if isBatched {
-		cfg := p.config.Batching[topic]
-		spec = store.BatchSpec(cfg.MaxItems, cfg.MaxWait, cfg.maxBytes(), bk)
-		partition = keyPartition(bk, p.config.Partitions)
-	}
-	out := store.Outgoing{Data: data, Delay: d, At: at, Latest: latest, KeySpec: spec}
+	out := store.Outgoing{Data: data, Delay: o.delay, At: o.at, Latest: o.latest, KeySpec: spec}
 	if !virtual {
 		out.From = now // the wait for a group commit round does not make it later
 	}
@@ -84,43 +63,17 @@ func (p *Publisher) marshalOutgoing(topic string, msg *message.Message) ([]byte,
 	return data, nil
 }
 
-// partitionOf returns the partition of msg: from its key (KeyMetadataKey) when it has one, so
-// that the Inspector finds it by the key alone, else from the PartitionKey metadata when msg
+// partitionOf returns the partition of a message with options o: from its key when it has one,
+// so that the Inspector finds it by the key alone, else from its PartitionKey metadata when it
 // has it, else roundRobin.
-func (p *Publisher) partitionOf(msg *message.Message, roundRobin int) int {
-	if p.config.Partitions == 1 {
+func (p *Publisher) partitionOf(o options, roundRobin int) int {
+	switch {
+	case p.config.Partitions == 1:
 		return 0
-	}
-	if key, ok := msg.Metadata[KeyMetadataKey]; ok {
-		return keyPartition(key, p.config.Partitions)
-	}
-	if key, ok := msg.Metadata[p.config.PartitionKey]; ok && p.config.PartitionKey != "" {
-		return keyPartition(key, p.config.Partitions)
+	case o.keyed:
+		return keyPartition(o.key, p.config.Partitions)
+	case o.hasPartitionKey:
+		return keyPartition(o.partitionKey, p.config.Partitions)
 	}
 	return roundRobin
-}
-
-// checkBatchItem refuses a batch item that cannot be stored: a topic without batching, a bad
-// batch key, or a message key as well.
-func (p *Publisher) checkBatchItem(topic string, msg *message.Message, bk string) error {
-	if _, ok := p.config.Batching[topic]; !ok {
-		return &MessageError{Topic: topic, UUID: msg.UUID, Key: BatchKeyMetadataKey, Value: bk, Err: errors.New("the topic is not configured for batching (PublisherConfig.Batching)")}
-	}
-	if err := ValidateKey(bk); err != nil {
-		return &MessageError{Topic: topic, UUID: msg.UUID, Key: BatchKeyMetadataKey, Value: bk, Err: err}
-	}
-	if _, keyed := msg.Metadata[KeyMetadataKey]; keyed {
-		return &MessageError{Topic: topic, UUID: msg.UUID, Key: KeyMetadataKey, Value: msg.Metadata[KeyMetadataKey], Err: errors.New("a batch item cannot have a message key")}
-	}
-	for _, k := range []string{delay.DelayedForKey, delay.DelayedUntilKey} {
-		if v, ok := msg.Metadata[k]; ok {
-			return &MessageError{Topic: topic, UUID: msg.UUID, Key: k, Value: v, Err: errors.New("a batch item cannot have a delay: its batch's MaxWait decides when it is delivered")}
-		}
-	}
-	for _, k := range []string{DeliverByMetadataKey, DeliverWithinMetadataKey} {
-		if v, ok := msg.Metadata[k]; ok {
-			return &MessageError{Topic: topic, UUID: msg.UUID, Key: k, Value: v, Err: errors.New("a batch item cannot have a deliver-by deadline: a released batch is delivered as one message, which has none")}
-		}
-	}
-	return nil
 }

@@ -140,7 +140,7 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 	recordPublished(p.config.Metrics, topic, outcomes)
 	for i, o := range outcomes {
 		if o == OutcomeDuplicate {
-			p.logger.Debug("Duplicate not stored: its key is taken", watermill.LogFields{"topic": topic, "message_uuid": msgs[i].UUID, "key": msgs[i].Metadata.Get(KeyMetadataKey)})
+			p.logger.Debug("Duplicate not stored: its key is taken", watermill.LogFields{"topic": topic, "message_uuid": msgs[i].UUID, "key": messageKeyOf(msgs[i])})
 		}
 	}
 	return outcomes, nil

@@ -7,7 +7,6 @@ import (
 	"maps"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
@@ -22,15 +21,16 @@ type nackDecision struct {
 	badDelay error
 }
 
-// decideNack decides the fate of a nacked message on its attempt-th delivery. original is the
-// message as stored (nil when it cannot be decoded), delivered the message as the handler left
-// it, without the delivery metadata. In order:
+// decideNack decides the fate of a nacked message on its attempt-th delivery. kept is the
+// options it was delivered with, original the message as stored (nil when it cannot be
+// decoded), delivered the message as the handler left it, without the delivery metadata. In
+// order:
 //   - on the last attempt (maxAttempts, unless UnlimitedAttempts) it becomes a dead letter;
 //   - if the handler changed the delay metadata (as middleware.DelayOnError does), the new
 //     metadata decides the delay (see DelayOf, with now the Nack time, on a virtual clock when
 //     virtual: see scheduleOf);
 //   - otherwise backoff decides.
-func decideNack(attempt int64, maxAttempts int, backoff Backoff, original, delivered *message.Message, now time.Time, virtual bool) nackDecision {
+func decideNack(attempt int64, maxAttempts int, backoff Backoff, kept options, original, delivered *message.Message, now time.Time, virtual bool) nackDecision {
 	if exhausted(attempt, maxAttempts) {
 		return nackDecision{deadLetter: true}
 	}
@@ -39,13 +39,11 @@ func decideNack(attempt int64, maxAttempts int, backoff Backoff, original, deliv
 		return d
 	}
 	d.changed = true
-	if original.Metadata.Get(delay.DelayedUntilKey) != delivered.Metadata.Get(delay.DelayedUntilKey) ||
-		original.Metadata.Get(delay.DelayedForKey) != delivered.Metadata.Get(delay.DelayedForKey) {
-		if wait, err := delayOf(delivered, now, virtual); err == nil {
-			d.delay = wait
-		} else {
-			d.badDelay = err
-		}
+	switch wait, changed, err := redelay(kept, delivered, now, virtual); {
+	case err != nil:
+		d.badDelay = err
+	case changed:
+		d.delay = wait
 	}
 	return d
 }

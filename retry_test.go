@@ -45,7 +45,11 @@ func TestNackDecisionFollowsAttemptsChangesAndDelayMetadata(t *testing.T) {
 		{name: "undecodable original: backoff", attempt: 1, maxAttempts: 3, original: nil, delivered: msg(nil), want: nackDecision{delay: 7 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := decideNack(tc.attempt, tc.maxAttempts, backoff, tc.original, tc.delivered, now, false)
+			var kept options // what the consumer read when it handed the message out
+			if tc.original != nil {
+				kept = receivedOptions(tc.original.Copy(), "", false)
+			}
+			got := decideNack(tc.attempt, tc.maxAttempts, backoff, kept, tc.original, tc.delivered, now, false)
 			assert.Equal(t, tc.badDelay, got.badDelay != nil, "badDelay %v", got.badDelay)
 			got.badDelay = nil
 			assert.Equal(t, tc.want, got)
