@@ -97,9 +97,5 @@ func RegistryKeysForTest(prefix, topic string) (registry, groups string) {
 // ExpiredAtClaimForTest is the deadline decision of a claimed message (see expiredAtClaim).
 var ExpiredAtClaimForTest = expiredAtClaim
 
-// PrearmedTickDelayForTest is how long after a prearmed schedule's tick its tick message falls
-// due (see prearmedTickDelay).
-const PrearmedTickDelayForTest = prearmedTickDelay
-
 // The tests watch compact-tier buckets move in real time, with horizons of milliseconds.
 func init() { compactHorizonFloor = 10 * time.Millisecond }

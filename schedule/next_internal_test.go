@@ -1,4 +1,4 @@
-package redisdelay
+package schedule
 
 import (
 	"context"

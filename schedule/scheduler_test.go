@@ -1,4 +1,4 @@
-package redisdelay_test
+package schedule_test
 
 import (
 	"context"
