@@ -46,14 +46,20 @@ func (s publisherSeam) Marshal(topic string, msg *message.Message) ([]byte, erro
 
 // Publish holds the Publisher open, as PublishWithResult does: after Close it returns
 // ErrPublisherClosed.
-func (s publisherSeam) Publish(ctx context.Context, topic string, msgs []*message.Message, o seam.PublishOptions) error {
+func (s publisherSeam) Publish(ctx context.Context, topic string, msgs []*message.Message, o seam.PublishOptions) (int, error) {
 	s.p.closeMu.RLock()
 	defer s.p.closeMu.RUnlock()
 	if s.p.closed {
-		return ErrPublisherClosed
+		return 0, ErrPublisherClosed
 	}
-	_, err := s.p.publishWith(ctx, topic, msgs, o)
-	return err
+	outcomes, err := s.p.publishWith(ctx, topic, msgs, o)
+	duplicates := 0
+	for _, o := range outcomes {
+		if o == OutcomeDuplicate {
+			duplicates++
+		}
+	}
+	return duplicates, err
 }
 
 func (s publisherSeam) Store() store.Store { return s.p.store }

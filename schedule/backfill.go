@@ -10,7 +10,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 
-	"github.com/watermill-redisdelay/redisdelay"
 	"github.com/watermill-redisdelay/redisdelay/internal/seam"
 )
 
@@ -25,7 +24,7 @@ func (s *Scheduler) Trigger(ctx context.Context, name string) (string, error) {
 		return "", s.errorf("trigger", name, err)
 	}
 	msg := c.tickMessage(now, TickKey(name, now)+"!")
-	if err := s.config.Publisher.Publish(c.Topic, msg); err != nil {
+	if _, err := s.pub.Publish(ctx, c.Topic, []*message.Message{msg}, s.tickOptions(nil, 0)); err != nil {
 		return "", s.errorf("trigger", name, err)
 	}
 	return msg.UUID, nil
@@ -75,27 +74,22 @@ func (s *Scheduler) Backfill(ctx context.Context, name string, from, to time.Tim
 		for i, t := range chunk {
 			msgs[i] = c.tickMessage(t, TickKey(name, t))
 		}
-		outcomes, err := s.publishBackfill(ctx, c.Topic, msgs)
+		dups, err := s.publishBackfill(ctx, c.Topic, msgs)
 		if err != nil {
 			return res, s.errorf("backfill", name, fmt.Errorf("%d of %d ticks published before: %w", res.Published+res.Duplicates, res.Published+res.Duplicates+len(chunk)+len(ticks), err))
 		}
-		for _, o := range outcomes {
-			if o == redisdelay.OutcomeDuplicate {
-				res.Duplicates++
-			} else {
-				res.Published++
-			}
-		}
+		res.Duplicates, res.Published = res.Duplicates+dups, res.Published+len(chunk)-dups
 	}
 	return res, nil
 }
 
-// publishBackfill publishes one chunk of a backfill unless ctx has ended.
-func (s *Scheduler) publishBackfill(ctx context.Context, topic string, msgs []*message.Message) ([]redisdelay.Outcome, error) {
+// publishBackfill publishes one chunk of a backfill, due at once, unless ctx has ended (a
+// chunk under way is not cut short by it), and returns how many were Duplicates.
+func (s *Scheduler) publishBackfill(ctx context.Context, topic string, msgs []*message.Message) (int, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return 0, err
 	}
-	return s.config.Publisher.PublishWithResult(topic, msgs...)
+	return s.pub.Publish(context.WithoutCancel(ctx), topic, msgs, s.tickOptions(nil, 0))
 }
 
 // ticksBetween returns the ticks from from to to, both included: at most MaxBackfillTicks, each

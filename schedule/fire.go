@@ -200,11 +200,17 @@ func (s *Scheduler) publishTicks(ctx context.Context, c *compiledSchedule, ticks
 	for i, t := range ticks {
 		msgs[i] = c.tickMessage(t, TickKey(c.Name, t))
 	}
-	o := seam.PublishOptions{At: at, KeyRetention: s.config.TickKeyRetention, NotAfterUs: notAfterUs}
-	if err := s.pub.Publish(ctx, c.Topic, msgs, o); err != nil {
+	if _, err := s.pub.Publish(ctx, c.Topic, msgs, s.tickOptions(at, notAfterUs)); err != nil {
 		return fmt.Errorf("schedule: schedule %s: publish to topic %s: %w", store.Quote(c.Name), store.Quote(c.Topic), err)
 	}
 	return nil
+}
+
+// tickOptions are the per-call settings of a publish of tick messages (see seam.PublishOptions):
+// due at their times in at (nil: at once), each key kept for TickKeyRetention (KeepExisting),
+// fenced at notAfterUs (0: not fenced).
+func (s *Scheduler) tickOptions(at []time.Time, notAfterUs int64) seam.PublishOptions {
+	return seam.PublishOptions{At: at, KeyRetention: s.config.TickKeyRetention, NotAfterUs: notAfterUs}
 }
 
 // held reports whether the message with key, the previous tick's, is still due or in flight in

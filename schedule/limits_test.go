@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // beyond is a little more than MaxDelay: eleven years.
@@ -23,13 +24,13 @@ func TestBackfillPublishesEveryTickAcrossGapsOfMoreThanFiveYears(t *testing.T) {
 	e := newSchedulerEnv(t, embeddedRedis(t))
 	ctx := context.Background()
 	s := e.scheduler(t, nil)
-	_, err := s.Put(ctx, redisdelay.Schedule{Name: "leap", Spec: "0 0 29 2 *", Topic: "leaps"})
+	_, err := s.Put(ctx, schedule.Schedule{Name: "leap", Spec: "0 0 29 2 *", Topic: "leaps"})
 	require.NoError(t, err)
 	res, err := s.Backfill(ctx, "leap", utc("1880-01-01T00:00:00Z"), utc("1920-01-01T00:00:00Z"))
 	require.NoError(t, err)
-	assert.Equal(t, redisdelay.BackfillResult{Published: 9}, res, "1880, 84, 88, 92, 96, 1904, 08, 12, 16")
+	assert.Equal(t, schedule.BackfillResult{Published: 9}, res, "1880, 84, 88, 92, 96, 1904, 08, 12, 16")
 
-	_, err = s.Put(ctx, redisdelay.Schedule{Name: "nye", Spec: "59 23 31 12 *", TimeZone: "Pacific/Apia", Topic: "leaps"})
+	_, err = s.Put(ctx, schedule.Schedule{Name: "nye", Spec: "59 23 31 12 *", TimeZone: "Pacific/Apia", Topic: "leaps"})
 	require.NoError(t, err)
 	done := make(chan error, 1)
 	go func() {
@@ -39,7 +40,7 @@ func TestBackfillPublishesEveryTickAcrossGapsOfMoreThanFiveYears(t *testing.T) {
 	select {
 	case err := <-done:
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.BackfillResult{Published: 3}, res, "over the day Samoa skipped")
+		assert.Equal(t, schedule.BackfillResult{Published: 3}, res, "over the day Samoa skipped")
 	case <-time.After(5 * time.Second):
 		t.Fatal("Backfill over the day Samoa skipped did not return")
 	}
@@ -49,11 +50,11 @@ func TestBackfillRefusesARangeBeyondMaxDelayAndStopsWithItsContext(t *testing.T)
 	e := newSchedulerEnv(t, embeddedRedis(t))
 	ctx := context.Background()
 	s := e.scheduler(t, nil)
-	_, err := s.Put(ctx, redisdelay.Schedule{Name: "hourly", Spec: "@hourly", Topic: "hours"})
+	_, err := s.Put(ctx, schedule.Schedule{Name: "hourly", Spec: "@hourly", Topic: "hours"})
 	require.NoError(t, err)
 	_, err = s.Backfill(ctx, "hourly", time.Now(), time.Now().Add(beyond))
 	require.ErrorIs(t, err, redisdelay.ErrBeyondMaxDelay)
-	require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
+	require.ErrorIs(t, err, schedule.ErrInvalid)
 
 	cancelled, cancel := context.WithCancel(ctx)
 	cancel()
@@ -77,12 +78,12 @@ func TestBackfillThatFailsSaysHowManyTicksItPublished(t *testing.T) {
 	e := newSchedulerEnv(t, backend{name: b.name, client: client, miniredis: b.miniredis})
 	ctx := context.Background()
 	s := e.scheduler(t, nil)
-	_, err := s.Put(ctx, redisdelay.Schedule{Name: "hourly", Spec: "@hourly", Topic: "hours"})
+	_, err := s.Put(ctx, schedule.Schedule{Name: "hourly", Spec: "@hourly", Topic: "hours"})
 	require.NoError(t, err)
 	armed.Store(true)
 	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	res, err := s.Backfill(ctx, "hourly", from, from.Add(150*time.Hour))
 	require.ErrorContains(t, err, "100 of 151 ticks published before")
 	assert.ErrorContains(t, err, "injected")
-	assert.Equal(t, redisdelay.BackfillResult{Published: 100}, res)
+	assert.Equal(t, schedule.BackfillResult{Published: 100}, res)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // The model-based test of periodic schedules drives random sequences of schedule operations
@@ -73,14 +74,14 @@ var smSpecs = []string{"@every 10s", "*/15 * * * * *", "0 * * * * *", "@every 7s
 const smDefs = 4 * 2 * 2 * 2
 
 // smDef is definition i of schedule name.
-func smDef(name string, i int) redisdelay.Schedule {
-	s := redisdelay.Schedule{Name: name, Topic: smTopic, Spec: smSpecs[i%4], Payload: []byte(name),
-		Overlap: redisdelay.OverlapAllowAll, CatchUp: redisdelay.CatchUpAll, CatchUpWindow: 30 * time.Second}
+func smDef(name string, i int) schedule.Schedule {
+	s := schedule.Schedule{Name: name, Topic: smTopic, Spec: smSpecs[i%4], Payload: []byte(name),
+		Overlap: schedule.OverlapAllowAll, CatchUp: schedule.CatchUpAll, CatchUpWindow: 30 * time.Second}
 	if i/4%2 == 1 {
-		s.Overlap = redisdelay.OverlapSkip
+		s.Overlap = schedule.OverlapSkip
 	}
 	if i/8%2 == 1 {
-		s.CatchUp = redisdelay.CatchUpLatest
+		s.CatchUp = schedule.CatchUpLatest
 	}
 	if i/16%2 == 1 {
 		s.CatchUpWindow = 45 * time.Second
@@ -241,7 +242,7 @@ type smRun struct {
 	client *redis.Client
 	gate   *smGate
 	prefix string
-	admin  *redisdelay.Scheduler
+	admin  *schedule.Scheduler
 	in     *redisdelay.Inspector
 	now    time.Time
 
@@ -298,10 +299,12 @@ func (l smLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
 	return smLogger{r: l.r, fields: l.fields.Add(fields)}
 }
 
-func (r *smRun) newScheduler(concurrency int) *redisdelay.Scheduler {
-	s, err := redisdelay.NewScheduler(redisdelay.SchedulerConfig{
-		Client: r.client, KeyPrefix: r.prefix, LeaseTimeout: smLease, Concurrency: concurrency,
-	}, smLogger{r: r})
+func (r *smRun) newScheduler(concurrency int) *schedule.Scheduler {
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: r.client, KeyPrefix: r.prefix}, smLogger{r: r})
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	s, err := schedule.New(schedule.Config{Publisher: pub, LeaseTimeout: smLease, Concurrency: concurrency}, smLogger{r: r})
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -325,8 +328,8 @@ func (r *smRun) nextOf(name string, def int, t time.Time) time.Time {
 func (r *smRun) arm(i int) {
 	s, name := r.scheds[i], smName(i)
 	s.pending = r.nextOf(name, s.def, r.now)
-	if !s.pending.IsZero() && smDef(name, s.def).Overlap == redisdelay.OverlapAllowAll {
-		r.expectMsg(name, s.pending, redisdelay.TickKey(name, s.pending))
+	if !s.pending.IsZero() && smDef(name, s.def).Overlap == schedule.OverlapAllowAll {
+		r.expectMsg(name, s.pending, schedule.TickKey(name, s.pending))
 	}
 }
 
@@ -341,8 +344,8 @@ func (r *smRun) expectMsg(name string, tick time.Time, key string) {
 // its message, stored ahead, is cancelled unless it was delivered.
 func (r *smRun) dropPending(i int) {
 	s, name := r.scheds[i], smName(i)
-	if !s.pending.IsZero() && smDef(name, s.def).Overlap == redisdelay.OverlapAllowAll {
-		key := redisdelay.TickKey(name, s.pending)
+	if !s.pending.IsZero() && smDef(name, s.def).Overlap == schedule.OverlapAllowAll {
+		key := schedule.TickKey(name, s.pending)
 		if len(r.deliveries[key]) == 0 {
 			delete(r.expect, key)
 		}
@@ -352,9 +355,9 @@ func (r *smRun) dropPending(i int) {
 
 // smActsAt is when a Scheduler acts on a schedule's tick: at the tick, or, when the schedule
 // stores its messages ahead (OverlapAllowAll), a little after it.
-func smActsAt(def redisdelay.Schedule, tick time.Time) time.Time {
-	if def.Overlap == redisdelay.OverlapAllowAll || def.Overlap == "" {
-		return tick.Add(redisdelay.PrearmedTickDelayForTest)
+func smActsAt(def schedule.Schedule, tick time.Time) time.Time {
+	if def.Overlap == schedule.OverlapAllowAll || def.Overlap == "" {
+		return tick.Add(schedule.PrearmedTickDelayForTest)
 	}
 	return tick
 }
@@ -371,7 +374,7 @@ func (r *smRun) fire(i int) {
 		ticks = append(ticks, t)
 	}
 	s.pending = t
-	if def.Overlap == redisdelay.OverlapAllowAll {
+	if def.Overlap == schedule.OverlapAllowAll {
 		s.published++
 		s.lastTick = ticks[0]
 		ticks = ticks[1:]
@@ -387,17 +390,17 @@ func (r *smRun) fire(i int) {
 			window = append(window, t)
 		}
 	}
-	if len(window) > 1 && (def.CatchUp == redisdelay.CatchUpLatest || def.Overlap == redisdelay.OverlapSkip) {
+	if len(window) > 1 && (def.CatchUp == schedule.CatchUpLatest || def.Overlap == schedule.OverlapSkip) {
 		s.skipped += int64(len(window) - 1)
 		window = window[len(window)-1:]
 	}
 	for _, t := range window {
-		r.expectMsg(name, t, redisdelay.TickKey(name, t))
+		r.expectMsg(name, t, schedule.TickKey(name, t))
 		s.published++
 		s.lastTick = t
 	}
-	if !s.pending.IsZero() && def.Overlap == redisdelay.OverlapAllowAll {
-		r.expectMsg(name, s.pending, redisdelay.TickKey(name, s.pending))
+	if !s.pending.IsZero() && def.Overlap == schedule.OverlapAllowAll {
+		r.expectMsg(name, s.pending, schedule.TickKey(name, s.pending))
 	}
 }
 
@@ -424,22 +427,22 @@ func (r *smRun) exec(o smOp) {
 	}
 	switch o.kind {
 	case smPut:
-		want := redisdelay.ScheduleCreated
+		want := schedule.Created
 		switch {
 		case s != nil && s.def == o.def:
-			want = redisdelay.ScheduleUnchanged
+			want = schedule.Unchanged
 		case s != nil:
-			want = redisdelay.ScheduleUpdated
+			want = schedule.Updated
 		}
 		got, err := r.admin.Put(ctx, smDef(name, o.def))
 		if err != nil || got != want {
 			r.failf("api", "put: want %s, got %s %v", want, got, err)
 		}
 		switch want {
-		case redisdelay.ScheduleCreated:
+		case schedule.Created:
 			r.scheds[i] = &smSched{def: o.def}
 			r.arm(i)
-		case redisdelay.ScheduleUpdated:
+		case schedule.Updated:
 			r.dropPending(i)
 			s.def = o.def
 			if !s.paused {
@@ -481,7 +484,7 @@ func (r *smRun) exec(o smOp) {
 		_, err := r.admin.Trigger(ctx, name)
 		notFound("trigger", err)
 		if s != nil {
-			key := redisdelay.TickKey(name, r.now) + "!"
+			key := schedule.TickKey(name, r.now) + "!"
 			if _, ok := r.expect[key]; !ok { // a second Trigger at the same instant is a duplicate
 				r.expectMsg(name, r.now, key)
 			}
@@ -510,14 +513,14 @@ func (r *smRun) exec(o smOp) {
 // that long and is stopped mid-run.
 func (r *smRun) runSchedulers(n int, crashAfter time.Duration) {
 	ctx := context.Background()
-	start := func(concurrency int) (*redisdelay.Scheduler, context.CancelFunc, chan error) {
+	start := func(concurrency int) (*schedule.Scheduler, context.CancelFunc, chan error) {
 		s := r.newScheduler(concurrency)
 		runCtx, cancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
 		go func() { done <- s.Run(runCtx) }()
 		return s, cancel, done
 	}
-	stop := func(s *redisdelay.Scheduler, cancel context.CancelFunc, done chan error) {
+	stop := func(s *schedule.Scheduler, cancel context.CancelFunc, done chan error) {
 		r.gate.stopBetweenCalls(cancel)
 		select {
 		case err := <-done:
@@ -535,7 +538,7 @@ func (r *smRun) runSchedulers(n int, crashAfter time.Duration) {
 		stop(s, cancel, done)
 	}
 	type running struct {
-		s      *redisdelay.Scheduler
+		s      *schedule.Scheduler
 		cancel context.CancelFunc
 		done   chan error
 	}
@@ -563,7 +566,7 @@ func (r *smRun) waitIdle() {
 	deadline := time.Now().Add(smWait)
 	for {
 		busy := ""
-		infos, _, err := r.in.Schedules(ctx, "", 100)
+		infos, _, err := schedule.List(ctx, r.in, "", 100)
 		if err != nil {
 			busy = err.Error()
 		}
@@ -573,7 +576,7 @@ func (r *smRun) waitIdle() {
 			}
 		}
 		if busy == "" {
-			stats, err := r.in.Stats(ctx, redisdelay.ScheduleTickTopic)
+			stats, err := r.in.Stats(ctx, schedule.TickTopic)
 			if err != nil {
 				busy = err.Error()
 			}
@@ -714,7 +717,7 @@ func (r *smRun) check() {
 			r.failf("missing", "message %s (tick %s) not stored ahead", key, e.tick.Format(smTimeLayout))
 		}
 	}
-	infos, _, err := r.in.Schedules(ctx, "", 100)
+	infos, _, err := schedule.List(ctx, r.in, "", 100)
 	if err != nil {
 		r.failf("api", "schedules: %v", err)
 	}
@@ -763,7 +766,7 @@ func (r *smRun) finish() {
 	// loop of a subscription that registered while it was open, once its client clock passes
 	// the window's end; these Schedulers run for a moment each, and re-registering an existing
 	// group drops nothing. So one more schedule comes and goes, an hour before the check.
-	throwaway := redisdelay.Schedule{Name: "throwaway", Topic: smTopic, Spec: "@every 10s"}
+	throwaway := schedule.Schedule{Name: "throwaway", Topic: smTopic, Spec: "@every 10s"}
 	if _, err := r.admin.Put(ctx, throwaway); err != nil {
 		r.failf("api", "put %s: %v", throwaway.Name, err)
 	}
@@ -796,16 +799,16 @@ func (r *smRun) finish() {
 func (r *smRun) leftKeys() []string {
 	ctx := context.Background()
 	var left []string
-	keys, err := scanKeys(ctx, backend{client: r.client, miniredis: r.mr}, r.prefix+"{"+redisdelay.ScheduleTickTopic+"}*")
+	keys, err := scanKeys(ctx, backend{client: r.client, miniredis: r.mr}, r.prefix+"{"+schedule.TickTopic+"}*")
 	if err != nil {
 		return []string{"scan: " + err.Error()}
 	}
-	tag := r.prefix + "{" + redisdelay.ScheduleTickTopic + "}"
+	tag := r.prefix + "{" + schedule.TickTopic + "}"
 	for _, k := range keys {
 		rest := strings.TrimPrefix(k, tag)
 		switch {
-		case rest == ":seq", rest == ":seq:birth", rest == ":groups", rest == ":g:"+redisdelay.ScheduleTickGroup+":epoch":
-		case rest == ":g:"+redisdelay.ScheduleTickGroup+":lease":
+		case rest == ":seq", rest == ":seq:birth", rest == ":groups", rest == ":g:"+schedule.TickGroup+":epoch":
+		case rest == ":g:"+schedule.TickGroup+":lease":
 			if n := r.client.ZCount(ctx, k, "-inf", "(1e300").Val(); n != 0 {
 				left = append(left, fmt.Sprintf("%s holds %d leases", k, n))
 			}
@@ -830,9 +833,9 @@ func (r *smRun) registerTickGroup() {
 	defer func() { r.gate.stopBetweenCalls(cancel); <-done }()
 	deadline := time.Now().Add(smWait)
 	for time.Now().Before(deadline) {
-		stats, _ := r.in.Stats(ctx, redisdelay.ScheduleTickTopic)
+		stats, _ := r.in.Stats(ctx, schedule.TickTopic)
 		for _, g := range stats {
-			if g.Group == redisdelay.ScheduleTickGroup {
+			if g.Group == schedule.TickGroup {
 				return
 			}
 		}

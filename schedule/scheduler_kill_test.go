@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // schedulerChildEnv makes the test binary act as one Scheduler instance that the kill tests
@@ -53,8 +54,13 @@ func runSchedulerChild() {
 		fmt.Println("error", err)
 		os.Exit(1)
 	}
-	cfg := redisdelay.SchedulerConfig{Client: client, KeyPrefix: f[2], LeaseTimeout: time.Duration(leaseMs) * time.Millisecond}
-	s, err := redisdelay.NewScheduler(cfg, deliveryReporter{})
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: f[2]}, deliveryReporter{})
+	if err != nil {
+		fmt.Println("error", err)
+		os.Exit(1)
+	}
+	cfg := schedule.Config{Publisher: pub, LeaseTimeout: time.Duration(leaseMs) * time.Millisecond}
+	s, err := schedule.New(cfg, deliveryReporter{})
 	if err != nil {
 		fmt.Println("error", err)
 		os.Exit(1)
@@ -206,7 +212,7 @@ func TestSchedulersKilledAndRestartedPublishEachTickOnce(t *testing.T) {
 
 			procs := startSchedulerProcs(t, b, e.prefix, schedulerKillLease, 5, nil)
 			s := e.scheduler(t, nil)
-			_, err := s.Put(context.Background(), redisdelay.Schedule{Name: "kill", Spec: "@every 1s", Topic: "ticks"})
+			_, err := s.Put(context.Background(), schedule.Schedule{Name: "kill", Spec: "@every 1s", Topic: "ticks"})
 			require.NoError(t, err)
 
 			end := time.Now().Add(schedulerKillDuration())
@@ -288,7 +294,7 @@ func TestKilledSchedulerNeitherSkipsNorDuplicatesATick(t *testing.T) {
 		require.NoError(t, err, "%s=%q", schedKillSecondsEnv, s)
 		base = time.Duration(n) * time.Second
 	}
-	for _, policy := range []redisdelay.OverlapPolicy{redisdelay.OverlapAllowAll, redisdelay.OverlapSkip, redisdelay.OverlapBufferOne} {
+	for _, policy := range []schedule.OverlapPolicy{schedule.OverlapAllowAll, schedule.OverlapSkip, schedule.OverlapBufferOne} {
 		for _, lease := range []time.Duration{400 * time.Millisecond, time.Second, 10 * time.Second} {
 			t.Run(fmt.Sprintf("%s/lease=%s", policy, lease), func(t *testing.T) {
 				t.Parallel()
@@ -299,16 +305,16 @@ func TestKilledSchedulerNeitherSkipsNorDuplicatesATick(t *testing.T) {
 }
 
 // killTicks is one case of TestKilledSchedulerNeitherSkipsNorDuplicatesATick.
-func killTicks(t *testing.T, policy redisdelay.OverlapPolicy, lease, period time.Duration) {
+func killTicks(t *testing.T, policy schedule.OverlapPolicy, lease, period time.Duration) {
 	b := realRedis(t)
 	e := newSchedulerEnv(t, b)
 	audit := auditTicks(t, e.subscribe(t, "ticks", "audit"))
 	reports := make(chan childReport, 64)
 	procs := startSchedulerProcs(t, b, e.prefix, lease, 3, reports)
-	sch := redisdelay.Schedule{Name: "kill", Spec: "@every 1s", Topic: "ticks", Overlap: policy}
+	sch := schedule.Schedule{Name: "kill", Spec: "@every 1s", Topic: "ticks", Overlap: policy}
 	_, err := e.scheduler(t, nil).Put(context.Background(), sch)
 	require.NoError(t, err)
-	info, err := e.inspector(t).Schedule(context.Background(), "kill")
+	info, err := schedule.Get(context.Background(), e.inspector(t), "kill")
 	require.NoError(t, err)
 	firsts, err := sch.NextTicks(info.Created, 1)
 	require.NoError(t, err)
@@ -331,7 +337,7 @@ func killTicks(t *testing.T, policy redisdelay.OverlapPolicy, lease, period time
 	}
 	var counted, received int
 	assert.Eventually(t, func() bool {
-		if info, err = e.inspector(t).Schedule(context.Background(), "kill"); err != nil {
+		if info, err = schedule.Get(context.Background(), e.inspector(t), "kill"); err != nil {
 			return false
 		}
 		counted, received, _, _ = inRange(info.Pending.Add(-time.Second))

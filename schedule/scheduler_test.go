@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // schedWait bounds the waits of the schedule tests for an event (a tick acted on, a message
@@ -32,19 +33,31 @@ func newSchedulerEnv(t *testing.T, b backend) schedulerEnv {
 }
 
 // scheduler returns a Scheduler closed when the test ends; edit adjusts its config.
-func (e schedulerEnv) scheduler(t *testing.T, edit func(*redisdelay.SchedulerConfig)) *redisdelay.Scheduler {
-	cfg := redisdelay.SchedulerConfig{Client: e.b.client, KeyPrefix: e.prefix, LeaseTimeout: 2 * time.Second}
+func (e schedulerEnv) scheduler(t *testing.T, edit func(*schedule.Config)) *schedule.Scheduler {
+	return e.schedulerOf(t, nil, edit)
+}
+
+// schedulerOf returns a Scheduler closed when the test ends, publishing through a Publisher of
+// the env's prefix; editPub adjusts the Publisher's config, edit the Scheduler's.
+func (e schedulerEnv) schedulerOf(t *testing.T, editPub func(*redisdelay.PublisherConfig), edit func(*schedule.Config)) *schedule.Scheduler {
+	pcfg := redisdelay.PublisherConfig{Client: e.b.client, KeyPrefix: e.prefix}
+	if editPub != nil {
+		editPub(&pcfg)
+	}
+	pub, err := redisdelay.NewPublisher(pcfg, errorLogger{})
+	require.NoError(t, err)
+	cfg := schedule.Config{Publisher: pub, LeaseTimeout: 2 * time.Second}
 	if edit != nil {
 		edit(&cfg)
 	}
-	s, err := redisdelay.NewScheduler(cfg, errorLogger{})
+	s, err := schedule.New(cfg, errorLogger{})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() { _ = s.Close(); _ = pub.Close() })
 	return s
 }
 
 // run runs s until the test ends.
-func (e schedulerEnv) run(t *testing.T, s *redisdelay.Scheduler) {
+func (e schedulerEnv) run(t *testing.T, s *schedule.Scheduler) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
@@ -86,12 +99,12 @@ func TestSchedulerPublishesEachTickOnceWithSeveralInstances(t *testing.T) {
 		for i := 0; i < 3; i++ {
 			e.run(t, e.scheduler(t, nil))
 		}
-		outcome, err := first.Put(context.Background(), redisdelay.Schedule{
+		outcome, err := first.Put(context.Background(), schedule.Schedule{
 			Name: "every-second", Spec: "@every 1s", Topic: "reports",
 			Payload: []byte("hello"), Metadata: message.Metadata{"kind": "report"},
 		})
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.ScheduleCreated, outcome)
+		assert.Equal(t, schedule.Created, outcome)
 
 		var ticks []time.Time
 		for len(ticks) < 4 {
@@ -100,7 +113,7 @@ func TestSchedulerPublishesEachTickOnceWithSeveralInstances(t *testing.T) {
 			tick := tickOf(t, msg)
 			assert.False(t, at.Before(tick), "tick %s delivered early at %s", tick, at)
 			assert.Equal(t, "every-second", msg.Metadata.Get(redisdelay.ScheduleMetadataKey))
-			assert.Equal(t, redisdelay.TickKey("every-second", tick), msg.Metadata.Get(redisdelay.KeyMetadataKey))
+			assert.Equal(t, schedule.TickKey("every-second", tick), msg.Metadata.Get(redisdelay.KeyMetadataKey))
 			assert.Equal(t, "report", msg.Metadata.Get("kind"))
 			assert.Equal(t, "hello", string(msg.Payload))
 			msg.Ack()
@@ -109,17 +122,17 @@ func TestSchedulerPublishesEachTickOnceWithSeveralInstances(t *testing.T) {
 		for i := 1; i < len(ticks); i++ {
 			assert.Equal(t, time.Second, ticks[i].Sub(ticks[i-1]), "ticks %v", ticks)
 		}
-		var info redisdelay.ScheduleInfo
+		var info schedule.Info
 		require.Eventually(t, func() bool {
 			var err error
-			info, err = e.inspector(t).Schedule(context.Background(), "every-second")
+			info, err = schedule.Get(context.Background(), e.inspector(t), "every-second")
 			if err != nil { // the condition runs in a goroutine of its own: no require here
 				return false
 			}
 			return info.Published >= 4
 		}, schedWait, 10*time.Millisecond, "the count follows the messages")
 		assert.Zero(t, info.Skipped)
-		assert.Len(t, info.NextTicks, redisdelay.DefaultNextTicks)
+		assert.Len(t, info.NextTicks, schedule.DefaultNextTicks)
 	})
 }
 
@@ -130,14 +143,14 @@ func TestSchedulePutIsIdempotentAndUpdatesRecomputeTheNextTick(t *testing.T) {
 		e := newSchedulerEnv(t, b)
 		s := e.scheduler(t, nil)
 		ctx := context.Background()
-		sch := redisdelay.Schedule{Name: "nightly", Spec: "0 3 * * *", TimeZone: "Europe/Berlin", Topic: "reports"}
-		for _, want := range []redisdelay.PutOutcome{redisdelay.ScheduleCreated, redisdelay.ScheduleUnchanged} {
+		sch := schedule.Schedule{Name: "nightly", Spec: "0 3 * * *", TimeZone: "Europe/Berlin", Topic: "reports"}
+		for _, want := range []schedule.PutOutcome{schedule.Created, schedule.Unchanged} {
 			got, err := s.Put(ctx, sch)
 			require.NoError(t, err)
 			assert.Equal(t, want, got)
 		}
 		in := e.inspector(t)
-		before, err := in.Schedule(ctx, "nightly")
+		before, err := schedule.Get(ctx, in, "nightly")
 		require.NoError(t, err)
 		berlin, _ := time.LoadLocation("Europe/Berlin")
 		assert.Equal(t, 3, before.Pending.In(berlin).Hour(), "pending %s", before.Pending)
@@ -145,12 +158,12 @@ func TestSchedulePutIsIdempotentAndUpdatesRecomputeTheNextTick(t *testing.T) {
 		sch.Spec = "0 4 * * *"
 		got, err := s.Put(ctx, sch)
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.ScheduleUpdated, got)
-		after, err := in.Schedule(ctx, "nightly")
+		assert.Equal(t, schedule.Updated, got)
+		after, err := schedule.Get(ctx, in, "nightly")
 		require.NoError(t, err)
 		assert.Equal(t, 4, after.Pending.In(berlin).Hour())
 		assert.NotEqual(t, before.Version, after.Version)
-		stats, err := in.Stats(ctx, redisdelay.ScheduleTickTopic)
+		stats, err := in.Stats(ctx, schedule.TickTopic)
 		require.NoError(t, err)
 		var scheduled int64
 		for _, g := range stats {
@@ -164,39 +177,39 @@ func TestSchedulePutIsIdempotentAndUpdatesRecomputeTheNextTick(t *testing.T) {
 func TestScheduleRefusesABadDefinition(t *testing.T) {
 	e := newSchedulerEnv(t, embeddedRedis(t))
 	s := e.scheduler(t, nil)
-	ok := redisdelay.Schedule{Name: "n", Spec: "@hourly", Topic: "t"}
+	ok := schedule.Schedule{Name: "n", Spec: "@hourly", Topic: "t"}
 	for _, c := range []struct {
-		edit func(*redisdelay.Schedule)
+		edit func(*schedule.Schedule)
 		want string
 	}{
-		{func(s *redisdelay.Schedule) { s.Spec = "61 * * * *" }, "Spec"},
-		{func(s *redisdelay.Schedule) { s.Spec = "TZ=UTC 0 * * * *" }, "time zone prefix"},
-		{func(s *redisdelay.Schedule) { s.Spec = "@every 10ms" }, "at least 1s"},
-		{func(s *redisdelay.Schedule) { s.TimeZone = "Mars/Olympus" }, "TimeZone"},
-		{func(s *redisdelay.Schedule) { s.TimeZone = "Local" }, "each host's own zone"},
-		{func(s *redisdelay.Schedule) { s.TimeZone = strings.Repeat("Europe/", 10) }, "more than 64"},
-		{func(s *redisdelay.Schedule) { s.Spec = "0 0 1 1 *" + strings.Repeat(" ", 300) }, "more than 256"},
-		{func(s *redisdelay.Schedule) { s.Spec = "0 0 30 2 *" }, "never ticks"},
-		{func(s *redisdelay.Schedule) { s.Name = "rtl\u202E" }, "direction-changing character U+202E"},
-		{func(s *redisdelay.Schedule) { s.Name = strings.Repeat("n", redisdelay.MaxScheduleNameLength+1) }, "more than 200"},
-		{func(s *redisdelay.Schedule) { s.Topic = "" }, "Topic"},
-		{func(s *redisdelay.Schedule) { s.Name = "" }, "schedule name"},
-		{func(s *redisdelay.Schedule) { s.Overlap = "sometimes" }, "Overlap"},
-		{func(s *redisdelay.Schedule) { s.CatchUp = "most" }, "CatchUp"},
-		{func(s *redisdelay.Schedule) { s.Jitter = -time.Second }, "Jitter"},
-		{func(s *redisdelay.Schedule) { s.Jitter = 2 * time.Minute }, "Jitter"},
-		{func(s *redisdelay.Schedule) { s.Metadata = message.Metadata{"_redisdelay_x": "1"} }, "_redisdelay_x"},
+		{func(s *schedule.Schedule) { s.Spec = "61 * * * *" }, "Spec"},
+		{func(s *schedule.Schedule) { s.Spec = "TZ=UTC 0 * * * *" }, "time zone prefix"},
+		{func(s *schedule.Schedule) { s.Spec = "@every 10ms" }, "at least 1s"},
+		{func(s *schedule.Schedule) { s.TimeZone = "Mars/Olympus" }, "TimeZone"},
+		{func(s *schedule.Schedule) { s.TimeZone = "Local" }, "each host's own zone"},
+		{func(s *schedule.Schedule) { s.TimeZone = strings.Repeat("Europe/", 10) }, "more than 64"},
+		{func(s *schedule.Schedule) { s.Spec = "0 0 1 1 *" + strings.Repeat(" ", 300) }, "more than 256"},
+		{func(s *schedule.Schedule) { s.Spec = "0 0 30 2 *" }, "never ticks"},
+		{func(s *schedule.Schedule) { s.Name = "rtl\u202E" }, "direction-changing character U+202E"},
+		{func(s *schedule.Schedule) { s.Name = strings.Repeat("n", schedule.MaxNameLength+1) }, "more than 200"},
+		{func(s *schedule.Schedule) { s.Topic = "" }, "Topic"},
+		{func(s *schedule.Schedule) { s.Name = "" }, "schedule name"},
+		{func(s *schedule.Schedule) { s.Overlap = "sometimes" }, "Overlap"},
+		{func(s *schedule.Schedule) { s.CatchUp = "most" }, "CatchUp"},
+		{func(s *schedule.Schedule) { s.Jitter = -time.Second }, "Jitter"},
+		{func(s *schedule.Schedule) { s.Jitter = 2 * time.Minute }, "Jitter"},
+		{func(s *schedule.Schedule) { s.Metadata = message.Metadata{"_redisdelay_x": "1"} }, "_redisdelay_x"},
 	} {
 		sch := ok
 		c.edit(&sch)
 		_, err := s.Put(context.Background(), sch)
-		require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule, c.want)
+		require.ErrorIs(t, err, schedule.ErrInvalid, c.want)
 		assert.Contains(t, err.Error(), c.want)
 		if strings.Contains(c.want, "name") || strings.Contains(c.want, "200") || strings.Contains(c.want, "direction") {
 			assert.ErrorIs(t, err, redisdelay.ErrInvalidName, c.want)
 		}
 	}
-	infos, _, err := e.inspector(t).Schedules(context.Background(), "", 10)
+	infos, _, err := schedule.List(context.Background(), e.inspector(t), "", 10)
 	require.NoError(t, err)
 	assert.Empty(t, infos)
 }
@@ -208,20 +221,20 @@ func TestScheduleOperationsAndCleanup(t *testing.T) {
 		e := newSchedulerEnv(t, b)
 		ctx := context.Background()
 		msgs := e.subscribe(t, "reports", "mailer")
-		s := e.scheduler(t, func(c *redisdelay.SchedulerConfig) {
-			c.TickKeyRetention, c.OperationTimeout = 3*time.Second, time.Second
+		s := e.schedulerOf(t, func(c *redisdelay.PublisherConfig) { c.OperationTimeout = time.Second }, func(c *schedule.Config) {
+			c.TickKeyRetention = 3 * time.Second
 		})
 		e.run(t, s)
-		_, err := s.Put(ctx, redisdelay.Schedule{Name: "daily", Spec: "0 0 9 * * *", Topic: "reports"})
+		_, err := s.Put(ctx, schedule.Schedule{Name: "daily", Spec: "0 0 9 * * *", Topic: "reports"})
 		require.NoError(t, err)
 
 		changed, err := s.Pause(ctx, "daily")
 		require.NoError(t, err)
 		assert.True(t, changed)
-		info, err := e.inspector(t).Schedule(ctx, "daily")
+		info, err := schedule.Get(ctx, e.inspector(t), "daily")
 		require.NoError(t, err)
 		assert.True(t, info.Paused)
-		page, more, err := e.inspector(t).Schedules(ctx, "", 10)
+		page, more, err := schedule.List(ctx, e.inspector(t), "", 10)
 		require.NoError(t, err)
 		assert.False(t, more)
 		require.Len(t, page, 1)
@@ -231,7 +244,7 @@ func TestScheduleOperationsAndCleanup(t *testing.T) {
 		changed, err = s.Resume(ctx, "daily")
 		require.NoError(t, err)
 		assert.True(t, changed)
-		info, err = e.inspector(t).Schedule(ctx, "daily")
+		info, err = schedule.Get(ctx, e.inspector(t), "daily")
 		require.NoError(t, err)
 		assert.False(t, info.Paused)
 		assert.Equal(t, 9, info.Pending.UTC().Hour())
@@ -245,7 +258,7 @@ func TestScheduleOperationsAndCleanup(t *testing.T) {
 		day := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 		res, err := s.Backfill(ctx, "daily", day, day.Add(72*time.Hour))
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.BackfillResult{Published: 3}, res)
+		assert.Equal(t, schedule.BackfillResult{Published: 3}, res)
 		for i := 0; i < 3; i++ {
 			msg := receive(t, msgs, schedWait)
 			assert.Equal(t, day.Add(time.Duration(i)*24*time.Hour+9*time.Hour), tickOf(t, msg).UTC())
@@ -253,9 +266,9 @@ func TestScheduleOperationsAndCleanup(t *testing.T) {
 		}
 		res, err = s.Backfill(ctx, "daily", day, day.Add(72*time.Hour))
 		require.NoError(t, err)
-		assert.Equal(t, redisdelay.BackfillResult{Duplicates: 3}, res, "within TickKeyRetention, a backfilled tick is stored once")
+		assert.Equal(t, schedule.BackfillResult{Duplicates: 3}, res, "within TickKeyRetention, a backfilled tick is stored once")
 		_, err = s.Backfill(ctx, "daily", day, day.Add(5*365*24*time.Hour))
-		require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule)
+		require.ErrorIs(t, err, schedule.ErrInvalid)
 
 		require.NoError(t, s.Delete(ctx, "daily"))
 		require.ErrorIs(t, s.Delete(ctx, "daily"), redisdelay.ErrNotFound)
@@ -266,7 +279,7 @@ func TestScheduleOperationsAndCleanup(t *testing.T) {
 		// (seq, groups, the Schedulers' group) and call tokens, which expire.
 		deadline := time.Now().Add(10 * time.Second)
 		for {
-			keys, err := scanKeys(ctx, b, e.prefix+"{"+redisdelay.ScheduleTickTopic+"}*")
+			keys, err := scanKeys(ctx, b, e.prefix+"{"+schedule.TickTopic+"}*")
 			require.NoError(t, err)
 			left := withoutMatching(keys, func(k string) bool {
 				for _, kept := range []string{":seq", ":groups", ":epoch", ":lease", ":window", ":call:", ":claim:"} {
@@ -298,22 +311,22 @@ func withoutMatching(keys []string, drop func(string) bool) []string {
 // TestScheduleOverlapPolicies holds the first tick's message unacked and checks what Skip and
 // BufferOne do with the ticks that fall due meanwhile.
 func TestScheduleOverlapPolicies(t *testing.T) {
-	for _, policy := range []redisdelay.OverlapPolicy{redisdelay.OverlapSkip, redisdelay.OverlapBufferOne} {
+	for _, policy := range []schedule.OverlapPolicy{schedule.OverlapSkip, schedule.OverlapBufferOne} {
 		t.Run(string(policy), func(t *testing.T) {
 			e := newSchedulerEnv(t, realRedis(t))
 			ctx := context.Background()
 			msgs := e.subscribe(t, "jobs", "worker")
-			s := e.scheduler(t, func(c *redisdelay.SchedulerConfig) { c.BufferRecheckInterval = 50 * time.Millisecond })
+			s := e.scheduler(t, func(c *schedule.Config) { c.BufferRecheckInterval = 50 * time.Millisecond })
 			e.run(t, s)
-			_, err := s.Put(ctx, redisdelay.Schedule{Name: "job", Spec: "@every 1s", Topic: "jobs", Overlap: policy})
+			_, err := s.Put(ctx, schedule.Schedule{Name: "job", Spec: "@every 1s", Topic: "jobs", Overlap: policy})
 			require.NoError(t, err)
 			first := receive(t, msgs, schedWait)
 			firstTick := tickOf(t, first)
 
 			in := e.inspector(t)
-			var info redisdelay.ScheduleInfo
+			var info schedule.Info
 			require.Eventually(t, func() bool {
-				info, err = in.Schedule(ctx, "job")
+				info, err = schedule.Get(ctx, in, "job")
 				if err != nil { // the condition runs in a goroutine of its own: no require here
 					return false
 				}
@@ -324,13 +337,13 @@ func TestScheduleOverlapPolicies(t *testing.T) {
 				t.Fatalf("tick %s delivered while the first was held", tickOf(t, msg))
 			default:
 			}
-			if policy == redisdelay.OverlapBufferOne {
+			if policy == schedule.OverlapBufferOne {
 				assert.Equal(t, firstTick.Add(time.Second).UTC(), info.Buffered.UTC(), "the second tick is held back")
 			}
 			ackedAt := time.Now()
 			first.Ack()
 			next := receive(t, msgs, schedWait)
-			if policy == redisdelay.OverlapBufferOne {
+			if policy == schedule.OverlapBufferOne {
 				assert.Equal(t, firstTick.Add(time.Second).UTC(), tickOf(t, next).UTC(), "the held tick follows the ack")
 				assert.Less(t, time.Since(ackedAt), 3*time.Second, "within a few recheck intervals")
 			} else {
@@ -347,14 +360,14 @@ func TestScheduleOverlapPolicies(t *testing.T) {
 // tick decides, and it is too late.
 func TestScheduleCatchUp(t *testing.T) {
 	for _, c := range []struct {
-		catchUp redisdelay.CatchUpPolicy
-		overlap redisdelay.OverlapPolicy
+		catchUp schedule.CatchUpPolicy
+		overlap schedule.OverlapPolicy
 		want    []int // seconds after start
 	}{
-		{redisdelay.CatchUpAll, redisdelay.OverlapAllowAll, []int{10, 70, 80, 90, 100}},
-		{redisdelay.CatchUpLatest, redisdelay.OverlapAllowAll, []int{10, 100}},
-		{redisdelay.CatchUpAll, redisdelay.OverlapSkip, []int{100}},
-		{redisdelay.CatchUpLatest, redisdelay.OverlapSkip, []int{100}},
+		{schedule.CatchUpAll, schedule.OverlapAllowAll, []int{10, 70, 80, 90, 100}},
+		{schedule.CatchUpLatest, schedule.OverlapAllowAll, []int{10, 100}},
+		{schedule.CatchUpAll, schedule.OverlapSkip, []int{100}},
+		{schedule.CatchUpLatest, schedule.OverlapSkip, []int{100}},
 	} {
 		t.Run(string(c.catchUp)+"/"+string(c.overlap), func(t *testing.T) {
 			b := embeddedRedis(t)
@@ -363,7 +376,7 @@ func TestScheduleCatchUp(t *testing.T) {
 			e := newSchedulerEnv(t, b)
 			ctx := context.Background()
 			s := e.scheduler(t, nil)
-			_, err := s.Put(ctx, redisdelay.Schedule{Name: "job", Spec: "@every 10s", Topic: "jobs", CatchUp: c.catchUp, Overlap: c.overlap, CatchUpWindow: 35 * time.Second})
+			_, err := s.Put(ctx, schedule.Schedule{Name: "job", Spec: "@every 10s", Topic: "jobs", CatchUp: c.catchUp, Overlap: c.overlap, CatchUpWindow: 35 * time.Second})
 			require.NoError(t, err)
 			// Every Scheduler was down for 100 s: ticks at +10 s ... +100 s, of which +70 s
 			// to +100 s are within the window. (OverlapSkip publishes one tick at most: the
@@ -384,9 +397,9 @@ func TestScheduleCatchUp(t *testing.T) {
 			}
 			slices.SortFunc(got, time.Time.Compare)
 			assert.Equal(t, want, got)
-			var info redisdelay.ScheduleInfo
+			var info schedule.Info
 			require.Eventually(t, func() bool {
-				info, err = e.inspector(t).Schedule(ctx, "job")
+				info, err = schedule.Get(ctx, e.inspector(t), "job")
 				if err != nil { // the condition runs in a goroutine of its own: no require here
 					return false
 				}
@@ -409,14 +422,14 @@ func TestInspectorSchedulesReadsOnePageAtATime(t *testing.T) {
 	ctx := context.Background()
 	s := e.scheduler(t, nil)
 	for _, name := range []string{"e", "a", "d", "b", "c"} {
-		_, err := s.Put(ctx, redisdelay.Schedule{Name: name, Spec: "@hourly", Topic: "t"})
+		_, err := s.Put(ctx, schedule.Schedule{Name: name, Spec: "@hourly", Topic: "t"})
 		require.NoError(t, err)
 	}
 	in := e.inspector(t)
 	var names []string
 	after := ""
 	for pages := 1; ; pages++ {
-		page, more, err := in.Schedules(ctx, after, 2)
+		page, more, err := schedule.List(ctx, in, after, 2)
 		require.NoError(t, err)
 		require.LessOrEqual(t, len(page), 2)
 		for _, info := range page {
@@ -441,7 +454,7 @@ func TestSchedulePausedAndResumedAtOnceKeepsItsNextTick(t *testing.T) {
 	e := newSchedulerEnv(t, b)
 	ctx := context.Background()
 	s := e.scheduler(t, nil)
-	_, err := s.Put(ctx, redisdelay.Schedule{Name: "job", Spec: "@every 10s", Topic: "jobs"})
+	_, err := s.Put(ctx, schedule.Schedule{Name: "job", Spec: "@every 10s", Topic: "jobs"})
 	require.NoError(t, err)
 	_, err = s.Pause(ctx, "job")
 	require.NoError(t, err)
@@ -454,7 +467,7 @@ func TestSchedulePausedAndResumedAtOnceKeepsItsNextTick(t *testing.T) {
 	assert.Equal(t, start.Add(10*time.Second), tickOf(t, msg).UTC())
 	msg.Ack()
 	require.Eventually(t, func() bool {
-		info, err := e.inspector(t).Schedule(ctx, "job")
+		info, err := schedule.Get(ctx, e.inspector(t), "job")
 		if err != nil { // the condition runs in a goroutine of its own: no require here
 			return false
 		}
@@ -485,11 +498,11 @@ func TestSchedulesOnAPartitionedTopic(t *testing.T) {
 			})
 			require.NoError(t, sub.SubscribeInitialize("parts"))
 			msgs := subscribe(t, sub, "parts")
-			partitioned := func(c *redisdelay.SchedulerConfig) { c.Publisher.Partitions = 3 }
-			s := e.scheduler(t, partitioned)
+			partitioned := func(c *redisdelay.PublisherConfig) { c.Partitions = 3 }
+			s := e.schedulerOf(t, partitioned, nil)
 			e.run(t, s)
-			e.run(t, e.scheduler(t, partitioned))
-			_, err := s.Put(ctx, redisdelay.Schedule{Name: "p", Spec: "@every 1s", Topic: "parts"})
+			e.run(t, e.schedulerOf(t, partitioned, nil))
+			_, err := s.Put(ctx, schedule.Schedule{Name: "p", Spec: "@every 1s", Topic: "parts"})
 			require.NoError(t, err)
 			seen := map[time.Time]bool{}
 			var last time.Time

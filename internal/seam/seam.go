@@ -51,8 +51,9 @@ type Publisher interface {
 	Marshal(topic string, msg *message.Message) ([]byte, error)
 	// Publish publishes msgs on topic through the Publisher's commit path (groups, partitions,
 	// outcomes, metrics, topic registration), with o's per-call settings, within
-	// OperationTimeout of ctx. Its errors are PublishWithResult's.
-	Publish(ctx context.Context, topic string, msgs []*message.Message, o PublishOptions) error
+	// OperationTimeout of ctx, and returns how many of msgs were not stored because their key
+	// was taken (OutcomeDuplicate). Its errors are PublishWithResult's.
+	Publish(ctx context.Context, topic string, msgs []*message.Message, o PublishOptions) (duplicates int, err error)
 	// Store is the Publisher's Redis layer; WithGroups runs try with the consumer groups of
 	// part, again with fresh ones when the script finds them stale.
 	Store() store.Store
