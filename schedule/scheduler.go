@@ -60,6 +60,15 @@ type Scheduler struct {
 	compiledCount atomic.Int64
 }
 
+func init() {
+	seam.SchedulerPublisher = func(s any) any {
+		if sch, ok := s.(*Scheduler); ok && sch != nil {
+			return sch.config.Publisher
+		}
+		return nil
+	}
+}
+
 // maxCompiled bounds the definitions a Scheduler keeps compiled.
 const maxCompiled = 10_000
 

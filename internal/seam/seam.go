@@ -95,7 +95,21 @@ var (
 	// CheckName is the root's name check without its "redisdelay: " prefix (wrapping
 	// redisdelay.ErrInvalidName).
 	CheckName func(kind, name string) error
+	// SchedulerPublisher, set by package schedule, returns the *redisdelay.Publisher of a
+	// *schedule.Scheduler, or nil for anything else.
+	SchedulerPublisher func(s any) any
 	// CheckAhead refuses a time more than redisdelay.MaxDelay ahead (wrapping
 	// redisdelay.ErrBeyondMaxDelay).
 	CheckAhead func(d time.Duration) error
 )
+
+// Layout is a Redis client and key prefix: where a Publisher or Inspector keeps its keys.
+type Layout interface {
+	Client() redis.UniversalClient
+	KeyPrefix() string
+}
+
+// SameLayout reports whether a and b use the same Redis client and the same key prefix.
+func SameLayout(a, b Layout) bool {
+	return a.Client() == b.Client() && a.KeyPrefix() == b.KeyPrefix()
+}
