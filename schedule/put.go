@@ -90,7 +90,7 @@ func (s *Scheduler) check(sch Schedule) (*compiledSchedule, error) {
 	}
 	now := time.Now()
 	if err := s.pub.Check(c.Topic, c.tickMessage(now, TickKey(c.Name, now))); err != nil {
-		return nil, fmt.Errorf("schedule: %w: schedule %s: %w", ErrInvalid, store.Quote(c.Name), err)
+		return nil, fmt.Errorf("schedule: %w %s: %w", ErrInvalid, store.Quote(c.Name), err)
 	}
 	return c, nil
 }

@@ -137,7 +137,7 @@ type compiledSchedule struct {
 
 // scheduleError names the schedule and the offending field of a bad definition.
 func scheduleError(name, field string, value any, err error) error {
-	return fmt.Errorf("schedule: %w: schedule %s: %s %v: %w", ErrInvalid, store.Quote(name), field, value, err)
+	return fmt.Errorf("schedule: %w %s: %s %v: %w", ErrInvalid, store.Quote(name), field, value, err)
 }
 
 // compile validates s, fills in its defaults and parses its spec. Errors wrap
@@ -276,7 +276,7 @@ func (c *compiledSchedule) encode() string {
 func decodeSchedule(name, data string) (*compiledSchedule, error) {
 	var d scheduleDef
 	if err := json.Unmarshal([]byte(data), &d); err != nil {
-		return nil, fmt.Errorf("schedule: schedule %s: stored definition unreadable: %w", store.Quote(name), err)
+		return nil, fmt.Errorf("schedule: %s: stored definition unreadable: %w", store.Quote(name), err)
 	}
 	return Schedule{
 		Name: name, Spec: d.Spec, TimeZone: d.TimeZone, Topic: d.Topic, Payload: d.Payload, Metadata: d.Metadata,
