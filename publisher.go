@@ -234,7 +234,8 @@ func (p *Publisher) prepare(topic string, msgs []*message.Message, o seam.Publis
 }
 
 // commitAll stores batch, the prepared msgs, each on its partition in partitions, one commit
-// per partition, fenced at notAfterUs when it is > 0 (see commit), and returns the outcome of each message in the order of msgs.
+// per partition, fenced at notAfterUs when it is > 0 (see commit), and returns the outcome of
+// each message in the order of msgs.
 func (p *Publisher) commitAll(ctx context.Context, topic string, msgs []*message.Message, batch []store.Outgoing, partitions []int, notAfterUs int64) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(msgs))
 	if p.config.Partitions == 1 {
@@ -280,13 +281,15 @@ func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []
 // notAfterUs (> 0; see storeBatch) makes a script call of its own.
 func (p *Publisher) commit(ctx context.Context, part store.Partition, msgs []store.Outgoing, notAfterUs int64) (string, error) {
 	if notAfterUs > 0 {
-		return p.storeBatch(ctx, part, msgs, notAfterUs)
+		return p.storeBatch(ctx, p.store, part, msgs, notAfterUs)
 	}
 	g, ok := p.queues.Load(part)
 	if !ok {
 		var loaded bool
 		g, loaded = p.queues.LoadOrStore(part, groupcommit.New(func(ctx context.Context, batch []store.Outgoing) (string, error) {
-			return p.storeBatch(ctx, part, batch, 0)
+			// The round's calls bound their own wait, and the round frees its slot at its
+			// deadline (see groupcommit.Committer): the script runs on the round's goroutine.
+			return p.storeBatch(ctx, p.store.Directly(), part, batch, 0)
 		}, ErrOutcomeUnknown))
 		if !loaded && p.queueCount.Add(1) > maxQueues {
 			p.forgetIdleQueues()
@@ -311,16 +314,13 @@ func (p *Publisher) forgetIdleQueues() {
 	})
 }
 
-// storeBatch runs the publish script for batch on topic partition part, for its registered
-// consumer groups, bounded by ctx. The batch gets one call token, so that a script run that
-// the client repeats stores nothing more. With notAfterUs > 0 the call is fenced: reaching
+// storeBatch runs the publish script for batch on topic partition part through st, for its
+// registered consumer groups, bounded by ctx. The batch gets one call token, so that a script
+// run that the client repeats stores nothing more. With notAfterUs > 0 the call is fenced: reaching
 // Redis after that Unix time in µs (the Redis clock), it stores nothing and fails with an error
 // wrapping store.ErrTooLate.
-func (p *Publisher) storeBatch(ctx context.Context, part store.Partition, batch []store.Outgoing, notAfterUs int64) (string, error) {
+func (p *Publisher) storeBatch(ctx context.Context, st store.Store, part store.Partition, batch []store.Outgoing, notAfterUs int64) (string, error) {
 	call := store.Call{Token: store.NewToken(), TTL: p.callTTL, Horizon: p.config.CompactHorizon, NotAfterUs: notAfterUs}
-	// The round's calls bound their own wait, and the round frees its slot at its deadline
-	// (see groupcommit.Committer): the script runs on the round's goroutine.
-	st := p.store.Directly()
 	var outcomes string
 	err := p.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) (err error) {
 		outcomes, err = st.Publish(ctx, part, call, groups, batch)

@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
-	"github.com/watermill-redisdelay/redisdelay/schedule"
 	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // seedEnv set to a number replays the fault choices of an earlier run of the scheduler scenario
