@@ -43,11 +43,12 @@ type BackfillResult struct {
 // to to (both included, nominal times), each with its nominal time and TickKey, oldest first:
 // a tick whose key is taken stores nothing (see BackfillResult). Every tick of the range is
 // published, or the error says how many were. It refuses, before publishing anything, with an
-// error wrapping ErrInvalid: a range of more than MaxBackfillTicks ticks, a range that
-// ends more than redisdelay.MaxDelay after the Redis clock's now (also wrapping redisdelay.ErrBeyondMaxDelay), and a
-// gap of more than Horizon without a tick inside the range. It returns an error
-// wrapping redisdelay.ErrNotFound, ctx's error when ctx ends (checked between ticks), or Publish's errors;
-// ticks published before an error stay published, and the error says how many there were.
+// error wrapping ErrInvalid: a range of more than MaxBackfillTicks ticks, a range that ends
+// more than redisdelay.MaxDelay after the Redis clock's now (also wrapping
+// redisdelay.ErrBeyondMaxDelay), and a gap of more than Horizon without a tick inside the
+// range. It returns an error wrapping redisdelay.ErrNotFound, ctx's error when ctx ends
+// (checked between ticks), or Publish's errors; ticks published before an error stay
+// published, and the error says how many there were.
 func (s *Scheduler) Backfill(ctx context.Context, name string, from, to time.Time) (BackfillResult, error) {
 	cctx, cancel := s.callContext(ctx)
 	_, c, now, err := s.read(cctx, name)

@@ -115,8 +115,8 @@ func (c *compiledSchedule) owe(tick, now time.Time, publish []time.Time, skipped
 // most is published (the latest; the others overlap it), and none while the previous tick's
 // message is held: skipped, or held back (a recheck message joins msgs). Resumed (see
 // Config.LeaseTimeout), the ticks due are owed: all of them are published, unless the
-// previous tick's message is held. It records its decision in a and returns the ticks to publish and
-// the messages to arm.
+// previous tick's message is held. It records its decision in a and returns the ticks to
+// publish and the messages to arm.
 func (s *Scheduler) overlap(ctx context.Context, st store.ScheduleState, c *compiledSchedule, a *store.Advance, publish []time.Time, msgs []store.Outgoing, now time.Time, resumed bool) ([]time.Time, []store.Outgoing, error) {
 	if len(publish) == 0 {
 		return nil, msgs, nil

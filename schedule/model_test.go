@@ -32,7 +32,7 @@ import (
 // from the Redis clock's now). After each run of the Schedulers it drains the schedules' topic
 // and checks every tick's message arrived exactly once, due at its nominal time, that nothing
 // else arrived, that the messages stored ahead are the expected ones, and the Inspector's
-// ScheduleInfo. At the end it deletes every schedule, drains, and checks that no key of the
+// schedule.Info. At the end it deletes every schedule, drains, and checks that no key of the
 // schedules is left in the tick topic's slot. A failure prints its seed and a shrunk list of
 // operations that reproduces it.
 //
@@ -654,7 +654,7 @@ func (r *smRun) drain() {
 }
 
 // check drains the topic and compares the messages delivered so far and those stored ahead, and
-// each schedule's ScheduleInfo, with the model.
+// each schedule's schedule.Info, with the model.
 func (r *smRun) check() {
 	ctx := context.Background()
 	r.drain()
@@ -1023,7 +1023,7 @@ func shrinkSM(t *testing.T, seed int64, ops []smOp, want string, maxRuns int) ([
 // TestScheduleModelSequencesPublishWhatTheModelSays drives random sequences of schedule
 // operations and time jumps through the public API on miniredis's clock and checks, after each
 // run of the Schedulers, that every tick the model expects was published exactly once and
-// never early, that nothing else was, that ScheduleInfo's state and counts agree with the
+// never early, that nothing else was, that schedule.Info's state and counts agree with the
 // model, and at the end that deleting every schedule leaves none of their keys.
 func TestScheduleModelSequencesPublishWhatTheModelSays(t *testing.T) {
 	total := envInt("REDISDELAY_SCHED_MODEL_OPS", schedModelDefaultOps)

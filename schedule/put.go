@@ -33,7 +33,7 @@ const (
 // (its first tick then recomputed after the Redis clock's now); an equal definition is left as
 // it is. A paused schedule stays paused. It returns an error wrapping ErrInvalid that
 // names the schedule and the field for a bad definition (nothing stored), ErrClosed
-// after Close, or the Redis error; within OperationTimeout (two calls).
+// after Close, or the Redis error; within the Publisher's OperationTimeout (two calls).
 func (s *Scheduler) Put(ctx context.Context, sch Schedule) (PutOutcome, error) {
 	c, err := s.check(sch)
 	if err != nil {
@@ -153,8 +153,8 @@ func (s *Scheduler) dropTick(ctx context.Context, st store.ScheduleState) {
 }
 
 // Delete deletes the schedule: no tick of it is published after Delete returns, save one under
-// way at that moment on some Scheduler. It returns an error wrapping redisdelay.ErrNotFound when there is
-// no such schedule, or the Redis error; within OperationTimeout.
+// way at that moment on some Scheduler. It returns an error wrapping redisdelay.ErrNotFound
+// when there is no such schedule, or the Redis error; within the Publisher's OperationTimeout.
 func (s *Scheduler) Delete(ctx context.Context, name string) error {
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()
@@ -201,7 +201,7 @@ func (s *Scheduler) Pause(ctx context.Context, name string) (bool, error) {
 
 // Resume resumes a paused schedule: its next tick is the first after the Redis clock's now. It
 // reports whether it changed anything (false: not paused), or returns an error wrapping
-// redisdelay.ErrNotFound, or the Redis error; within OperationTimeout.
+// redisdelay.ErrNotFound, or the Redis error; within the Publisher's OperationTimeout.
 func (s *Scheduler) Resume(ctx context.Context, name string) (bool, error) {
 	ctx, cancel := s.callContext(ctx)
 	defer cancel()

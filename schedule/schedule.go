@@ -20,9 +20,10 @@ import (
 
 // Schedule is a periodic schedule: at each tick of Spec, in TimeZone, one message with Payload
 // and Metadata is published to Topic, exactly once however many Schedulers run (see
-// Scheduler). Each tick's message carries the schedule's name (redisdelay.ScheduleMetadataKey), the
-// tick's nominal time (redisdelay.TickTimeMetadataKey) and a message key derived from both (TickKey), so
-// the Inspector finds it by key and a tick that is acted on twice is stored once.
+// Scheduler). Each tick's message carries the schedule's name
+// (redisdelay.ScheduleMetadataKey), the tick's nominal time (redisdelay.TickTimeMetadataKey) and
+// a message key derived from both (TickKey), so the Inspector finds it by key and a tick that
+// is acted on twice is stored once.
 type Schedule struct {
 	// Name names the schedule: unique per key prefix, a valid name (see ValidateName) of at
 	// most MaxNameLength bytes.
