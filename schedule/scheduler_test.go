@@ -2,7 +2,6 @@ package schedule_test
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,80 +14,6 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
-// schedWait bounds the waits of the schedule tests for an event (a tick acted on, a message
-// received): generous, since a loaded CI machine with -race can be slow; a passing test waits
-// only as long as the event takes.
-const schedWait = 15 * time.Second
-
-// schedulerEnv is a key prefix of its own on a backend, with the Publisher, Subscriber config
-// and Inspector of that prefix.
-type schedulerEnv struct {
-	b      backend
-	prefix string
-}
-
-func newSchedulerEnv(t *testing.T, b backend) schedulerEnv {
-	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
-	return schedulerEnv{b: b, prefix: "sched-" + name + ":"}
-}
-
-// scheduler returns a Scheduler closed when the test ends; edit adjusts its config.
-func (e schedulerEnv) scheduler(t *testing.T, edit func(*schedule.Config)) *schedule.Scheduler {
-	return e.schedulerOf(t, nil, edit)
-}
-
-// schedulerOf returns a Scheduler closed when the test ends, publishing through a Publisher of
-// the env's prefix; editPub adjusts the Publisher's config, edit the Scheduler's.
-func (e schedulerEnv) schedulerOf(t *testing.T, editPub func(*redisdelay.PublisherConfig), edit func(*schedule.Config)) *schedule.Scheduler {
-	pcfg := redisdelay.PublisherConfig{Client: e.b.client, KeyPrefix: e.prefix}
-	if editPub != nil {
-		editPub(&pcfg)
-	}
-	pub, err := redisdelay.NewPublisher(pcfg, errorLogger{})
-	require.NoError(t, err)
-	cfg := schedule.Config{Publisher: pub, LeaseTimeout: 2 * time.Second}
-	if edit != nil {
-		edit(&cfg)
-	}
-	s, err := schedule.New(cfg, errorLogger{})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = s.Close(); _ = pub.Close() })
-	return s
-}
-
-// run runs s until the test ends.
-func (e schedulerEnv) run(t *testing.T, s *schedule.Scheduler) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- s.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-done)
-	})
-}
-
-func (e schedulerEnv) subscribe(t *testing.T, topic, group string) <-chan *message.Message {
-	sub := newSubscriber(t, e.b, func(c *redisdelay.SubscriberConfig) {
-		c.KeyPrefix, c.ConsumerGroup = e.prefix, group
-	})
-	require.NoError(t, sub.SubscribeInitialize(topic))
-	return subscribe(t, sub, topic)
-}
-
-func (e schedulerEnv) inspector(t *testing.T) *redisdelay.Inspector {
-	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: e.b.client, KeyPrefix: e.prefix}, nil)
-	require.NoError(t, err)
-	return in
-}
-
-// tickOf reads a tick message's nominal time.
-func tickOf(t *testing.T, msg *message.Message) time.Time {
-	tick, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(redisdelay.TickTimeMetadataKey))
-	require.NoError(t, err, "tick time of %s", msg.UUID)
-	return tick
-}
-
-// TestSchedulerPublishesEachTickOnceWithSeveralInstances runs three Schedulers on one
 // 1-second schedule and checks that each tick's message arrives once, in tick order, never
 // before its nominal time, with its metadata and key.
 func TestSchedulerPublishesEachTickOnceWithSeveralInstances(t *testing.T) {
@@ -306,114 +231,6 @@ func withoutMatching(keys []string, drop func(string) bool) []string {
 		}
 	}
 	return out
-}
-
-// TestScheduleOverlapPolicies holds the first tick's message unacked and checks what Skip and
-// BufferOne do with the ticks that fall due meanwhile.
-func TestScheduleOverlapPolicies(t *testing.T) {
-	for _, policy := range []schedule.OverlapPolicy{schedule.OverlapSkip, schedule.OverlapBufferOne} {
-		t.Run(string(policy), func(t *testing.T) {
-			e := newSchedulerEnv(t, realRedis(t))
-			ctx := context.Background()
-			msgs := e.subscribe(t, "jobs", "worker")
-			s := e.scheduler(t, func(c *schedule.Config) { c.BufferRecheckInterval = 50 * time.Millisecond })
-			e.run(t, s)
-			_, err := s.Put(ctx, schedule.Schedule{Name: "job", Spec: "@every 1s", Topic: "jobs", Overlap: policy})
-			require.NoError(t, err)
-			first := receive(t, msgs, schedWait)
-			firstTick := tickOf(t, first)
-
-			in := e.inspector(t)
-			var info schedule.Info
-			require.Eventually(t, func() bool {
-				info, err = schedule.Get(ctx, in, "job")
-				if err != nil { // the condition runs in a goroutine of its own: no require here
-					return false
-				}
-				return info.Skipped >= 1
-			}, schedWait, 20*time.Millisecond, "a tick is skipped while the first is held")
-			select {
-			case msg := <-msgs:
-				t.Fatalf("tick %s delivered while the first was held", tickOf(t, msg))
-			default:
-			}
-			if policy == schedule.OverlapBufferOne {
-				assert.Equal(t, firstTick.Add(time.Second).UTC(), info.Buffered.UTC(), "the second tick is held back")
-			}
-			ackedAt := time.Now()
-			first.Ack()
-			next := receive(t, msgs, schedWait)
-			if policy == schedule.OverlapBufferOne {
-				assert.Equal(t, firstTick.Add(time.Second).UTC(), tickOf(t, next).UTC(), "the held tick follows the ack")
-				assert.Less(t, time.Since(ackedAt), 3*time.Second, "within a few recheck intervals")
-			} else {
-				assert.True(t, tickOf(t, next).After(firstTick.Add(time.Second)), "the skipped tick never comes")
-			}
-			next.Ack()
-		})
-	}
-}
-
-// TestScheduleCatchUp stops time for the Schedulers (miniredis's clock), moves it past several
-// ticks and checks which are published and which skipped. With OverlapAllowAll the first
-// tick's message was stored ahead, so it is delivered however late; with another policy the
-// tick decides, and it is too late.
-func TestScheduleCatchUp(t *testing.T) {
-	for _, c := range []struct {
-		catchUp schedule.CatchUpPolicy
-		overlap schedule.OverlapPolicy
-		want    []int // seconds after start
-	}{
-		{schedule.CatchUpAll, schedule.OverlapAllowAll, []int{10, 70, 80, 90, 100}},
-		{schedule.CatchUpLatest, schedule.OverlapAllowAll, []int{10, 100}},
-		{schedule.CatchUpAll, schedule.OverlapSkip, []int{100}},
-		{schedule.CatchUpLatest, schedule.OverlapSkip, []int{100}},
-	} {
-		t.Run(string(c.catchUp)+"/"+string(c.overlap), func(t *testing.T) {
-			b := embeddedRedis(t)
-			start := time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
-			b.miniredis.SetTime(start)
-			e := newSchedulerEnv(t, b)
-			ctx := context.Background()
-			s := e.scheduler(t, nil)
-			_, err := s.Put(ctx, schedule.Schedule{Name: "job", Spec: "@every 10s", Topic: "jobs", CatchUp: c.catchUp, Overlap: c.overlap, CatchUpWindow: 35 * time.Second})
-			require.NoError(t, err)
-			// Every Scheduler was down for 100 s: ticks at +10 s ... +100 s, of which +70 s
-			// to +100 s are within the window. (OverlapSkip publishes one tick at most: the
-			// others would overlap it.)
-			b.miniredis.SetTime(start.Add(100*time.Second + 500*time.Millisecond))
-			// Subscribed after the jump: a subscription reads the Redis clock through an offset to
-			// its own, which a jump of miniredis's clock would leave wrong until its next claim.
-			msgs := e.subscribe(t, "jobs", "worker")
-			e.run(t, s)
-			var want, got []time.Time
-			for _, sec := range c.want {
-				want = append(want, start.Add(time.Duration(sec)*time.Second))
-			}
-			for range want {
-				msg := receive(t, msgs, schedWait)
-				got = append(got, tickOf(t, msg).UTC())
-				msg.Ack()
-			}
-			slices.SortFunc(got, time.Time.Compare)
-			assert.Equal(t, want, got)
-			var info schedule.Info
-			require.Eventually(t, func() bool {
-				info, err = schedule.Get(ctx, e.inspector(t), "job")
-				if err != nil { // the condition runs in a goroutine of its own: no require here
-					return false
-				}
-				return info.Published == int64(len(want))
-			}, schedWait, 10*time.Millisecond)
-			assert.Equal(t, int64(10-len(want)), info.Skipped)
-			assert.Equal(t, start.Add(110*time.Second), info.Pending.UTC())
-			select {
-			case msg := <-msgs:
-				t.Fatalf("tick %s delivered too", tickOf(t, msg))
-			default:
-			}
-		})
-	}
 }
 
 // TestInspectorSchedulesReadsOnePageAtATime pages through schedules in name order.
