@@ -19,11 +19,10 @@ import (
 type PutOutcome string
 
 const (
-	// Created: there was no schedule of that name; it was stored and its first tick
-	// armed.
+	// Created: there was no schedule of that name; it was stored and its first tick armed.
 	Created PutOutcome = "created"
-	// Updated: the schedule's definition changed; the new one is stored and the next
-	// tick recomputed from the Redis clock's now (the pending tick of the old one is dropped).
+	// Updated: the schedule's definition changed; the new one is stored and the next tick
+	// recomputed from the Redis clock's now (the pending tick of the old one is dropped).
 	Updated PutOutcome = "updated"
 	// Unchanged: the stored definition is the same; nothing changed.
 	Unchanged PutOutcome = "unchanged"
@@ -31,9 +30,9 @@ const (
 
 // Put creates the schedule, or updates it when its definition differs from the stored one
 // (its first tick then recomputed after the Redis clock's now); an equal definition is left as
-// it is. A paused schedule stays paused. It returns an error wrapping ErrInvalid that
-// names the schedule and the field for a bad definition (nothing stored), ErrClosed
-// after Close, or the Redis error; within the Publisher's OperationTimeout (two calls).
+// it is. A paused schedule stays paused. It returns an error wrapping ErrInvalid that names the
+// schedule and the field for a bad definition (nothing stored), ErrClosed after Close, or the
+// Redis error; within the Publisher's OperationTimeout (two calls).
 func (s *Scheduler) Put(ctx context.Context, sch Schedule) (PutOutcome, error) {
 	c, err := s.check(sch)
 	if err != nil {

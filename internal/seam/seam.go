@@ -17,7 +17,7 @@ import (
 )
 
 // PublishOptions are a Publish call's settings that differ from the Publisher's config: the
-// Scheduler's tick messages. The zero value publishes as Publisher.PublishWithResult does.
+// Scheduler's tick messages. The zero value commits as Publisher.Publish does.
 type PublishOptions struct {
 	// At is the due time of each message (absolute; due at once if past), in the order of the
 	// messages, instead of its delay metadata; nil for the delay metadata.
