@@ -139,6 +139,39 @@ func TestScheduleRefusesABadDefinition(t *testing.T) {
 	assert.Empty(t, infos)
 }
 
+// TestSchedulerIsAClientOfItsPublisher: a Scheduler publishes through the Publisher it is given
+// and never closes it, and the Publisher's own OnDuplicate and KeyRetention stay its own: a
+// message of a tick's key published by the application replaces the stored one. Once the
+// application closes the Publisher, the Scheduler's publishes fail with ErrPublisherClosed.
+func TestSchedulerIsAClientOfItsPublisher(t *testing.T) {
+	e := newSchedulerEnv(t, embeddedRedis(t))
+	ctx := context.Background()
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: e.b.client, KeyPrefix: e.prefix, OnDuplicate: redisdelay.ReplaceExisting}, errorLogger{})
+	require.NoError(t, err)
+	s, err := schedule.New(schedule.Config{Publisher: pub}, errorLogger{})
+	require.NoError(t, err)
+	_, err = s.Put(ctx, schedule.Schedule{Name: "n", Spec: "@hourly", Topic: "t"})
+	require.NoError(t, err)
+	from := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	res, err := s.Backfill(ctx, "n", from, from)
+	require.NoError(t, err)
+	require.Equal(t, schedule.BackfillResult{Published: 1}, res)
+	res, err = s.Backfill(ctx, "n", from, from)
+	require.NoError(t, err)
+	assert.Equal(t, schedule.BackfillResult{Duplicates: 1}, res, "a tick's message keeps its key (KeepExisting)")
+	outcomes, err := pub.PublishWithResult("t", redisdelay.WithKey(message.NewMessage("app", nil), schedule.TickKey("n", from)))
+	require.NoError(t, err)
+	assert.Equal(t, []redisdelay.Outcome{redisdelay.OutcomeReplaced}, outcomes, "the Publisher's own OnDuplicate")
+
+	require.NoError(t, s.Close())
+	require.NoError(t, pub.Publish("t", message.NewMessage("after", nil)), "Close leaves the Publisher open")
+	s, err = schedule.New(schedule.Config{Publisher: pub}, errorLogger{})
+	require.NoError(t, err)
+	require.NoError(t, pub.Close())
+	_, err = s.Trigger(ctx, "n")
+	assert.ErrorIs(t, err, redisdelay.ErrPublisherClosed)
+}
+
 // TestScheduleOperationsAndCleanup pauses, resumes, triggers, backfills and deletes a
 // schedule, then checks that the keys return to the baseline.
 func TestScheduleOperationsAndCleanup(t *testing.T) {
