@@ -201,7 +201,7 @@ func (s *Scheduler) publishTicks(ctx context.Context, c *compiledSchedule, ticks
 		msgs[i] = c.tickMessage(t, TickKey(c.Name, t))
 	}
 	if _, err := s.pub.Publish(ctx, c.Topic, msgs, s.tickOptions(at, notAfterUs)); err != nil {
-		return fmt.Errorf("schedule: %s: publish to topic %s: %w", store.Quote(c.Name), store.Quote(c.Topic), err)
+		return fmt.Errorf("schedule: schedule %s: publish to topic %s: %w", store.Quote(c.Name), store.Quote(c.Topic), err)
 	}
 	return nil
 }

@@ -121,10 +121,10 @@ func Get(ctx context.Context, in *redisdelay.Inspector, name string) (Info, erro
 	defer cancel()
 	states, nowUs, err := i.Store().ScheduleStates(ctx, tickPartition, name)
 	if err != nil {
-		return Info{}, fmt.Errorf("schedule: %s: %w", store.Quote(name), err)
+		return Info{}, fmt.Errorf("schedule: get schedule %s: %w", store.Quote(name), err)
 	}
 	if !states[0].Exists() {
-		return Info{}, fmt.Errorf("schedule: %s: %w", store.Quote(name), redisdelay.ErrNotFound)
+		return Info{}, fmt.Errorf("schedule: get schedule %s: %w", store.Quote(name), redisdelay.ErrNotFound)
 	}
 	return infoOf(states[0], time.UnixMicro(nowUs))
 }

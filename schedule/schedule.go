@@ -277,7 +277,7 @@ func (c *compiledSchedule) encode() string {
 func decodeSchedule(name, data string) (*compiledSchedule, error) {
 	var d scheduleDef
 	if err := json.Unmarshal([]byte(data), &d); err != nil {
-		return nil, fmt.Errorf("schedule: %s: stored definition unreadable: %w", store.Quote(name), err)
+		return nil, fmt.Errorf("schedule: schedule %s: stored definition unreadable: %w", store.Quote(name), err)
 	}
 	return Schedule{
 		Name: name, Spec: d.Spec, TimeZone: d.TimeZone, Topic: d.Topic, Payload: d.Payload, Metadata: d.Metadata,

@@ -181,7 +181,7 @@ func (s *Scheduler) callContext(ctx context.Context) (context.Context, context.C
 
 // errorf wraps err of a call on schedule name.
 func (s *Scheduler) errorf(op, name string, err error) error {
-	return fmt.Errorf("schedule: %s %s: %w", op, store.Quote(name), err)
+	return fmt.Errorf("schedule: %s schedule %s: %w", op, store.Quote(name), err)
 }
 
 // withTickGroups runs try with the consumer groups of TickTopic.
