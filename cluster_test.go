@@ -58,7 +58,6 @@ func sharedCluster(t testing.TB) *redistest.Cluster {
 // says how many tests were skipped for want of redis-server.
 func TestMain(m *testing.M) {
 	runCrashChild()
-	runSchedulerChild()
 	code := m.Run()
 	if shared.cluster != nil {
 		shared.cluster.Close()

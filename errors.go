@@ -30,15 +30,9 @@ var (
 	// ErrInvalidKey is wrapped by the error for a message key that cannot be used; see
 	// ValidateKey. Publish returns it inside a *MessageError.
 	ErrInvalidKey = errors.New("invalid message key")
-	// ErrInvalidSchedule is wrapped by the errors of a Schedule that cannot be stored (see
-	// Scheduler.Put), which name the schedule and the field, and by those of NextTicks and
-	// Scheduler.Backfill for a spec with no tick within ScheduleHorizon or a bad range.
-	ErrInvalidSchedule = errors.New("invalid schedule")
 	// ErrBeyondMaxDelay is wrapped by the error for a delay, debounce cap, deadline, reschedule
 	// or backfill range that reaches more than MaxDelay ahead; the error names the value.
 	ErrBeyondMaxDelay = errors.New("beyond MaxDelay")
-	// ErrSchedulerClosed is returned by a Scheduler's calls after Close.
-	ErrSchedulerClosed = errors.New("redisdelay: scheduler is closed")
 	// ErrCorruptMessage is returned by the default Unmarshaler for data it cannot decode.
 	ErrCorruptMessage = errors.New("corrupt stored message")
 	// ErrNotDurable is returned by Publish with DurableReplicas set when fewer replicas than

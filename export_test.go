@@ -100,9 +100,5 @@ func ExpiredAtClaimForTest(md message.Metadata, attempt, dueUs, claimedUs int64)
 	return expiredAtClaim(receivedOptions(&message.Message{Metadata: md}, "", false), attempt, dueUs, claimedUs)
 }
 
-// PrearmedTickDelayForTest is how long after a prearmed schedule's tick its tick message falls
-// due (see prearmedTickDelay).
-const PrearmedTickDelayForTest = prearmedTickDelay
-
 // The tests watch compact-tier buckets move in real time, with horizons of milliseconds.
 func init() { compactHorizonFloor = 10 * time.Millisecond }

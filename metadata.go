@@ -129,13 +129,13 @@ const (
 	DeadLetterReasonExpired = "expired"
 )
 
-// The keys a Scheduler sets on each tick's message (see Schedule).
+// The keys a schedule.Scheduler sets on each tick's message (see package schedule).
 const (
 	// ScheduleMetadataKey holds the name of the schedule that published the message.
 	ScheduleMetadataKey = ReservedMetadataPrefix + "schedule"
 	// TickTimeMetadataKey holds the tick's nominal time: the instant its spec names, before
 	// jitter, in UTC, RFC 3339 with nanoseconds (time.RFC3339Nano). For a message of
-	// Scheduler.Trigger, the Redis clock's time of the call.
+	// schedule.Scheduler.Trigger, the Redis clock's time of the call.
 	TickTimeMetadataKey = ReservedMetadataPrefix + "tick_time"
 )
 

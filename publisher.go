@@ -17,6 +17,7 @@ import (
 
 	"github.com/watermill-redisdelay/redisdelay/internal/clock"
 	"github.com/watermill-redisdelay/redisdelay/internal/groupcommit"
+	"github.com/watermill-redisdelay/redisdelay/internal/seam"
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
@@ -137,7 +138,6 @@ func (p *Publisher) PublishWithResult(topic string, msgs ...*message.Message) ([
 	if err != nil {
 		return nil, err
 	}
-	recordPublished(p.config.Metrics, topic, outcomes)
 	for i, o := range outcomes {
 		if o == OutcomeDuplicate {
 			p.logger.Debug("Duplicate not stored: its key is taken", watermill.LogFields{"topic": topic, "message_uuid": msgs[i].UUID, "key": messageKeyOf(msgs[i])})
@@ -164,35 +164,52 @@ func applyContextDelays(topic string, msgs []*message.Message) error {
 	return nil
 }
 
+// publish stores msgs on topic with the config's settings. Its calls are not cancelled with
+// the message's context: a message received from a Subscriber is often re-published after its
+// Ack cancelled that context.
 func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, error) {
-	return p.publishAt(topic, nil, msgs...)
+	parent := context.Background()
+	if len(msgs) > 0 {
+		parent = context.WithoutCancel(msgs[0].Context())
+	}
+	return p.publishWith(parent, topic, msgs, seam.PublishOptions{})
 }
 
-// publishScheduled publishes msgs as PublishWithResult does, each due at its time in at
-// (absolute, due at once if past), for the Scheduler.
-func (p *Publisher) publishScheduled(topic string, at []time.Time, msgs ...*message.Message) ([]Outcome, error) {
-	p.closeMu.RLock()
-	defer p.closeMu.RUnlock()
-	if p.closed {
-		return nil, ErrPublisherClosed
-	}
-	outcomes, err := p.publishAt(topic, at, msgs...)
-	if err != nil {
-		return nil, err
-	}
-	recordPublished(p.config.Metrics, topic, outcomes)
-	return outcomes, nil
-}
-
-// publishAt is publish with, when at is not nil, the due time of each message given (absolute,
-// due at once if past) instead of read from its delay metadata: the Scheduler's path.
-func (p *Publisher) publishAt(topic string, at []time.Time, msgs ...*message.Message) ([]Outcome, error) {
+// publishWith is the one commit path of every publish, Publish's and the Scheduler's (through
+// internal/seam): it prepares msgs with o's per-call settings, stores them, one commit per
+// partition, within OperationTimeout of parent, records their outcomes in the metrics and
+// registers the topic. It returns the outcome of each message in the order of msgs.
+func (p *Publisher) publishWith(parent context.Context, topic string, msgs []*message.Message, o seam.PublishOptions) ([]Outcome, error) {
 	if err := ValidateName("topic", topic); err != nil {
 		return nil, err
 	}
 	if len(msgs) == 0 {
 		return nil, nil
 	}
+	batch, partitions, err := p.prepare(topic, msgs, o)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(parent, p.config.OperationTimeout)
+	defer cancel()
+	if err := p.eviction.check(ctx); err != nil {
+		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
+	}
+	outcomes, err := p.commitAll(ctx, topic, msgs, batch, partitions, o.NotAfterUs)
+	if err != nil {
+		return nil, err
+	}
+	recordPublished(p.config.Metrics, topic, outcomes)
+	p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger)
+	if !p.nopLogger {
+		p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
+	}
+	return outcomes, nil
+}
+
+// prepare prepares each of msgs for topic (see outgoing), with o's due times and key
+// retention, and returns them with their partitions.
+func (p *Publisher) prepare(topic string, msgs []*message.Message, o seam.PublishOptions) ([]store.Outgoing, []int, error) {
 	now := p.clock.Now()
 	batch := make([]store.Outgoing, len(msgs))
 	partitions := make([]int, len(msgs))
@@ -203,39 +220,27 @@ func (p *Publisher) publishAt(topic string, at []time.Time, msgs ...*message.Mes
 	for i, msg := range msgs {
 		out, n, err := p.outgoing(topic, msg, now, p.clock.Virtual(), roundRobin)
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
-		if at != nil {
-			out.Delay, out.At, out.Latest = 0, at[i], time.Time{}
+		if o.At != nil {
+			out.Delay, out.At, out.Latest = 0, o.At[i], time.Time{}
+		}
+		if key, ok := msg.Metadata[KeyMetadataKey]; ok && o.KeyRetention > 0 {
+			out.KeySpec = store.KeySpec(store.KeepExisting, o.KeyRetention, 0, key)
 		}
 		batch[i], partitions[i] = out, n
 	}
-
-	// Not cancelled with the message's context: a message received from a Subscriber is often
-	// re-published after its Ack cancelled that context.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(msgs[0].Context()), p.config.OperationTimeout)
-	defer cancel()
-	if err := p.eviction.check(ctx); err != nil {
-		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
-	}
-	outcomes, err := p.commitAll(ctx, topic, msgs, batch, partitions)
-	if err != nil {
-		return nil, err
-	}
-	p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger)
-	if !p.nopLogger {
-		p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
-	}
-	return outcomes, nil
+	return batch, partitions, nil
 }
 
 // commitAll stores batch, the prepared msgs, each on its partition in partitions, one commit
-// per partition, and returns the outcome of each message in the order of msgs.
-func (p *Publisher) commitAll(ctx context.Context, topic string, msgs []*message.Message, batch []store.Outgoing, partitions []int) ([]Outcome, error) {
+// per partition, fenced at notAfterUs when it is > 0 (see commit), and returns the outcome of
+// each message in the order of msgs.
+func (p *Publisher) commitAll(ctx context.Context, topic string, msgs []*message.Message, batch []store.Outgoing, partitions []int, notAfterUs int64) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(msgs))
 	if p.config.Partitions == 1 {
 		// One partition: the whole batch, in order, without regrouping it.
-		if err := p.commitPart(ctx, topic, 0, batch, msgs[0].UUID, outcomes, nil); err != nil {
+		if err := p.commitPart(ctx, topic, 0, batch, msgs[0].UUID, outcomes, nil, notAfterUs); err != nil {
 			return nil, err
 		}
 		return outcomes, nil
@@ -245,7 +250,7 @@ func (p *Publisher) commitAll(ctx context.Context, topic string, msgs []*message
 		for j, i := range indexes {
 			part[j] = batch[i]
 		}
-		if err := p.commitPart(ctx, topic, n, part, msgs[indexes[0]].UUID, outcomes, indexes); err != nil {
+		if err := p.commitPart(ctx, topic, n, part, msgs[indexes[0]].UUID, outcomes, indexes, notAfterUs); err != nil {
 			return nil, err
 		}
 	}
@@ -254,8 +259,8 @@ func (p *Publisher) commitAll(ctx context.Context, topic string, msgs []*message
 
 // commitPart stores part, the messages of msgs for partition n of topic, and writes their
 // outcomes to outcomes at indexes (at 0, 1, … when indexes is nil).
-func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []store.Outgoing, firstUUID string, outcomes []Outcome, indexes []int) error {
-	letters, err := p.commit(ctx, store.Partition{Topic: topic, N: n}, part)
+func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []store.Outgoing, firstUUID string, outcomes []Outcome, indexes []int, notAfterUs int64) error {
+	letters, err := p.commit(ctx, store.Partition{Topic: topic, N: n}, part, notAfterUs)
 	if err != nil {
 		return fmt.Errorf("redisdelay: publish %d message(s) to topic %s partition %d (first UUID %s): %w", len(part), quote(topic), n, quote(firstUUID), err)
 	}
@@ -272,13 +277,19 @@ func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []
 // commit stores msgs on topic partition part through its groupcommit.Committer, which shares
 // rounds with concurrent calls; see Committer.Commit for the result. A call whose context ended
 // while it waited for a round returns an error wrapping groupcommit.ErrNotStored, one whose
-// context ended during its round an error wrapping ErrOutcomeUnknown.
-func (p *Publisher) commit(ctx context.Context, part store.Partition, msgs []store.Outgoing) (string, error) {
+// context ended during its round an error wrapping ErrOutcomeUnknown. A call fenced at
+// notAfterUs (> 0; see storeBatch) makes a script call of its own.
+func (p *Publisher) commit(ctx context.Context, part store.Partition, msgs []store.Outgoing, notAfterUs int64) (string, error) {
+	if notAfterUs > 0 {
+		return p.storeBatch(ctx, p.store, part, msgs, notAfterUs)
+	}
 	g, ok := p.queues.Load(part)
 	if !ok {
 		var loaded bool
 		g, loaded = p.queues.LoadOrStore(part, groupcommit.New(func(ctx context.Context, batch []store.Outgoing) (string, error) {
-			return p.storeBatch(ctx, part, batch)
+			// The round's calls bound their own wait, and the round frees its slot at its
+			// deadline (see groupcommit.Committer): the script runs on the round's goroutine.
+			return p.storeBatch(ctx, p.store.Directly(), part, batch, 0)
 		}, ErrOutcomeUnknown))
 		if !loaded && p.queueCount.Add(1) > maxQueues {
 			p.forgetIdleQueues()
@@ -303,14 +314,13 @@ func (p *Publisher) forgetIdleQueues() {
 	})
 }
 
-// storeBatch runs the publish script for batch on topic partition part, for its registered
-// consumer groups, bounded by ctx. The batch gets one call token, so that a script run that
-// the client repeats stores nothing more.
-func (p *Publisher) storeBatch(ctx context.Context, part store.Partition, batch []store.Outgoing) (string, error) {
-	call := store.Call{Token: store.NewToken(), TTL: p.callTTL, Horizon: p.config.CompactHorizon}
-	// The round's calls bound their own wait, and the round frees its slot at its deadline
-	// (see groupcommit.Committer): the script runs on the round's goroutine.
-	st := p.store.Directly()
+// storeBatch runs the publish script for batch on topic partition part through st, for its
+// registered consumer groups, bounded by ctx. The batch gets one call token, so that a script
+// run that the client repeats stores nothing more. With notAfterUs > 0 the call is fenced: reaching
+// Redis after that Unix time in µs (the Redis clock), it stores nothing and fails with an error
+// wrapping store.ErrTooLate.
+func (p *Publisher) storeBatch(ctx context.Context, st store.Store, part store.Partition, batch []store.Outgoing, notAfterUs int64) (string, error) {
+	call := store.Call{Token: store.NewToken(), TTL: p.callTTL, Horizon: p.config.CompactHorizon, NotAfterUs: notAfterUs}
 	var outcomes string
 	err := p.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) (err error) {
 		outcomes, err = st.Publish(ctx, part, call, groups, batch)

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 func init() {
@@ -50,9 +51,13 @@ func (b *bench) runSchedules(sys system) error {
 	defer stop()
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	var admin *redisdelay.Scheduler
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, nil)
+	if err != nil {
+		return err
+	}
+	var admin *schedule.Scheduler
 	for i := 0; i < 2; i++ {
-		s, err := redisdelay.NewScheduler(redisdelay.SchedulerConfig{Client: client, KeyPrefix: prefix}, nil)
+		s, err := schedule.New(schedule.Config{Publisher: pub}, nil)
 		if err != nil {
 			return err
 		}
@@ -66,7 +71,7 @@ func (b *bench) runSchedules(sys system) error {
 	names := make([]string, b.sz.tickSchedules)
 	for i := range names {
 		names[i] = fmt.Sprintf("cost-%03d", i)
-		if _, err := admin.Put(ctx, redisdelay.Schedule{Name: names[i], Spec: "@every 1s", Topic: "bench-sched-cost"}); err != nil {
+		if _, err := admin.Put(ctx, schedule.Schedule{Name: names[i], Spec: "@every 1s", Topic: "bench-sched-cost"}); err != nil {
 			return err
 		}
 	}
@@ -79,7 +84,7 @@ func (b *bench) runSchedules(sys system) error {
 		var n int64
 		after := ""
 		for {
-			page, more, err := in.Schedules(ctx, after, 1000)
+			page, more, err := schedule.List(ctx, in, after, 1000)
 			if err != nil {
 				return 0, err
 			}
@@ -171,7 +176,7 @@ func (b *bench) runSchedules(sys system) error {
 	}()
 	for i := range names {
 		names[i] = fmt.Sprintf("late-%03d", i)
-		if _, err := admin.Put(ctx, redisdelay.Schedule{Name: names[i], Spec: "@every 1s", Topic: "bench-sched", Payload: message.Payload(b.payload)}); err != nil {
+		if _, err := admin.Put(ctx, schedule.Schedule{Name: names[i], Spec: "@every 1s", Topic: "bench-sched", Payload: message.Payload(b.payload)}); err != nil {
 			return err
 		}
 	}
@@ -207,7 +212,7 @@ func (b *bench) runSchedules(sys system) error {
 
 	// Idle: 1,000 schedules that do not tick in the window.
 	for i := 0; i < 1000; i++ {
-		if _, err := admin.Put(ctx, redisdelay.Schedule{Name: fmt.Sprintf("idle-%04d", i), Spec: "0 0 3 * * *", Topic: "bench-sched-idle"}); err != nil {
+		if _, err := admin.Put(ctx, schedule.Schedule{Name: fmt.Sprintf("idle-%04d", i), Spec: "0 0 3 * * *", Topic: "bench-sched-idle"}); err != nil {
 			return err
 		}
 	}

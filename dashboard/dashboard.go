@@ -41,6 +41,7 @@ import (
 	"time"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // DefaultRefreshInterval is Options.RefreshInterval when it is zero.
@@ -105,10 +106,11 @@ type Options struct {
 	// costs.
 	RefreshInterval time.Duration
 	// Scheduler, when not nil, makes the schedules' pause, resume, trigger and delete (with
-	// AllowActions, and Authorize when set); it need not run (see redisdelay.Scheduler), and
-	// must use the Inspector's Redis and key prefix. When nil, the schedule pages are read-only
-	// and say so.
-	Scheduler *redisdelay.Scheduler
+	// AllowActions, and Authorize when set); it need not run (see schedule.Scheduler). Its
+	// Publisher must have the Inspector's Redis client and key prefix, so that it acts on the
+	// schedules the pages show: New refuses one that has not. When nil, the schedule pages are
+	// read-only and say so.
+	Scheduler *schedule.Scheduler
 	// Topics limits the dashboard to these topics: the overview shows only those that exist,
 	// and the pages of any other topic answer 404 Not Found; so do the pages of the schedules
 	// that publish to another topic, which the schedules page leaves out. Empty means every
@@ -132,13 +134,17 @@ type server struct {
 }
 
 // New returns the dashboard's handler for the queues in reaches. It makes no Redis call; each
-// page makes its own, bounded by the Inspector's OperationTimeout. Errors: a nil Inspector, or
-// a Prefix that is not a clean path of plain characters (see Options.Prefix).
+// page makes its own, bounded by the Inspector's OperationTimeout. Errors: a nil Inspector, a
+// Prefix that is not a clean path of plain characters (see Options.Prefix), or a Scheduler on
+// another Redis client or key prefix than the Inspector's.
 func New(in *redisdelay.Inspector, opts Options) (http.Handler, error) {
 	if in == nil {
 		return nil, errors.New("dashboard: the Inspector is nil")
 	}
 	if err := checkPrefix(opts.Prefix); err != nil {
+		return nil, err
+	}
+	if err := checkScheduler(in, opts.Scheduler); err != nil {
 		return nil, err
 	}
 	pages, err := parsePages()

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -34,10 +35,11 @@ func TestMain(m *testing.M) {
 
 // queue is a throw-away redis-server with a publisher and an inspector on it.
 type queue struct {
-	t   testing.TB
-	srv *redistest.Server
-	pub *redisdelay.Publisher
-	in  *redisdelay.Inspector
+	t      testing.TB
+	srv    *redistest.Server
+	client redis.UniversalClient // the publisher's and the inspector's
+	pub    *redisdelay.Publisher
+	in     *redisdelay.Inspector
 }
 
 func newQueue(t testing.TB) *queue {
@@ -48,7 +50,7 @@ func newQueue(t testing.TB) *queue {
 	t.Cleanup(func() { _ = pub.Close() })
 	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client}, nil)
 	require.NoError(t, err)
-	return &queue{t: t, srv: srv, pub: pub, in: in}
+	return &queue{t: t, srv: srv, client: client, pub: pub, in: in}
 }
 
 // subscriber returns a Subscriber of group, closed when the test ends.

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/seam"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // schedulePageSize is how many schedules the schedules page lists.
@@ -20,7 +22,7 @@ const schedulePageSize = 50
 
 // scheduleRow is one schedule on the schedules page, or the schedule of a schedule page.
 type scheduleRow struct {
-	redisdelay.ScheduleInfo
+	schedule.Info
 	URL  string
 	Zone string // the time zone the spec is read in: UTC when the schedule names none
 }
@@ -78,8 +80,21 @@ func (s *server) scheduleURL(name, action string, q url.Values) string {
 
 // onDashboard reports whether the schedule publishes to a topic on the dashboard (see
 // Options.Topics).
-func (s *server) onDashboard(info redisdelay.ScheduleInfo) bool {
+func (s *server) onDashboard(info schedule.Info) bool {
 	return s.topics == nil || s.topics[info.Schedule.Topic]
+}
+
+// checkScheduler refuses a Scheduler whose Publisher has another Redis client or key prefix
+// than in: its actions would change schedules other than those the pages show.
+func checkScheduler(in *redisdelay.Inspector, sch *schedule.Scheduler) error {
+	if sch == nil {
+		return nil
+	}
+	pub, insp := seam.PublisherOf(seam.SchedulerPublisher(sch)), seam.InspectorOf(in)
+	if !seam.SameLayout(pub, insp) {
+		return fmt.Errorf("dashboard: Options.Scheduler's Publisher has Redis client %p and key prefix %q, the Inspector %p and %q: give both the same client and key prefix", pub.Client(), pub.KeyPrefix(), insp.Client(), insp.KeyPrefix())
+	}
+	return nil
 }
 
 // readOnlySchedules says why r may not act on schedules; "" when it may.
@@ -95,18 +110,18 @@ func (s *server) readOnlySchedules(r *http.Request) string {
 	return ""
 }
 
-func (s *server) row(info redisdelay.ScheduleInfo) scheduleRow {
+func (s *server) row(info schedule.Info) scheduleRow {
 	zone := info.Schedule.TimeZone
 	if zone == "" {
 		zone = "UTC"
 	}
-	return scheduleRow{ScheduleInfo: info, URL: s.scheduleURL(info.Schedule.Name, "", nil), Zone: zone}
+	return scheduleRow{Info: info, URL: s.scheduleURL(info.Schedule.Name, "", nil), Zone: zone}
 }
 
 // schedules renders one page of schedules in name order, from the first after ?after=.
 func (s *server) schedules(w http.ResponseWriter, r *http.Request) {
 	after := r.URL.Query().Get("after")
-	infos, more, err := s.in.Schedules(r.Context(), after, schedulePageSize)
+	infos, more, err := schedule.List(r.Context(), s.in, after, schedulePageSize)
 	if err != nil {
 		s.fail(w, err)
 		return
@@ -136,19 +151,19 @@ func (s *server) schedules(w http.ResponseWriter, r *http.Request) {
 // readSchedule returns the schedule the request names, or reports the error and false: 400 for
 // a name that cannot exist, 404 for a schedule that does not or whose topic is not on the
 // dashboard.
-func (s *server) readSchedule(w http.ResponseWriter, r *http.Request) (redisdelay.ScheduleInfo, bool) {
+func (s *server) readSchedule(w http.ResponseWriter, r *http.Request) (schedule.Info, bool) {
 	name := r.PathValue("schedule")
 	if err := redisdelay.ValidateName("schedule", name); err != nil {
 		s.fail(w, err)
-		return redisdelay.ScheduleInfo{}, false
+		return schedule.Info{}, false
 	}
-	info, err := s.in.Schedule(r.Context(), name)
+	info, err := schedule.Get(r.Context(), s.in, name)
 	if err == nil && !s.onDashboard(info) {
 		err = fmt.Errorf("schedule %q publishes to topic %q, which is not on this dashboard: %w", name, info.Schedule.Topic, redisdelay.ErrNotFound)
 	}
 	if err != nil {
 		s.fail(w, err)
-		return redisdelay.ScheduleInfo{}, false
+		return schedule.Info{}, false
 	}
 	return info, true
 }
@@ -186,7 +201,7 @@ func (s *server) schedule(w http.ResponseWriter, r *http.Request) {
 // actSchedule wraps an action on a schedule: it refuses with 403 Forbidden unless actions are
 // allowed, Authorize agrees and the dashboard has a Scheduler, then reads the schedule (400,
 // 404) and runs f.
-func (s *server) actSchedule(f func(w http.ResponseWriter, r *http.Request, sch *redisdelay.Scheduler, name string)) http.HandlerFunc {
+func (s *server) actSchedule(f func(w http.ResponseWriter, r *http.Request, sch *schedule.Scheduler, name string)) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		if !s.mayPost(w, r) {
 			return
@@ -206,7 +221,7 @@ func (s *server) scheduleDone(w http.ResponseWriter, r *http.Request, name, done
 	http.Redirect(w, r, s.scheduleURL(name, "", url.Values{"done": {done}}), http.StatusSeeOther)
 }
 
-func (s *server) pauseSchedule(w http.ResponseWriter, r *http.Request, sch *redisdelay.Scheduler, name string) {
+func (s *server) pauseSchedule(w http.ResponseWriter, r *http.Request, sch *schedule.Scheduler, name string) {
 	changed, err := sch.Pause(r.Context(), name)
 	if err != nil {
 		s.fail(w, err)
@@ -215,7 +230,7 @@ func (s *server) pauseSchedule(w http.ResponseWriter, r *http.Request, sch *redi
 	s.scheduleDone(w, r, name, map[bool]string{true: "schedule-pause", false: "schedule-pause:unchanged"}[changed])
 }
 
-func (s *server) resumeSchedule(w http.ResponseWriter, r *http.Request, sch *redisdelay.Scheduler, name string) {
+func (s *server) resumeSchedule(w http.ResponseWriter, r *http.Request, sch *schedule.Scheduler, name string) {
 	changed, err := sch.Resume(r.Context(), name)
 	if err != nil {
 		s.fail(w, err)
@@ -224,7 +239,7 @@ func (s *server) resumeSchedule(w http.ResponseWriter, r *http.Request, sch *red
 	s.scheduleDone(w, r, name, map[bool]string{true: "schedule-resume", false: "schedule-resume:unchanged"}[changed])
 }
 
-func (s *server) triggerSchedule(w http.ResponseWriter, r *http.Request, sch *redisdelay.Scheduler, name string) {
+func (s *server) triggerSchedule(w http.ResponseWriter, r *http.Request, sch *schedule.Scheduler, name string) {
 	if _, err := sch.Trigger(r.Context(), name); err != nil {
 		s.fail(w, err)
 		return
@@ -232,7 +247,7 @@ func (s *server) triggerSchedule(w http.ResponseWriter, r *http.Request, sch *re
 	s.scheduleDone(w, r, name, "schedule-trigger")
 }
 
-func (s *server) deleteSchedule(w http.ResponseWriter, r *http.Request, sch *redisdelay.Scheduler, name string) {
+func (s *server) deleteSchedule(w http.ResponseWriter, r *http.Request, sch *schedule.Scheduler, name string) {
 	if err := sch.Delete(r.Context(), name); err != nil {
 		s.fail(w, err)
 		return

@@ -15,26 +15,27 @@ import (
 
 	"github.com/watermill-redisdelay/redisdelay"
 	"github.com/watermill-redisdelay/redisdelay/dashboard"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // scheduler returns a Scheduler on the queue's Redis, closed when the test ends.
-func (q *queue) scheduler() *redisdelay.Scheduler {
-	sch, err := redisdelay.NewScheduler(redisdelay.SchedulerConfig{Client: q.srv.Client(q.t)}, nil)
+func (q *queue) scheduler() *schedule.Scheduler {
+	sch, err := schedule.New(schedule.Config{Publisher: q.pub}, nil)
 	require.NoError(q.t, err)
 	q.t.Cleanup(func() { _ = sch.Close() })
 	return sch
 }
 
 // put stores schedules through sch.
-func (q *queue) put(sch *redisdelay.Scheduler, schedules ...redisdelay.Schedule) {
+func (q *queue) put(sch *schedule.Scheduler, schedules ...schedule.Schedule) {
 	for _, s := range schedules {
 		_, err := sch.Put(context.Background(), s)
 		require.NoError(q.t, err)
 	}
 }
 
-func (q *queue) schedule(name string) redisdelay.ScheduleInfo {
-	info, err := q.in.Schedule(context.Background(), name)
+func (q *queue) schedule(name string) schedule.Info {
+	info, err := schedule.Get(context.Background(), q.in, name)
 	require.NoError(q.t, err)
 	return info
 }
@@ -52,11 +53,11 @@ func scheduleCell(t *testing.T, body, name, stat string) string {
 func TestSchedulesPageListsOnePageOfSchedulesWithANextPageLink(t *testing.T) {
 	q := newQueue(t)
 	sch := q.scheduler()
-	var all []redisdelay.Schedule
+	var all []schedule.Schedule
 	for i := range 52 {
-		all = append(all, redisdelay.Schedule{Name: fmt.Sprintf("job-%02d", i), Spec: "@hourly", Topic: "orders"})
+		all = append(all, schedule.Schedule{Name: fmt.Sprintf("job-%02d", i), Spec: "@hourly", Topic: "orders"})
 	}
-	all[1] = redisdelay.Schedule{Name: "job-01", Spec: "0 3 * * *", TimeZone: "Europe/Berlin", Topic: "reports"}
+	all[1] = schedule.Schedule{Name: "job-01", Spec: "0 3 * * *", TimeZone: "Europe/Berlin", Topic: "reports"}
 	q.put(sch, all...)
 	_, err := sch.Pause(context.Background(), "job-01")
 	require.NoError(t, err)
@@ -97,9 +98,9 @@ func TestSchedulePageShowsTheDefinitionStateAndNextTicks(t *testing.T) {
 	q.register("orders", "billing")
 	sch := q.scheduler()
 	q.put(sch,
-		redisdelay.Schedule{Name: "every second/ü", Spec: "@every 1s", Topic: "orders", Payload: []byte(`{"kind":"tick"}`),
-			Metadata: map[string]string{"team": "ops"}, Overlap: redisdelay.OverlapSkip},
-		redisdelay.Schedule{Name: "nightly", Spec: "0 3 * * *", TimeZone: "Europe/Berlin", Topic: "reports"},
+		schedule.Schedule{Name: "every second/ü", Spec: "@every 1s", Topic: "orders", Payload: []byte(`{"kind":"tick"}`),
+			Metadata: map[string]string{"team": "ops"}, Overlap: schedule.OverlapSkip},
+		schedule.Schedule{Name: "nightly", Spec: "0 3 * * *", TimeZone: "Europe/Berlin", Topic: "reports"},
 	)
 	// A Scheduler that runs publishes a tick, so that the last tick and its outcome show.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -132,7 +133,7 @@ func TestSchedulePageShowsTheDefinitionStateAndNextTicks(t *testing.T) {
 	nightly := get(t, srv.URL+"/queues/schedules/nightly")
 	require.Equal(t, http.StatusOK, nightly.status, nightly.body)
 	ticks := regexp.MustCompile(`<td>\w{3} \d{4}-\d\d-\d\d 03:00:00 CES?T</td>`).FindAllString(nightly.body, -1)
-	assert.Len(t, ticks, redisdelay.DefaultNextTicks, "each next tick with its wall time in Europe/Berlin")
+	assert.Len(t, ticks, schedule.DefaultNextTicks, "each next tick with its wall time in Europe/Berlin")
 	assert.Contains(t, nightly.body, `<dd id="time-zone">Europe/Berlin</dd>`)
 
 	missing := get(t, srv.URL+"/queues/schedules/nope")
@@ -144,7 +145,7 @@ func TestScheduleActionsPauseResumeTriggerAndDelete(t *testing.T) {
 	q := newQueue(t)
 	q.register("orders", "billing")
 	sch := q.scheduler()
-	q.put(sch, redisdelay.Schedule{Name: "hourly", Spec: "@hourly", Topic: "orders"})
+	q.put(sch, schedule.Schedule{Name: "hourly", Spec: "@hourly", Topic: "orders"})
 	srv := q.serve(dashboard.Options{AllowActions: true, Scheduler: sch})
 	pageURL := srv.URL + "/schedules/hourly"
 
@@ -179,7 +180,7 @@ func TestScheduleActionsPauseResumeTriggerAndDelete(t *testing.T) {
 	list := get(t, srv.URL+res.location)
 	assert.Contains(t, list.body, "The schedule was deleted")
 	assert.NotContains(t, list.body, `data-schedule="hourly"`)
-	_, err := q.in.Schedule(context.Background(), "hourly")
+	_, err := schedule.Get(context.Background(), q.in, "hourly")
 	assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 	assert.Equal(t, http.StatusNotFound, do(t, http.MethodPost, pageURL+"/pause", nil).status)
 }
@@ -187,7 +188,7 @@ func TestScheduleActionsPauseResumeTriggerAndDelete(t *testing.T) {
 func TestScheduleActionsAreRefusedWithoutASchedulerActionsOrAuthorization(t *testing.T) {
 	q := newQueue(t)
 	sch := q.scheduler()
-	q.put(sch, redisdelay.Schedule{Name: "hourly", Spec: "@hourly", Topic: "orders"})
+	q.put(sch, schedule.Schedule{Name: "hourly", Spec: "@hourly", Topic: "orders"})
 
 	for _, tc := range []struct {
 		opts     dashboard.Options
@@ -232,8 +233,8 @@ func TestSchedulesOfTopicsNotOnTheDashboardAreLeftOut(t *testing.T) {
 	q := newQueue(t)
 	sch := q.scheduler()
 	q.put(sch,
-		redisdelay.Schedule{Name: "orders-hourly", Spec: "@hourly", Topic: "orders"},
-		redisdelay.Schedule{Name: "secret-hourly", Spec: "@hourly", Topic: "secrets"},
+		schedule.Schedule{Name: "orders-hourly", Spec: "@hourly", Topic: "orders"},
+		schedule.Schedule{Name: "secret-hourly", Spec: "@hourly", Topic: "secrets"},
 	)
 	srv := q.serve(dashboard.Options{Topics: []string{"orders"}, AllowActions: true, Scheduler: sch})
 
@@ -244,4 +245,23 @@ func TestSchedulesOfTopicsNotOnTheDashboardAreLeftOut(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, get(t, srv.URL+"/schedules/secret-hourly").status)
 	assert.Equal(t, http.StatusNotFound, do(t, http.MethodPost, srv.URL+"/schedules/secret-hourly/pause", nil).status)
 	assert.False(t, q.schedule("secret-hourly").Paused)
+}
+
+// TestASchedulerOfAnotherKeyPrefixOrClientIsRefused: the schedule actions would change other
+// schedules than the pages show, so New refuses such a Scheduler.
+func TestASchedulerOfAnotherKeyPrefixOrClientIsRefused(t *testing.T) {
+	q := newQueue(t)
+	for name, cfg := range map[string]redisdelay.PublisherConfig{
+		"key prefix": {Client: q.client, KeyPrefix: "other:"},
+		"client":     {Client: q.srv.Client(t)},
+	} {
+		pub, err := redisdelay.NewPublisher(cfg, nil)
+		require.NoError(t, err)
+		sch, err := schedule.New(schedule.Config{Publisher: pub}, nil)
+		require.NoError(t, err)
+		_, err = dashboard.New(q.in, dashboard.Options{Scheduler: sch})
+		assert.ErrorContains(t, err, "give both the same client and key prefix", name)
+	}
+	_, err := dashboard.New(q.in, dashboard.Options{Scheduler: q.scheduler()})
+	assert.NoError(t, err, "the Inspector's own client and key prefix")
 }

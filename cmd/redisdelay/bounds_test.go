@@ -11,14 +11,14 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 func TestSchedulesBackfillOverTheDaySamoaSkippedPublishesEachTick(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t)
 	q.register(topic, group)
-	q.put(redisdelay.Schedule{Name: "nye", Spec: "59 23 31 12 *", TimeZone: "Pacific/Apia", Topic: topic})
+	q.put(schedule.Schedule{Name: "nye", Spec: "59 23 31 12 *", TimeZone: "Pacific/Apia", Topic: topic})
 	start := time.Now()
 	out := q.ok("schedules", "backfill", "nye", "--from", "2011-01-01T00:00:00Z", "--to", "2013-01-01T00:00:00Z", "--yes")
 	assert.Equal(t, "Backfilled schedule nye: published 3 ticks; 0 were published already.\n", out)
@@ -32,7 +32,7 @@ func TestSchedulesPutRefusesTheLocalTimeZone(t *testing.T) {
 	r := q.run("", "schedules", "put", "nightly", "--spec", "0 3 * * *", "--tz", "Local", "--topic", topic)
 	assert.Equal(t, 1, r.code)
 	assert.Contains(t, r.stderr, `TimeZone "Local": is each host's own zone`)
-	infos, _, err := q.in.Schedules(context.Background(), "", 10)
+	infos, _, err := schedule.List(context.Background(), q.in, "", 10)
 	require.NoError(t, err)
 	assert.Empty(t, infos, "nothing stored")
 }
@@ -42,7 +42,7 @@ func TestSchedulesPutRefusesTheLocalTimeZone(t *testing.T) {
 func TestEveryCommandStopsOnSIGTERM(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t)
-	q.put(redisdelay.Schedule{Name: "hourly", Spec: "@hourly", Topic: topic})
+	q.put(schedule.Schedule{Name: "hourly", Spec: "@hourly", Topic: topic})
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, "--addr", q.addr, "schedules", "backfill", "hourly", "--from", "2026-01-01T00:00:00Z", "--to", "2026-01-01T03:00:00Z")

@@ -45,6 +45,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // defaultAddr is the Redis address when neither --addr nor REDIS_ADDR nor REDIS_URL gives one.
@@ -151,7 +152,7 @@ type app struct {
 
 	client redis.UniversalClient
 	in     *redisdelay.Inspector
-	sched  *redisdelay.Scheduler // made on first use by the schedules commands that change one
+	sched  *schedule.Scheduler // made on first use by the schedules commands that change one
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -276,14 +277,17 @@ func (a *app) address() (addr, from string) {
 // scheduler returns the Scheduler of the schedules commands that change a schedule, made on
 // first use with the root flags' client, key prefix, partitions and timeout. It is never run:
 // its calls work without Run.
-func (a *app) scheduler() (*redisdelay.Scheduler, error) {
+func (a *app) scheduler() (*schedule.Scheduler, error) {
 	if a.sched != nil {
 		return a.sched, nil
 	}
-	sch, err := redisdelay.NewScheduler(redisdelay.SchedulerConfig{
-		Client: a.client, KeyPrefix: a.prefix, OperationTimeout: a.timeout,
-		Publisher: redisdelay.PublisherConfig{Partitions: a.partitions},
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{
+		Client: a.client, KeyPrefix: a.prefix, Partitions: a.partitions, OperationTimeout: a.timeout,
 	}, nil)
+	if err != nil {
+		return nil, err
+	}
+	sch, err := schedule.New(schedule.Config{Publisher: pub}, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -293,7 +297,7 @@ func (a *app) scheduler() (*redisdelay.Scheduler, error) {
 
 func (a *app) close() {
 	if a.sched != nil {
-		_ = a.sched.Close()
+		_ = a.sched.Close() // its Publisher holds nothing to close: Close only refuses later calls
 	}
 	if a.client != nil {
 		_ = a.client.Close()

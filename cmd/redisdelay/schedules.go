@@ -16,10 +16,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
-// scheduleView is a redisdelay.ScheduleInfo. Times are absolute instants, those of its state
+// scheduleView is a schedule.Info. Times are absolute instants, those of its state
 // taken on the Redis clock; a time that does not apply is left out. The payload is in Payload
 // when it is UTF-8 text, and in PayloadBase64 otherwise.
 type scheduleView struct {
@@ -49,7 +49,7 @@ type scheduleView struct {
 	Updated              *time.Time        `json:"updated,omitempty"`
 }
 
-func newScheduleView(info redisdelay.ScheduleInfo) scheduleView {
+func newScheduleView(info schedule.Info) scheduleView {
 	s := info.Schedule
 	v := scheduleView{
 		Name: s.Name, Spec: s.Spec, TimeZone: s.TimeZone, Topic: s.Topic, Overlap: string(s.Overlap), CatchUp: string(s.CatchUp),
@@ -109,7 +109,7 @@ func (a *app) schedulesListCommand() *cobra.Command {
 		Short: "List one page of schedules in name order",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			infos, more, err := a.in.Schedules(cmd.Context(), after, limit)
+			infos, more, err := schedule.List(cmd.Context(), a.in, after, limit)
 			if err != nil {
 				return err
 			}
@@ -143,7 +143,7 @@ func (a *app) schedulesShowCommand() *cobra.Command {
 		Short: "Show a schedule: its definition, state, counts, next ticks and payload",
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			info, err := a.in.Schedule(cmd.Context(), args[0])
+			info, err := schedule.Get(cmd.Context(), a.in, args[0])
 			if err != nil {
 				return err
 			}
@@ -195,13 +195,7 @@ func zoned(t time.Time, loc *time.Location) string {
 }
 
 func (a *app) schedulesPutCommand() *cobra.Command {
-	var (
-		s        redisdelay.Schedule
-		overlap  string
-		catchUp  string
-		payload  string
-		metadata []string
-	)
+	var p putFlags
 	cmd := &cobra.Command{
 		Use:   "put NAME",
 		Short: "Create a schedule, or replace its definition",
@@ -210,17 +204,9 @@ func (a *app) schedulesPutCommand() *cobra.Command {
 			"recomputes the next tick from now. A paused schedule stays paused.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			s.Name, s.Payload = args[0], []byte(payload)
-			s.Overlap, s.CatchUp = redisdelay.OverlapPolicy(overlap), redisdelay.CatchUpPolicy(catchUp)
-			for _, kv := range metadata {
-				k, v, ok := strings.Cut(kv, "=")
-				if !ok || k == "" {
-					return fmt.Errorf("--metadata %q: want key=value", kv)
-				}
-				if s.Metadata == nil {
-					s.Metadata = map[string]string{}
-				}
-				s.Metadata[k] = v
+			s, err := p.schedule(args[0])
+			if err != nil {
+				return err
 			}
 			sch, err := a.scheduler()
 			if err != nil {
@@ -235,19 +221,50 @@ func (a *app) schedulesPutCommand() *cobra.Command {
 			})
 		},
 	}
+	p.register(cmd)
+	return cmd
+}
+
+// putFlags are the flags of schedules put: a schedule's definition.
+type putFlags struct {
+	s                         schedule.Schedule
+	overlap, catchUp, payload string
+	metadata                  []string
+}
+
+// register adds the flags to cmd.
+func (p *putFlags) register(cmd *cobra.Command) {
 	f := cmd.Flags()
-	f.StringVar(&s.Spec, "spec", "", `when it ticks: a cron spec of 5 fields (6 with seconds first), "@every 1h", or @daily, @hourly, ... (required)`)
-	f.StringVar(&s.Topic, "topic", "", "topic each tick's message is published to (required)")
-	f.StringVar(&s.TimeZone, "tz", "", "IANA time zone the spec is read in, such as Europe/Berlin (default UTC; Local is refused)")
-	f.StringVar(&payload, "payload", "", "each tick's message's payload")
-	f.StringArrayVar(&metadata, "metadata", nil, "each tick's message's metadata, key=value (repeatable)")
-	f.StringVar(&overlap, "overlap", "", "allow-all, skip or buffer-one (default allow-all)")
-	f.StringVar(&catchUp, "catch-up", "", "all or latest (default all)")
-	f.DurationVar(&s.CatchUpWindow, "catch-up-window", 0, "how late a tick may be and still be published (default 1m)")
-	f.DurationVar(&s.Jitter, "jitter", 0, "most by which each tick's message is delayed, drawn per tick")
+	f.StringVar(&p.s.Spec, "spec", "", `when it ticks: a cron spec of 5 fields (6 with seconds first), "@every 1h", or @daily, @hourly, ... (required)`)
+	f.StringVar(&p.s.Topic, "topic", "", "topic each tick's message is published to (required)")
+	f.StringVar(&p.s.TimeZone, "tz", "", "IANA time zone the spec is read in, such as Europe/Berlin (default UTC; Local is refused)")
+	f.StringVar(&p.payload, "payload", "", "each tick's message's payload")
+	f.StringArrayVar(&p.metadata, "metadata", nil, "each tick's message's metadata, key=value (repeatable)")
+	f.StringVar(&p.overlap, "overlap", "", "allow-all, skip or buffer-one (default allow-all)")
+	f.StringVar(&p.catchUp, "catch-up", "", "all or latest (default all)")
+	f.DurationVar(&p.s.CatchUpWindow, "catch-up-window", 0, "how late a tick may be and still be published (default 1m)")
+	f.DurationVar(&p.s.Jitter, "jitter", 0, "most by which each tick's message is delayed, drawn per tick")
 	_ = cmd.MarkFlagRequired("spec")
 	_ = cmd.MarkFlagRequired("topic")
-	return cmd
+}
+
+// schedule returns the schedule name the flags define, or an error naming a --metadata that is
+// not key=value.
+func (p *putFlags) schedule(name string) (schedule.Schedule, error) {
+	s := p.s
+	s.Name, s.Payload = name, []byte(p.payload)
+	s.Overlap, s.CatchUp = schedule.OverlapPolicy(p.overlap), schedule.CatchUpPolicy(p.catchUp)
+	for _, kv := range p.metadata {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || k == "" {
+			return schedule.Schedule{}, fmt.Errorf("--metadata %q: want key=value", kv)
+		}
+		if s.Metadata == nil {
+			s.Metadata = map[string]string{}
+		}
+		s.Metadata[k] = v
+	}
+	return s, nil
 }
 
 // schedulesPauseCommand is pause, or resume when pause is false.
@@ -314,7 +331,7 @@ func (a *app) schedulesBackfillCommand() *cobra.Command {
 		Long: fmt.Sprintf("Publish, due at once, one message for each tick of the schedule's spec from --from to --to (both\n"+
 			"included, nominal times), each with its tick time and the tick's key: a tick whose message was\n"+
 			"published already (its key is still taken) is counted as a duplicate and stores nothing. At most\n"+
-			"%d ticks.", redisdelay.MaxBackfillTicks),
+			"%d ticks.", schedule.MaxBackfillTicks),
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			name := args[0]

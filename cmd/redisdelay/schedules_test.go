@@ -15,19 +15,20 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // scheduler returns a Scheduler on the queue's Redis, closed when the test ends.
-func (q *queue) scheduler() *redisdelay.Scheduler {
+func (q *queue) scheduler() *schedule.Scheduler {
 	q.t.Helper()
-	sch, err := redisdelay.NewScheduler(redisdelay.SchedulerConfig{Client: q.client}, nil)
+	sch, err := schedule.New(schedule.Config{Publisher: q.pub}, nil)
 	require.NoError(q.t, err)
 	q.t.Cleanup(func() { _ = sch.Close() })
 	return sch
 }
 
 // put stores schedules through a Scheduler.
-func (q *queue) put(schedules ...redisdelay.Schedule) {
+func (q *queue) put(schedules ...schedule.Schedule) {
 	q.t.Helper()
 	sch := q.scheduler()
 	for _, s := range schedules {
@@ -37,9 +38,9 @@ func (q *queue) put(schedules ...redisdelay.Schedule) {
 }
 
 // scheduleInfo returns the Inspector's view of schedule name.
-func (q *queue) scheduleInfo(name string) redisdelay.ScheduleInfo {
+func (q *queue) scheduleInfo(name string) schedule.Info {
 	q.t.Helper()
-	info, err := q.in.Schedule(context.Background(), name)
+	info, err := schedule.Get(context.Background(), q.in, name)
 	require.NoError(q.t, err)
 	return info
 }
@@ -48,9 +49,9 @@ func TestSchedulesListPrintsOnePageAndWhereTheNextStarts(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t)
 	q.put(
-		redisdelay.Schedule{Name: "a-hourly", Spec: "@hourly", Topic: topic},
-		redisdelay.Schedule{Name: "b-berlin", Spec: "0 3 * * *", TimeZone: "Europe/Berlin", Topic: "reports"},
-		redisdelay.Schedule{Name: "c-last", Spec: "@daily", Topic: topic},
+		schedule.Schedule{Name: "a-hourly", Spec: "@hourly", Topic: topic},
+		schedule.Schedule{Name: "b-berlin", Spec: "0 3 * * *", TimeZone: "Europe/Berlin", Topic: "reports"},
+		schedule.Schedule{Name: "c-last", Spec: "@daily", Topic: topic},
 	)
 	_, err := q.scheduler().Pause(context.Background(), "b-berlin")
 	require.NoError(t, err)
@@ -72,7 +73,7 @@ func TestSchedulesListPrintsOnePageAndWhereTheNextStarts(t *testing.T) {
 	require.NotNil(t, hourly.Pending)
 	assert.True(t, q.scheduleInfo("a-hourly").Pending.Equal(*hourly.Pending))
 	assert.Equal(t, *hourly.Pending, hourly.Pending.Truncate(time.Hour), "the armed tick is a full hour")
-	assert.Len(t, hourly.NextTicks, redisdelay.DefaultNextTicks)
+	assert.Len(t, hourly.NextTicks, schedule.DefaultNextTicks)
 	assert.Equal(t, "Europe/Berlin", berlin.TimeZone)
 	assert.True(t, berlin.Paused)
 	assert.Nil(t, berlin.Pending, "a paused schedule has no armed tick")
@@ -88,9 +89,9 @@ func TestSchedulesShowPrintsTheDefinitionTheStateAndTheNextTicks(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t)
 	q.register(topic, group)
-	q.put(redisdelay.Schedule{
+	q.put(schedule.Schedule{
 		Name: "every-second", Spec: "@every 1s", Topic: topic, Payload: []byte("tick"),
-		Metadata: map[string]string{"source": "cron"}, Overlap: redisdelay.OverlapSkip, Jitter: 10 * time.Millisecond,
+		Metadata: map[string]string{"source": "cron"}, Overlap: schedule.OverlapSkip, Jitter: 10 * time.Millisecond,
 	})
 	// A Scheduler that runs publishes a tick, so that the last tick and its outcome show.
 	sch := q.scheduler()
@@ -116,9 +117,9 @@ func TestSchedulesShowPrintsTheDefinitionTheStateAndTheNextTicks(t *testing.T) {
 	assert.GreaterOrEqual(t, v.Published, int64(1))
 	require.NotNil(t, v.LastTick)
 	assert.True(t, info.LastTick.Equal(*v.LastTick))
-	assert.Equal(t, redisdelay.TickKey("every-second", info.LastTick), v.LastKey)
+	assert.Equal(t, schedule.TickKey("every-second", info.LastTick), v.LastKey)
 	assert.Equal(t, "published", v.LastOutcome)
-	assert.Len(t, v.NextTicks, redisdelay.DefaultNextTicks)
+	assert.Len(t, v.NextTicks, schedule.DefaultNextTicks)
 
 	out := q.ok("schedules", "show", "every-second")
 	for _, want := range []string{
@@ -134,7 +135,7 @@ func TestSchedulesShowPrintsTheDefinitionTheStateAndTheNextTicks(t *testing.T) {
 func TestSchedulesShowGivesTheWallTimeInTheSchedulesTimeZone(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t)
-	q.put(redisdelay.Schedule{Name: "nightly", Spec: "0 3 * * *", TimeZone: "Europe/Berlin", Topic: topic})
+	q.put(schedule.Schedule{Name: "nightly", Spec: "0 3 * * *", TimeZone: "Europe/Berlin", Topic: topic})
 
 	out := q.ok("schedules", "show", "nightly")
 	assert.Regexp(t, `(?m)^time zone:\s+Europe/Berlin$`, out)
@@ -150,9 +151,9 @@ func TestSchedulesPutCreatesAndUpdatesASchedule(t *testing.T) {
 		"--catch-up-window", "5m", "--jitter", "1s")
 	assert.Equal(t, "Schedule report: created.\n", out)
 	s := q.scheduleInfo("report").Schedule
-	assert.Equal(t, redisdelay.Schedule{
+	assert.Equal(t, schedule.Schedule{
 		Name: "report", Spec: "@daily", TimeZone: "America/New_York", Topic: "reports", Payload: []byte(`{"kind":"daily"}`),
-		Metadata: map[string]string{"team": "ops"}, Overlap: redisdelay.OverlapBufferOne, CatchUp: redisdelay.CatchUpLatest,
+		Metadata: map[string]string{"team": "ops"}, Overlap: schedule.OverlapBufferOne, CatchUp: schedule.CatchUpLatest,
 		CatchUpWindow: 5 * time.Minute, Jitter: time.Second,
 	}, s)
 
@@ -164,7 +165,7 @@ func TestSchedulesPutCreatesAndUpdatesASchedule(t *testing.T) {
 
 	r := q.run("", "schedules", "put", "report", "--spec", "every day", "--topic", "reports")
 	assert.Equal(t, 1, r.code)
-	assert.Contains(t, r.stderr, `redisdelay: invalid schedule: schedule "report": Spec "every day": `)
+	assert.Contains(t, r.stderr, `redisdelay: schedule: invalid schedule "report": Spec "every day": `)
 	assert.Equal(t, "@hourly", q.scheduleInfo("report").Schedule.Spec, "a bad definition stores nothing")
 }
 
@@ -172,7 +173,7 @@ func TestSchedulesPauseResumeAndTriggerActOnTheSchedule(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t)
 	q.register(topic, group)
-	q.put(redisdelay.Schedule{Name: "hourly", Spec: "@hourly", Topic: topic, Payload: []byte("now")})
+	q.put(schedule.Schedule{Name: "hourly", Spec: "@hourly", Topic: topic, Payload: []byte("now")})
 
 	assert.Equal(t, "Schedule hourly is paused.\n", q.ok("schedules", "pause", "hourly"))
 	assert.True(t, q.scheduleInfo("hourly").Paused)
@@ -202,7 +203,7 @@ func TestSchedulesBackfillPublishesEachTickOnce(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t)
 	q.register(topic, group)
-	q.put(redisdelay.Schedule{Name: "hourly", Spec: "@hourly", Topic: topic})
+	q.put(schedule.Schedule{Name: "hourly", Spec: "@hourly", Topic: topic})
 	from, to := "2026-01-01T00:00:00Z", "2026-01-01T03:00:00Z"
 
 	r := q.run("n\n", "schedules", "backfill", "hourly", "--from", from, "--to", to)
@@ -213,7 +214,7 @@ func TestSchedulesBackfillPublishesEachTickOnce(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Equal(t, "Backfilled schedule hourly: published 4 ticks; 0 were published already.\n", r.stdout)
 	assert.Equal(t, int64(4), q.stats(topic, group).Due)
-	_, err := q.in.MessageByKey(context.Background(), topic, group, redisdelay.TickKey("hourly", time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC)))
+	_, err := q.in.MessageByKey(context.Background(), topic, group, schedule.TickKey("hourly", time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC)))
 	assert.NoError(t, err, "each tick's message has the tick's key")
 
 	var res map[string]any
@@ -232,7 +233,7 @@ func TestSchedulesBackfillPublishesEachTickOnce(t *testing.T) {
 func TestSchedulesDeleteAsksThenDeletes(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t)
-	q.put(redisdelay.Schedule{Name: "hourly", Spec: "@hourly", Topic: topic})
+	q.put(schedule.Schedule{Name: "hourly", Spec: "@hourly", Topic: topic})
 
 	for _, answer := range []string{"n\n", ""} {
 		r := q.run(answer, "schedules", "delete", "hourly")
@@ -244,7 +245,7 @@ func TestSchedulesDeleteAsksThenDeletes(t *testing.T) {
 	r := q.run("yes\n", "schedules", "delete", "hourly")
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Equal(t, "Deleted schedule hourly.\n", r.stdout)
-	_, err := q.in.Schedule(context.Background(), "hourly")
+	_, err := schedule.Get(context.Background(), q.in, "hourly")
 	assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 }
 
@@ -270,7 +271,7 @@ func TestSchedulesCommandsNameAMissingSchedule(t *testing.T) {
 func TestDashboardWithAllowActionsPausesSchedules(t *testing.T) {
 	t.Parallel()
 	q := newQueue(t)
-	q.put(redisdelay.Schedule{Name: "hourly", Spec: "@hourly", Topic: topic})
+	q.put(schedule.Schedule{Name: "hourly", Spec: "@hourly", Topic: topic})
 
 	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
 	defer cancel()

@@ -60,7 +60,7 @@
 //     schedule's topic, on a direct connection and with no new-group window, must receive one
 //     message per tick from the first to the end of the faults (none skipped, none stored
 //     twice), none before its tick time (TickTimeMetadataKey), each keyed TickKey; the
-//     schedule's ScheduleInfo must count no tick skipped and one published per message. The
+//     schedule's schedule.Info must count no tick skipped and one published per message. The
 //     summary line adds the faults injected and the lateness (receipt minus tick time) p50, p99
 //     and max. CHAOSTEST_SEED=<n> replays the fault choices of the run that logged seed n.
 //  9. TestSchedulerPublishHeldInTheNetworkStoresNothingMore: a go-redis hook holds one tick's

@@ -22,6 +22,7 @@ import (
 
 	"github.com/watermill-redisdelay/redisdelay"
 	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // seedEnv set to a number replays the fault choices of an earlier run of the scheduler scenario
@@ -269,18 +270,18 @@ func newTickRig(t *testing.T) *tickRig {
 // put puts the schedule and waits for its first tick.
 func (rig *tickRig) put(t *testing.T) {
 	t.Helper()
-	admin, err := redisdelay.NewScheduler(redisdelay.SchedulerConfig{Client: rig.direct, LeaseTimeout: leaseTimeout, OperationTimeout: operationTimeout}, rig.logger)
+	admin, err := schedule.New(schedule.Config{Publisher: newTickPublisher(t, rig.direct), LeaseTimeout: leaseTimeout}, rig.logger)
 	require.NoError(t, err)
 	defer admin.Close()
-	outcome, err := admin.Put(context.Background(), redisdelay.Schedule{Name: tickSchedule, Spec: "@every 1s", Topic: rig.topic, Payload: []byte("tick")})
+	outcome, err := admin.Put(context.Background(), schedule.Schedule{Name: tickSchedule, Spec: "@every 1s", Topic: rig.topic, Payload: []byte("tick")})
 	require.NoError(t, err)
-	require.Equal(t, redisdelay.ScheduleCreated, outcome)
+	require.Equal(t, schedule.Created, outcome)
 	require.True(t, rig.ticks.waitFor(func() bool { return rig.ticks.count() > 0 }, 5*time.Second), "no tick within 5s of Put")
 }
 
 // drain waits, once every Scheduler stopped, until the consumer group holds no tick message
 // any more, closes the consumer and returns the schedule's final state.
-func (rig *tickRig) drain(t *testing.T) redisdelay.ScheduleInfo {
+func (rig *tickRig) drain(t *testing.T) schedule.Info {
 	t.Helper()
 	ctx := context.Background()
 	in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: rig.direct, OperationTimeout: operationTimeout}, rig.logger)
@@ -297,24 +298,32 @@ func (rig *tickRig) drain(t *testing.T) redisdelay.ScheduleInfo {
 		}
 		return true
 	}, drainTimeout, 20*time.Millisecond, "tick messages still held by the consumer group")
-	info, err := in.Schedule(ctx, tickSchedule)
+	info, err := schedule.Get(ctx, in, tickSchedule)
 	require.NoError(t, err)
 	require.NoError(t, rig.consumer.Close())
 	rig.consuming.Wait()
 	return info
 }
 
+// newTickPublisher returns the Publisher of a Scheduler on client, with operationTimeout.
+func newTickPublisher(t *testing.T, client redis.UniversalClient) *redisdelay.Publisher {
+	t.Helper()
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, OperationTimeout: operationTimeout}, nil)
+	require.NoError(t, err)
+	return pub
+}
+
 // schedulerRun is one Scheduler's Run, in its own goroutine.
 type schedulerRun struct {
-	s      *redisdelay.Scheduler
+	s      *schedule.Scheduler
 	cancel context.CancelFunc
 	done   chan error
 }
 
 func runScheduler(t *testing.T, client redis.UniversalClient, name string, logger cappedLogger) *schedulerRun {
 	t.Helper()
-	cfg := redisdelay.SchedulerConfig{Client: client, LeaseTimeout: leaseTimeout, OperationTimeout: operationTimeout, Consumer: name}
-	s, err := redisdelay.NewScheduler(cfg, logger.With(map[string]any{"scheduler": name}))
+	cfg := schedule.Config{Publisher: newTickPublisher(t, client), LeaseTimeout: leaseTimeout, Consumer: name}
+	s, err := schedule.New(cfg, logger.With(map[string]any{"scheduler": name}))
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &schedulerRun{s: s, cancel: cancel, done: make(chan error, 1)}
@@ -449,7 +458,7 @@ func (l *tickLog) consume(ch <-chan *message.Message) {
 		default:
 			l.seen[msg.UUID] = true
 			l.records = append(l.records, tickRecord{tick: tick, uuid: msg.UUID, at: at})
-			if msg.Metadata.Get(redisdelay.KeyMetadataKey) != redisdelay.TickKey(l.name, tick) {
+			if msg.Metadata.Get(redisdelay.KeyMetadataKey) != schedule.TickKey(l.name, tick) {
 				l.badKey = append(l.badKey, msg.UUID+" key "+msg.Metadata.Get(redisdelay.KeyMetadataKey))
 			}
 		}
@@ -572,7 +581,7 @@ func (l *tickLog) check(end time.Time) tickReport {
 // early, every message with its tick's key, none skipped, one published per message of a tick
 // the schedule has acted on (with OverlapAllowAll the next tick's message is stored ahead, and
 // counted once its tick is acted on).
-func (r tickReport) assert(t *testing.T, info redisdelay.ScheduleInfo) {
+func (r tickReport) assert(t *testing.T, info schedule.Info) {
 	t.Helper()
 	assert.Empty(t, r.missing, "ticks without a message")
 	assert.Empty(t, r.duplicated, "ticks stored more than once (tick time: UUIDs)")

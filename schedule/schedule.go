@@ -1,4 +1,4 @@
-package redisdelay
+package schedule
 
 // This file owns the definition of a periodic schedule: Schedule, its policies, its
 // validation and the tick times its spec gives (robfig/cron/v3's parser) in its time zone.
@@ -12,23 +12,28 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/robfig/cron/v3"
+
+	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/seam"
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // Schedule is a periodic schedule: at each tick of Spec, in TimeZone, one message with Payload
 // and Metadata is published to Topic, exactly once however many Schedulers run (see
-// Scheduler). Each tick's message carries the schedule's name (ScheduleMetadataKey), the
-// tick's nominal time (TickTimeMetadataKey) and a message key derived from both (TickKey), so
-// the Inspector finds it by key and a tick that is acted on twice is stored once.
+// Scheduler). Each tick's message carries the schedule's name
+// (redisdelay.ScheduleMetadataKey), the tick's nominal time (redisdelay.TickTimeMetadataKey) and
+// a message key derived from both (TickKey), so the Inspector finds it by key and a tick that
+// is acted on twice is stored once.
 type Schedule struct {
 	// Name names the schedule: unique per key prefix, a valid name (see ValidateName) of at
-	// most MaxScheduleNameLength bytes.
+	// most MaxNameLength bytes.
 	Name string
 	// Spec is when it ticks: a cron spec of 5 fields (minute hour day-of-month month
 	// day-of-week) or 6 with seconds first, "@every <Go duration>" (at least 1 s, counted from
 	// the previous tick), or one of @yearly, @monthly, @weekly, @daily, @hourly, as
-	// robfig/cron/v3's parser reads them; at most MaxScheduleSpecLength bytes. Time zone
+	// robfig/cron/v3's parser reads them; at most MaxSpecLength bytes. Time zone
 	// prefixes (TZ=, CRON_TZ=) are refused: use TimeZone. A spec that names no existing day
-	// ("0 0 30 2 *") is refused; ticks are searched at most ScheduleHorizon ahead.
+	// ("0 0 30 2 *") is refused; ticks are searched at most Horizon ahead.
 	Spec string
 	// TimeZone is the IANA name of the time zone the spec is read in ("Europe/Berlin"), at most
 	// MaxTimeZoneLength bytes; UTC when empty. "Local" is refused: each host would read the
@@ -41,7 +46,7 @@ type Schedule struct {
 	// Topic is the topic each tick's message is published to: a valid topic name.
 	Topic string
 	// Payload and Metadata are each tick's message's. Metadata keys may not start with
-	// ReservedMetadataPrefix.
+	// redisdelay.ReservedMetadataPrefix.
 	Payload  message.Payload
 	Metadata message.Metadata
 	// Overlap decides what happens when a tick falls due while the previous tick's message is
@@ -72,7 +77,7 @@ const (
 	// OverlapBufferOne holds the tick back until the previous message is finished in every
 	// group (acked, dead-lettered or cancelled), then publishes it (outcome TickBuffered, then
 	// TickPublishedBuffered); a tick that falls due while one is held back is skipped. The held
-	// tick is rechecked every SchedulerConfig.BufferRecheckInterval.
+	// tick is rechecked every Config.BufferRecheckInterval.
 	OverlapBufferOne OverlapPolicy = "buffer-one"
 )
 
@@ -94,10 +99,10 @@ const (
 	DefaultCatchUpWindow = time.Minute
 	// MaxCatchUpTicks bounds the ticks one catch-up publishes; the others are skipped.
 	MaxCatchUpTicks = 1000
-	// MaxScheduleNameLength is the longest schedule name, in bytes.
-	MaxScheduleNameLength = 200
-	// MaxScheduleSpecLength is the longest Schedule.Spec, in bytes.
-	MaxScheduleSpecLength = 256
+	// MaxNameLength is the longest schedule name, in bytes.
+	MaxNameLength = 200
+	// MaxSpecLength is the longest Schedule.Spec, in bytes.
+	MaxSpecLength = 256
 	// MaxTimeZoneLength is the longest Schedule.TimeZone, in bytes (the longest IANA name has
 	// 32).
 	MaxTimeZoneLength = 64
@@ -133,11 +138,11 @@ type compiledSchedule struct {
 
 // scheduleError names the schedule and the offending field of a bad definition.
 func scheduleError(name, field string, value any, err error) error {
-	return fmt.Errorf("redisdelay: %w: schedule %s: %s %v: %w", ErrInvalidSchedule, quote(name), field, value, err)
+	return fmt.Errorf("schedule: %w %s: %s %v: %w", ErrInvalid, store.Quote(name), field, value, err)
 }
 
 // compile validates s, fills in its defaults and parses its spec. Errors wrap
-// ErrInvalidSchedule and name the schedule and the field.
+// ErrInvalid and name the schedule and the field.
 func (s Schedule) compile() (*compiledSchedule, error) {
 	if err := s.checkPutLimits(); err != nil {
 		return nil, err
@@ -145,7 +150,7 @@ func (s Schedule) compile() (*compiledSchedule, error) {
 	c, err := s.compileStored()
 	if err == nil && c.ticks != nil {
 		if err := checkTicksSomeDay(c.ticks.spec); err != nil {
-			return nil, scheduleError(s.Name, "Spec", quote(s.Spec), err)
+			return nil, scheduleError(s.Name, "Spec", store.Quote(s.Spec), err)
 		}
 	}
 	return c, err
@@ -157,33 +162,33 @@ func (s Schedule) compile() (*compiledSchedule, error) {
 // lists and ticks (in its host's zone for "Local", until it is put again).
 func (s Schedule) checkPutLimits() error {
 	switch {
-	case len(s.Spec) > MaxScheduleSpecLength:
-		return scheduleError(s.Name, "Spec", quote(s.Spec), fmt.Errorf("is %d bytes, more than %d", len(s.Spec), MaxScheduleSpecLength))
+	case len(s.Spec) > MaxSpecLength:
+		return scheduleError(s.Name, "Spec", store.Quote(s.Spec), fmt.Errorf("is %d bytes, more than %d", len(s.Spec), MaxSpecLength))
 	case len(s.TimeZone) > MaxTimeZoneLength:
-		return scheduleError(s.Name, "TimeZone", quote(s.TimeZone), fmt.Errorf("is %d bytes, more than %d", len(s.TimeZone), MaxTimeZoneLength))
+		return scheduleError(s.Name, "TimeZone", store.Quote(s.TimeZone), fmt.Errorf("is %d bytes, more than %d", len(s.TimeZone), MaxTimeZoneLength))
 	case s.TimeZone == "Local":
-		return scheduleError(s.Name, "TimeZone", quote(s.TimeZone), errors.New("is each host's own zone, so Schedulers on different hosts would disagree: name an IANA zone such as \"Europe/Berlin\""))
+		return scheduleError(s.Name, "TimeZone", store.Quote(s.TimeZone), errors.New("is each host's own zone, so Schedulers on different hosts would disagree: name an IANA zone such as \"Europe/Berlin\""))
 	}
 	return nil
 }
 
 // compileStored is compile without checkPutLimits.
 func (s Schedule) compileStored() (*compiledSchedule, error) {
-	if err := checkName("schedule", s.Name); err != nil {
-		return nil, fmt.Errorf("redisdelay: %w: %w", ErrInvalidSchedule, err)
+	if err := seam.CheckName("schedule", s.Name); err != nil {
+		return nil, fmt.Errorf("schedule: %w: %w", ErrInvalid, err)
 	}
-	if len(s.Name) > MaxScheduleNameLength {
-		return nil, scheduleError(s.Name, "Name of", fmt.Sprintf("%d bytes", len(s.Name)), fmt.Errorf("%w: more than %d", ErrInvalidName, MaxScheduleNameLength))
+	if len(s.Name) > MaxNameLength {
+		return nil, scheduleError(s.Name, "Name of", fmt.Sprintf("%d bytes", len(s.Name)), fmt.Errorf("%w: more than %d", redisdelay.ErrInvalidName, MaxNameLength))
 	}
-	if err := checkName("topic", s.Topic); err != nil {
-		return nil, scheduleError(s.Name, "Topic", quote(s.Topic), err)
+	if err := seam.CheckName("topic", s.Topic); err != nil {
+		return nil, scheduleError(s.Name, "Topic", store.Quote(s.Topic), err)
 	}
-	if s.Topic == ScheduleTickTopic {
-		return nil, scheduleError(s.Name, "Topic", quote(s.Topic), errors.New("is the schedules' own tick topic"))
+	if s.Topic == TickTopic {
+		return nil, scheduleError(s.Name, "Topic", store.Quote(s.Topic), errors.New("is the schedules' own tick topic"))
 	}
 	for k, v := range s.Metadata {
-		if strings.HasPrefix(k, ReservedMetadataPrefix) {
-			return nil, scheduleError(s.Name, "Metadata key", quote(k), fmt.Errorf("starts with the reserved prefix %s (value %s)", ReservedMetadataPrefix, quote(v)))
+		if strings.HasPrefix(k, redisdelay.ReservedMetadataPrefix) {
+			return nil, scheduleError(s.Name, "Metadata key", store.Quote(k), fmt.Errorf("starts with the reserved prefix %s (value %s)", redisdelay.ReservedMetadataPrefix, store.Quote(v)))
 		}
 	}
 	if err := s.setPolicies(); err != nil {
@@ -196,22 +201,22 @@ func (s Schedule) compileStored() (*compiledSchedule, error) {
 func (s Schedule) parse() (*compiledSchedule, error) {
 	spec := strings.TrimSpace(s.Spec)
 	if strings.HasPrefix(spec, "TZ=") || strings.HasPrefix(spec, "CRON_TZ=") {
-		return nil, scheduleError(s.Name, "Spec", quote(s.Spec), errors.New("has a time zone prefix: set TimeZone instead"))
+		return nil, scheduleError(s.Name, "Spec", store.Quote(s.Spec), errors.New("has a time zone prefix: set TimeZone instead"))
 	}
 	sched, err := cronParser.Parse(spec)
 	if err != nil {
-		return nil, scheduleError(s.Name, "Spec", quote(s.Spec), err)
+		return nil, scheduleError(s.Name, "Spec", store.Quote(s.Spec), err)
 	}
 	if d, ok := strings.CutPrefix(spec, "@every "); ok {
 		// robfig/cron rounds a shorter delay up to 1s; refusing it says so.
 		if every, err := time.ParseDuration(strings.TrimSpace(d)); err == nil && every < time.Second {
-			return nil, scheduleError(s.Name, "Spec", quote(s.Spec), errors.New("@every needs at least 1s"))
+			return nil, scheduleError(s.Name, "Spec", store.Quote(s.Spec), errors.New("@every needs at least 1s"))
 		}
 	}
 	loc := time.UTC
 	if s.TimeZone != "" {
 		if loc, err = time.LoadLocation(s.TimeZone); err != nil {
-			return nil, scheduleError(s.Name, "TimeZone", quote(s.TimeZone), err)
+			return nil, scheduleError(s.Name, "TimeZone", store.Quote(s.TimeZone), err)
 		}
 	}
 	s.Spec = spec
@@ -230,14 +235,14 @@ func (s *Schedule) setPolicies() error {
 		s.Overlap = OverlapAllowAll
 	case OverlapAllowAll, OverlapSkip, OverlapBufferOne:
 	default:
-		return scheduleError(s.Name, "Overlap", quote(string(s.Overlap)), errors.New(`want "allow-all", "skip" or "buffer-one"`))
+		return scheduleError(s.Name, "Overlap", store.Quote(string(s.Overlap)), errors.New(`want "allow-all", "skip" or "buffer-one"`))
 	}
 	switch s.CatchUp {
 	case "":
 		s.CatchUp = CatchUpAll
 	case CatchUpAll, CatchUpLatest:
 	default:
-		return scheduleError(s.Name, "CatchUp", quote(string(s.CatchUp)), errors.New(`want "all" or "latest"`))
+		return scheduleError(s.Name, "CatchUp", store.Quote(string(s.CatchUp)), errors.New(`want "all" or "latest"`))
 	}
 	if s.CatchUpWindow == 0 {
 		s.CatchUpWindow = DefaultCatchUpWindow
@@ -272,7 +277,7 @@ func (c *compiledSchedule) encode() string {
 func decodeSchedule(name, data string) (*compiledSchedule, error) {
 	var d scheduleDef
 	if err := json.Unmarshal([]byte(data), &d); err != nil {
-		return nil, fmt.Errorf("redisdelay: schedule %s: stored definition unreadable: %w", quote(name), err)
+		return nil, fmt.Errorf("schedule: schedule %s: stored definition unreadable: %w", store.Quote(name), err)
 	}
 	return Schedule{
 		Name: name, Spec: d.Spec, TimeZone: d.TimeZone, Topic: d.Topic, Payload: d.Payload, Metadata: d.Metadata,
@@ -281,14 +286,14 @@ func decodeSchedule(name, data string) (*compiledSchedule, error) {
 }
 
 // next returns the first tick after t, in ms precision, or the zero time when the spec has
-// none within ScheduleHorizon after t (see nextTick).
+// none within Horizon after t (see nextTick).
 func (c *compiledSchedule) next(t time.Time) time.Time {
 	n, _ := c.nextTick(t)
 	return n
 }
 
 // nextTick returns the first tick after t, in ms precision, or an error wrapping
-// ErrInvalidSchedule when there is none within ScheduleHorizon after t. Across daylight-saving
+// ErrInvalid when there is none within Horizon after t. Across daylight-saving
 // changes it keeps what cron users expect of a spec with fixed hours (its hour field is not
 // "*"): a tick whose wall time falls in a spring-forward gap fires once, at the end of the gap;
 // a wall time that happens twice at a fall-back fires once, at its first instance. A spec
@@ -303,7 +308,7 @@ func (c *compiledSchedule) nextTick(t time.Time) (time.Time, error) {
 		ok = !n.IsZero()
 	}
 	if !ok {
-		return time.Time{}, scheduleError(c.Name, "Spec", quote(c.Spec)+" in "+c.zoneName(), fmt.Errorf("has no tick within ScheduleHorizon (%s) after %s", ScheduleHorizon, t.UTC().Format(time.RFC3339)))
+		return time.Time{}, scheduleError(c.Name, "Spec", store.Quote(c.Spec)+" in "+c.zoneName(), fmt.Errorf("has no tick within Horizon (%s) after %s", Horizon, t.UTC().Format(time.RFC3339)))
 	}
 	return n.Truncate(time.Millisecond), nil
 }
@@ -317,9 +322,9 @@ func (c *compiledSchedule) zoneName() string {
 }
 
 // NextTicks returns the first n nominal tick times after t (absolute instants, in the
-// schedule's time zone). Each tick is searched for at most ScheduleHorizon ahead, so the call
-// is bounded whatever the spec and zone. Errors wrap ErrInvalidSchedule: a definition Put
-// would refuse, or no tick within ScheduleHorizon after t or after one of the ticks found.
+// schedule's time zone). Each tick is searched for at most Horizon ahead, so the call
+// is bounded whatever the spec and zone. Errors wrap ErrInvalid: a definition Put
+// would refuse, or no tick within Horizon after t or after one of the ticks found.
 func (s Schedule) NextTicks(t time.Time, n int) ([]time.Time, error) {
 	c, err := s.compile()
 	if err != nil {

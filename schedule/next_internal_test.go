@@ -1,4 +1,4 @@
-package redisdelay
+package schedule
 
 import (
 	"context"
@@ -38,8 +38,8 @@ func TestAStoredDefinitionIsReadWithoutTheLimitsPutAddedLater(t *testing.T) {
 		if err != nil {
 			t.Fatalf("stored %s: %v", def, err)
 		}
-		if _, err := c.Schedule.compile(); !errors.Is(err, ErrInvalidSchedule) {
-			t.Fatalf("Put of %s: got %v, want ErrInvalidSchedule", def, err)
+		if _, err := c.Schedule.compile(); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("Put of %s: got %v, want ErrInvalid", def, err)
 		}
 	}
 }

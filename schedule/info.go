@@ -1,7 +1,7 @@
-package redisdelay
+package schedule
 
-// This file owns the Inspector's view of periodic schedules: ScheduleInfo, Schedules (one page)
-// and Schedule (one by name).
+// This file owns the Inspector's view of periodic schedules: Info, List (one page) and Get
+// (one by name), read through a *redisdelay.Inspector.
 
 import (
 	"context"
@@ -9,15 +9,17 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/seam"
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
-// DefaultNextTicks is how many coming ticks ScheduleInfo.NextTicks holds.
+// DefaultNextTicks is how many coming ticks Info.NextTicks holds.
 const DefaultNextTicks = 5
 
-// ScheduleInfo is a periodic schedule as the Inspector shows it. Times are absolute instants;
+// Info is a periodic schedule as the Inspector shows it. Times are absolute instants;
 // those the state records were taken on the Redis clock.
-type ScheduleInfo struct {
+type Info struct {
 	// Schedule is its definition, defaults filled in.
 	Schedule Schedule
 	// Version is the token of its definition, new with each update.
@@ -35,7 +37,7 @@ type ScheduleInfo struct {
 	LastKey  string
 	// LastOutcome is the outcome of the last tick acted on and LastOutcomeAt when it was
 	// recorded ("", zero when none was).
-	LastOutcome   ScheduleOutcome
+	LastOutcome   TickOutcome
 	LastOutcomeAt time.Time
 	// Buffered is the nominal time of a tick held back by OverlapBufferOne (zero when none).
 	Buffered time.Time
@@ -46,21 +48,21 @@ type ScheduleInfo struct {
 	Created, Updated time.Time
 }
 
-// scheduleInfo decodes a state hash read at the Redis clock's now.
-func scheduleInfo(st store.ScheduleState, now time.Time) (ScheduleInfo, error) {
+// infoOf decodes a state hash read at the Redis clock's now.
+func infoOf(st store.ScheduleState, now time.Time) (Info, error) {
 	c, err := decodeSchedule(st.Name, st.Fields["def"])
 	if err != nil {
-		return ScheduleInfo{}, err
+		return Info{}, err
 	}
 	f := st.Fields
-	info := ScheduleInfo{
+	info := Info{
 		Schedule: c.Schedule, Version: f["ver"], Paused: f["paused"] == "1",
 		Pending: msTime(f["next"]), LastTick: msTime(f["last"]), LastKey: f["last_key"],
-		LastOutcome: ScheduleOutcome(f["outcome"]), LastOutcomeAt: usTime(f["outcome_at"]), Buffered: msTime(f["buffered"]),
+		LastOutcome: TickOutcome(f["outcome"]), LastOutcomeAt: usTime(f["outcome_at"]), Buffered: msTime(f["buffered"]),
 		Published: atoi64(f["published"]), Skipped: atoi64(f["skipped"]), Created: usTime(f["created"]), Updated: usTime(f["updated"]),
 	}
 	if !info.Paused {
-		info.NextTicks, _ = c.nextTicks(now, DefaultNextTicks) // fewer when the spec has no more within ScheduleHorizon
+		info.NextTicks, _ = c.nextTicks(now, DefaultNextTicks) // fewer when the spec has no more within Horizon
 	}
 	return info, nil
 }
@@ -86,21 +88,23 @@ func usTime(s string) time.Time {
 	return time.UnixMicro(atoi64(s))
 }
 
-var tickPartition = store.Partition{Topic: ScheduleTickTopic}
+var tickPartition = store.Partition{Topic: TickTopic}
 
-// Schedules returns one page of periodic schedules in name order: at most limit (capped as
-// ListOptions.Limit is) after the name after ("" from the first), and whether more follow. It
-// reads one page in one script call, within OperationTimeout.
-func (i *Inspector) Schedules(ctx context.Context, after string, limit int) ([]ScheduleInfo, bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+// List returns one page of periodic schedules in name order, read through in (its Redis client
+// and key prefix): at most limit (capped as redisdelay.ListOptions.Limit is) after the name
+// after ("" from the first), and whether more follow. It reads one page in one script call,
+// within in's OperationTimeout.
+func List(ctx context.Context, in *redisdelay.Inspector, after string, limit int) ([]Info, bool, error) {
+	i := seam.InspectorOf(in)
+	ctx, cancel := context.WithTimeout(ctx, i.OperationTimeout())
 	defer cancel()
-	states, nowUs, more, err := i.store.ListSchedules(ctx, tickPartition, after, listLimit(limit))
+	states, nowUs, more, err := i.Store().ListSchedules(ctx, tickPartition, after, i.ListLimit(limit))
 	if err != nil {
-		return nil, false, fmt.Errorf("redisdelay: list schedules: %w", err)
+		return nil, false, fmt.Errorf("schedule: list schedules: %w", err)
 	}
-	infos := make([]ScheduleInfo, 0, len(states))
+	infos := make([]Info, 0, len(states))
 	for _, st := range states {
-		info, err := scheduleInfo(st, time.UnixMicro(nowUs))
+		info, err := infoOf(st, time.UnixMicro(nowUs))
 		if err != nil {
 			return nil, false, err
 		}
@@ -109,16 +113,18 @@ func (i *Inspector) Schedules(ctx context.Context, after string, limit int) ([]S
 	return infos, more, nil
 }
 
-// Schedule returns the periodic schedule name, or an error wrapping ErrNotFound.
-func (i *Inspector) Schedule(ctx context.Context, name string) (ScheduleInfo, error) {
-	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
+// Get returns the periodic schedule name, read through in, or an error wrapping
+// redisdelay.ErrNotFound; within in's OperationTimeout.
+func Get(ctx context.Context, in *redisdelay.Inspector, name string) (Info, error) {
+	i := seam.InspectorOf(in)
+	ctx, cancel := context.WithTimeout(ctx, i.OperationTimeout())
 	defer cancel()
-	states, nowUs, err := i.store.ScheduleStates(ctx, tickPartition, name)
+	states, nowUs, err := i.Store().ScheduleStates(ctx, tickPartition, name)
 	if err != nil {
-		return ScheduleInfo{}, fmt.Errorf("redisdelay: schedule %s: %w", quote(name), err)
+		return Info{}, fmt.Errorf("schedule: get schedule %s: %w", store.Quote(name), err)
 	}
 	if !states[0].Exists() {
-		return ScheduleInfo{}, fmt.Errorf("redisdelay: schedule %s: %w", quote(name), ErrNotFound)
+		return Info{}, fmt.Errorf("schedule: get schedule %s: %w", store.Quote(name), redisdelay.ErrNotFound)
 	}
-	return scheduleInfo(states[0], time.UnixMicro(nowUs))
+	return infoOf(states[0], time.UnixMicro(nowUs))
 }

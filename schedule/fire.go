@@ -1,179 +1,21 @@
-package redisdelay
+package schedule
 
-// This file owns what a Scheduler does with one tick message: reading the schedule's state,
-// deciding which ticks to publish (catch-up, overlap), publishing their messages and recording
-// that while arming the next tick (periodic_advance.lua).
+// This file owns what a Scheduler does with a tick that fell due: which ticks to publish
+// (catch-up, overlap), publishing their messages through the Publisher's commit path (see
+// internal/seam), and recording that while arming the next tick (periodic_advance.lua).
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/watermill-redisdelay/redisdelay/internal/seam"
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
-// ScheduleOutcome is the outcome of a schedule's last tick, as the Inspector shows it.
-type ScheduleOutcome string
-
-const (
-	// TickPublished: the tick's message was published (with catch-up, one or more ticks').
-	TickPublished ScheduleOutcome = "published"
-	// TickSkippedOverlap: the tick was skipped because the previous tick's message was still
-	// held (OverlapSkip, or OverlapBufferOne with a tick held back already).
-	TickSkippedOverlap ScheduleOutcome = "skipped-overlap"
-	// TickSkippedLate: the tick was later than the catch-up window, or not the latest with
-	// CatchUpLatest, and was skipped.
-	TickSkippedLate ScheduleOutcome = "skipped-late"
-	// TickBuffered: the tick is held back until the previous tick's message is finished
-	// (OverlapBufferOne).
-	TickBuffered ScheduleOutcome = "buffered"
-	// TickPublishedBuffered: a tick held back was published once its predecessor finished.
-	TickPublishedBuffered ScheduleOutcome = "published-buffered"
-)
-
-// The kinds of tick message.
-const (
-	tickKindTick   = "tick"   // a tick of the spec
-	tickKindBuffer = "buffer" // the recheck of a tick held back by OverlapBufferOne
-)
-
-// tickPayload is the payload of a tick message, JSON.
-type tickPayload struct {
-	Name    string `json:"name"`
-	Version string `json:"ver"`
-	Tick    int64  `json:"tick_ms"`
-	Kind    string `json:"kind"`
-}
-
-// tickMessageKey is the key of a tick message on ScheduleTickTopic: unique per schedule
-// version and tick, so that arming a tick twice stores it once.
-func tickMessageKey(name, ver, tickMs string) string {
-	return name + "@" + ver + "." + tickMs
-}
-
-// jitter draws a tick's jitter: from 0 to Jitter, in whole ms.
-func (c *compiledSchedule) jitter() time.Duration {
-	if c.Jitter <= 0 {
-		return 0
-	}
-	return time.Duration(rand.Int64N(int64(c.Jitter/time.Millisecond)+1)) * time.Millisecond
-}
-
-// tickMessage is the message of the tick at nominal time tick, with message key key.
-func (c *compiledSchedule) tickMessage(tick time.Time, key string) *message.Message {
-	md := make(message.Metadata, len(c.Metadata)+4)
-	for k, v := range c.Metadata {
-		md[k] = v
-	}
-	md[ScheduleMetadataKey] = c.Name
-	md[TickTimeMetadataKey] = tick.UTC().Format(time.RFC3339Nano)
-	md[KeyMetadataKey] = key
-	md[OnDuplicateMetadataKey] = string(KeepExisting)
-	msg := message.NewMessage(watermill.NewUUID(), append(message.Payload(nil), c.Payload...))
-	msg.Metadata = md
-	return msg
-}
-
-// prearmedTickDelay is how long after its message a prearmed schedule's tick message falls
-// due: the message, stored ahead, is delivered at its time without a Scheduler, and the
-// Schedulers' work for the tick (recording it, arming the next) does not compete with that
-// delivery for the machine at the same instant.
-const prearmedTickDelay = 10 * time.Millisecond
-
-// tickOutgoing prepares the tick message of c's version ver for the tick at nominal time tick,
-// due jitter after it (and prearmedTickDelay more for a prearmed schedule).
-func (s *Scheduler) tickOutgoing(c *compiledSchedule, ver string, tick time.Time, jitter time.Duration) (store.Outgoing, error) {
-	due := tick.Add(jitter)
-	if c.prearmed() {
-		due = due.Add(prearmedTickDelay)
-	}
-	return s.tickOutgoingAt(c.Name, ver, tick, due, tickKindTick)
-}
-
-// tickOutgoingAt prepares a tick message due at due.
-func (s *Scheduler) tickOutgoingAt(name, ver string, tick, due time.Time, kind string) (store.Outgoing, error) {
-	payload, _ := json.Marshal(tickPayload{Name: name, Version: ver, Tick: tick.UnixMilli(), Kind: kind})
-	ms := strconv.FormatInt(tick.UnixMilli(), 10)
-	key := tickMessageKey(name, ver, ms)
-	if kind == tickKindBuffer {
-		key += ".buffer"
-	}
-	msg := message.NewMessage(watermill.NewUUID(), payload)
-	data, err := s.publisher.marshalOutgoing(ScheduleTickTopic, msg)
-	if err != nil {
-		return store.Outgoing{}, err
-	}
-	return store.Outgoing{Data: data, At: due, KeySpec: store.KeySpec(store.KeepExisting, 0, 0, key)}, nil
-}
-
-// act acts on one tick message and acks it, or nacks it (retried after
-// BufferRecheckInterval) when it could not be acted on.
-func (s *Scheduler) act(ctx context.Context, msg *message.Message) {
-	var tp tickPayload
-	if err := json.Unmarshal(msg.Payload, &tp); err != nil || tp.Name == "" {
-		s.logger.Error("Dropping an unreadable tick message", err, watermill.LogFields{"message_uuid": msg.UUID})
-		msg.Ack()
-		return
-	}
-	fields := watermill.LogFields{"schedule": tp.Name, "tick": time.UnixMilli(tp.Tick).UTC()}
-	// A later attempt means that an earlier one was cut short: its Scheduler died, was cut off
-	// from Redis or failed (see SchedulerConfig.LeaseTimeout).
-	attempt, _ := strconv.Atoi(msg.Metadata.Get(AttemptMetadataKey))
-	// A tick under way is finished even when Run is stopping (bounded by OperationTimeout).
-	err := s.actOn(context.WithoutCancel(ctx), tp, attempt > 1)
-	var wait *predecessorHeld
-	switch {
-	case errors.As(err, &wait):
-		s.logger.Trace("Tick held back: the previous tick's message is still held", fields)
-		msg.Nack()
-	case err != nil:
-		s.logger.Error("Tick not acted on; retrying", err, fields)
-		msg.Nack()
-	default:
-		msg.Ack()
-	}
-}
-
-// predecessorHeld is actOn's error for a buffered tick whose predecessor is still held.
-type predecessorHeld struct{}
-
-func (predecessorHeld) Error() string { return "the previous tick's message is still held" }
-
-// actOn reads the schedule's state and acts on tick message tp: nothing when it is stale.
-// resumed says that an earlier attempt at it was cut short.
-func (s *Scheduler) actOn(ctx context.Context, tp tickPayload, resumed bool) error {
-	ctx, cancel := s.callContext(ctx)
-	defer cancel()
-	states, nowUs, err := s.store.ScheduleStates(ctx, s.tickPart, tp.Name)
-	if err != nil {
-		return err
-	}
-	st := states[0]
-	if !st.Exists() || st.Fields["ver"] != tp.Version {
-		return nil // deleted or changed since: stale
-	}
-	c, err := s.compiledOf(st)
-	if err != nil {
-		return err
-	}
-	now := time.UnixMicro(nowUs)
-	if tp.Kind == tickKindBuffer {
-		return s.publishBuffered(ctx, st, c, tp, now)
-	}
-	if st.Fields["next"] != strconv.FormatInt(tp.Tick, 10) {
-		return nil // moved past, paused or a second delivery: stale
-	}
-	return s.fire(ctx, st, c, time.UnixMilli(tp.Tick), now, resumed)
-}
-
-// dueTicks returns the ticks from tick to now to publish, how many were skipped as late, and
 // the first tick after now (zero when the spec has no more).
 func (c *compiledSchedule) dueTicks(tick, now time.Time) (publish []time.Time, skipped int, next time.Time) {
 	cutoff := now.Add(-c.CatchUpWindow)
@@ -201,7 +43,7 @@ func (c *compiledSchedule) dueTicks(tick, now time.Time) (publish []time.Time, s
 // fence is the fence of the publishing calls of a tick whose state was read at now (Redis
 // clock): OperationTimeout after it, the longest such a call may take.
 func (s *Scheduler) fence(now time.Time) int64 {
-	return now.Add(s.config.OperationTimeout).UnixMicro()
+	return now.Add(s.opTimeout).UnixMicro()
 }
 
 // prearmed reports whether the schedule's messages are stored ahead: with OverlapAllowAll
@@ -213,7 +55,7 @@ func (c *compiledSchedule) prearmed() bool { return c.Overlap == OverlapAllowAll
 // fire acts on the schedule's pending tick, which fell due: it publishes the messages of the
 // ticks due by now, as the catch-up and overlap policies allow, and arms the next tick (with a
 // prearmed schedule, also storing its message ahead). resumed says that an earlier attempt at
-// the tick was cut short (see SchedulerConfig.LeaseTimeout).
+// the tick was cut short (see Config.LeaseTimeout).
 func (s *Scheduler) fire(ctx context.Context, st store.ScheduleState, c *compiledSchedule, tick, now time.Time, resumed bool) error {
 	ver := st.Fields["ver"]
 	a := store.Advance{Mode: store.AdvanceTick, Version: ver, ExpectMs: tick.UnixMilli(), Next: "", Outcome: string(TickSkippedLate)}
@@ -272,9 +114,9 @@ func (c *compiledSchedule) owe(tick, now time.Time, publish []time.Time, skipped
 // overlap applies the overlap policy (OverlapSkip or OverlapBufferOne) to the ticks due: one at
 // most is published (the latest; the others overlap it), and none while the previous tick's
 // message is held: skipped, or held back (a recheck message joins msgs). Resumed (see
-// SchedulerConfig.LeaseTimeout), the ticks due are owed: all of them are published, unless the
-// previous tick's message is held. It records its decision in a and returns the ticks to publish and
-// the messages to arm.
+// Config.LeaseTimeout), the ticks due are owed: all of them are published, unless the
+// previous tick's message is held. It records its decision in a and returns the ticks to
+// publish and the messages to arm.
 func (s *Scheduler) overlap(ctx context.Context, st store.ScheduleState, c *compiledSchedule, a *store.Advance, publish []time.Time, msgs []store.Outgoing, now time.Time, resumed bool) ([]time.Time, []store.Outgoing, error) {
 	if len(publish) == 0 {
 		return nil, msgs, nil
@@ -346,7 +188,7 @@ func (s *Scheduler) firePrearmed(ctx context.Context, c *compiledSchedule, a sto
 // notAfterUs (the Redis clock) stores nothing and fails with an error wrapping
 // store.ErrTooLate. The fence is what keeps a call held up in the network from storing a tick
 // again once its key no longer guards it (TickKeyRetention after the tick's message was
-// finished): see SchedulerConfig.TickKeyRetention.
+// finished): see Config.TickKeyRetention.
 func (s *Scheduler) publishTicks(ctx context.Context, c *compiledSchedule, ticks, at []time.Time, notAfterUs int64) error {
 	if len(ticks) == 0 {
 		return nil
@@ -354,39 +196,21 @@ func (s *Scheduler) publishTicks(ctx context.Context, c *compiledSchedule, ticks
 	if at == nil {
 		at = ticks
 	}
-	p := s.publisher
-	byPartition := map[int][]store.Outgoing{}
-	var order []int
+	msgs := make([]*message.Message, len(ticks))
 	for i, t := range ticks {
-		out, n, err := p.outgoing(c.Topic, c.tickMessage(t, TickKey(c.Name, t)), time.Now(), false, 0)
-		if err != nil {
-			return err
-		}
-		out.Delay, out.At, out.Latest = 0, at[i], time.Time{}
-		if _, ok := byPartition[n]; !ok {
-			order = append(order, n)
-		}
-		byPartition[n] = append(byPartition[n], out)
+		msgs[i] = c.tickMessage(t, TickKey(c.Name, t))
 	}
-	for _, n := range order {
-		part, outs := store.Partition{Topic: c.Topic, N: n}, byPartition[n]
-		call := store.Call{Token: store.NewToken(), TTL: p.callTTL, NotAfterUs: notAfterUs}
-		var letters string
-		err := p.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) (err error) {
-			letters, err = s.store.Publish(ctx, part, call, groups, outs)
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("redisdelay: schedule %s: publish to topic %s: %w", quote(c.Name), quote(c.Topic), err)
-		}
-		outcomes := make([]Outcome, len(outs))
-		for i := range outs {
-			outcomes[i] = outcomeOf(store.PublishOutcome(letters, i))
-		}
-		recordPublished(p.config.Metrics, c.Topic, outcomes)
+	if _, err := s.pub.Publish(ctx, c.Topic, msgs, s.tickOptions(at, notAfterUs)); err != nil {
+		return fmt.Errorf("schedule: schedule %s: publish to topic %s: %w", store.Quote(c.Name), store.Quote(c.Topic), err)
 	}
-	p.topics.ensure(ctx, s.store, c.Topic, p.config.Partitions, s.logger)
 	return nil
+}
+
+// tickOptions are the per-call settings of a publish of tick messages (see seam.PublishOptions):
+// due at their times in at (nil: at once), each key kept for TickKeyRetention (KeepExisting),
+// fenced at notAfterUs (0: not fenced).
+func (s *Scheduler) tickOptions(at []time.Time, notAfterUs int64) seam.PublishOptions {
+	return seam.PublishOptions{At: at, KeyRetention: s.config.TickKeyRetention, NotAfterUs: notAfterUs}
 }
 
 // held reports whether the message with key, the previous tick's, is still due or in flight in
@@ -425,7 +249,7 @@ func (s *Scheduler) published(ctx context.Context, c *compiledSchedule, tick tim
 // keyStatus reads where each consumer group of the schedule's topic stands with the message of
 // key.
 func (s *Scheduler) keyStatus(ctx context.Context, c *compiledSchedule, key string) (store.KeyStatus, error) {
-	part := store.Partition{Topic: c.Topic, N: keyPartition(key, s.config.Publisher.Partitions)}
+	part := store.Partition{Topic: c.Topic, N: s.pub.KeyPartition(key)}
 	groups, err := s.store.Groups(ctx, part)
 	if err != nil {
 		return store.KeyStatus{}, err

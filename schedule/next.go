@@ -1,4 +1,4 @@
-package redisdelay
+package schedule
 
 // This file owns the tick times of a cron spec in a time zone: a bounded search over the fields
 // robfig/cron/v3's parser fills in (cron.SpecSchedule), run on each stretch of constant UTC
@@ -13,20 +13,20 @@ import (
 	"github.com/robfig/cron/v3"
 )
 
-// ScheduleHorizon is how far ahead a schedule's next tick is searched: ten years of 365 days,
+// Horizon is how far ahead a schedule's next tick is searched: ten years of 365 days,
 // longer than the longest gap between two ticks of any spec that ticks at all (a 29 February
-// spec waits 8 years over 2100). A spec and time zone with no tick within ScheduleHorizon
+// spec waits 8 years over 2100). A spec and time zone with no tick within Horizon
 // after a given time have no next tick there: NextTicks and Backfill return an error wrapping
-// ErrInvalidSchedule, and a Scheduler leaves the schedule without a pending tick. A spec
+// ErrInvalid, and a Scheduler leaves the schedule without a pending tick. A spec
 // without any tick at all ("0 0 30 2 *") is refused by Put. Each search visits at most one
 // step per calendar day of the horizon, so it returns within milliseconds.
-const ScheduleHorizon = 10 * 365 * 24 * time.Hour
+const Horizon = 10 * 365 * 24 * time.Hour
 
 // starBit is robfig/cron's mark of a field written as "*" or "?" (cron.SpecSchedule).
 const starBit = 1 << 63
 
 // maxZoneStretches bounds the stretches of constant UTC offset one search steps through; no
-// zone changes its offset that often within ScheduleHorizon.
+// zone changes its offset that often within Horizon.
 const maxZoneStretches = 10_000
 
 // specTicks finds the ticks of a parsed cron spec in loc. With fixedHours (the hour field is
@@ -39,10 +39,10 @@ type specTicks struct {
 	fixedHours bool
 }
 
-// next returns the first tick after t, or false when there is none within ScheduleHorizon.
+// next returns the first tick after t, or false when there is none within Horizon.
 func (s specTicks) next(t time.Time) (time.Time, bool) {
 	cur := t.Truncate(time.Second).Add(time.Second)
-	limit := t.Add(ScheduleHorizon)
+	limit := t.Add(Horizon)
 	for i := 0; i < maxZoneStretches && cur.Before(limit); i++ {
 		start, end := cur.In(s.loc).ZoneBounds()
 		_, off := cur.In(s.loc).Zone()

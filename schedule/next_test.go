@@ -1,4 +1,4 @@
-package redisdelay_test
+package schedule_test
 
 import (
 	"fmt"
@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // watchdog is how long one tick computation may take before the test counts it as hung.
@@ -22,7 +22,7 @@ const watchdog = time.Second
 
 // nextTicksWithin runs NextTicks and fails the test when it does not return within watchdog:
 // a computation that loops forever is an outcome, not a timeout of the whole test binary.
-func nextTicksWithin(t *testing.T, s redisdelay.Schedule, from time.Time, n int) ([]time.Time, error, time.Duration) {
+func nextTicksWithin(t *testing.T, s schedule.Schedule, from time.Time, n int) ([]time.Time, error, time.Duration) {
 	t.Helper()
 	type result struct {
 		ticks []time.Time
@@ -45,7 +45,7 @@ func nextTicksWithin(t *testing.T, s redisdelay.Schedule, from time.Time, n int)
 }
 
 func TestNextTicksReturnsOnTheDaySamoaSkipped(t *testing.T) {
-	s := redisdelay.Schedule{Name: "nye", Spec: "59 23 31 12 *", TimeZone: "Pacific/Apia", Topic: "t"}
+	s := schedule.Schedule{Name: "nye", Spec: "59 23 31 12 *", TimeZone: "Pacific/Apia", Topic: "t"}
 	ticks, err, _ := nextTicksWithin(t, s, utc("2011-01-01T00:00:00Z"), 3)
 	require.NoError(t, err)
 	// Apia was UTC-10 until 29 December 2011 and UTC+14 from 31 December 2011 on.
@@ -70,7 +70,7 @@ func TestNextTicksIsBoundedInEveryZone(t *testing.T) {
 		require.NoError(t, err)
 		for _, spec := range hardSpecs {
 			for _, from := range starts {
-				s := redisdelay.Schedule{Name: "sweep", Spec: spec, TimeZone: zone, Topic: "t"}
+				s := schedule.Schedule{Name: "sweep", Spec: spec, TimeZone: zone, Topic: "t"}
 				ticks, err, took := nextTicksWithin(t, s, from, 3)
 				calls++
 				if took > slowest {
@@ -155,7 +155,7 @@ func TestNextTicksMatchRobfigCronInUTC(t *testing.T) {
 		want, err := cron.ParseStandard(spec)
 		require.NoError(t, err)
 		from := time.Unix(rng.Int64N(4_000_000_000), 0).UTC()
-		got, err, _ := nextTicksWithin(t, redisdelay.Schedule{Name: "utc", Spec: spec, Topic: "t"}, from, 3)
+		got, err, _ := nextTicksWithin(t, schedule.Schedule{Name: "utc", Spec: spec, Topic: "t"}, from, 3)
 		var expect []time.Time
 		for t := from; len(expect) < 3; {
 			t = want.Next(t)
@@ -174,12 +174,12 @@ func TestNextTicksMatchRobfigCronInUTC(t *testing.T) {
 
 func TestScheduleWithoutAnyTickOrBeyondTheHorizonIsRefused(t *testing.T) {
 	for _, spec := range []string{"0 0 30 2 *", "0 0 31 4,6,9,11 *"} {
-		_, err := redisdelay.Schedule{Name: "never", Spec: spec, Topic: "t"}.NextTicks(time.Now(), 1)
-		require.ErrorIs(t, err, redisdelay.ErrInvalidSchedule, spec)
+		_, err := schedule.Schedule{Name: "never", Spec: spec, Topic: "t"}.NextTicks(time.Now(), 1)
+		require.ErrorIs(t, err, schedule.ErrInvalid, spec)
 		assert.Contains(t, err.Error(), spec)
 	}
 	// 29 February 2096, then 2104 (2100 is no leap year): within the horizon of 10 years.
-	ticks, err := redisdelay.Schedule{Name: "leap", Spec: "0 0 29 2 *", Topic: "t"}.NextTicks(utc("2096-03-01T00:00:00Z"), 1)
+	ticks, err := schedule.Schedule{Name: "leap", Spec: "0 0 29 2 *", Topic: "t"}.NextTicks(utc("2096-03-01T00:00:00Z"), 1)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"2104-02-29T00:00:00Z"}, utcStrings(ticks))
 }
@@ -214,7 +214,7 @@ func TestNextTickIsTheFirstInstantTheRulesName(t *testing.T) {
 		spec := minutes[rng.IntN(len(minutes))] + " " + hours[rng.IntN(len(hours))] + " * * " + dows[rng.IntN(len(dows))]
 		sched, err := cron.ParseStandard(spec)
 		require.NoError(t, err)
-		ticks, err, _ := nextTicksWithin(t, redisdelay.Schedule{Name: "rules", Spec: spec, TimeZone: zone, Topic: "t"}, from, 1)
+		ticks, err, _ := nextTicksWithin(t, schedule.Schedule{Name: "rules", Spec: spec, TimeZone: zone, Topic: "t"}, from, 1)
 		require.NoError(t, err)
 		fixedHours := !strings.HasPrefix(strings.Fields(spec)[1], "*")
 		m := from.Truncate(time.Minute).Add(time.Minute)

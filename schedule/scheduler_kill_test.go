@@ -1,162 +1,28 @@
-package redisdelay_test
+package schedule_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
-	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
-
-// schedulerChildEnv makes the test binary act as one Scheduler instance that the kill tests
-// SIGKILL: "<redis|cluster> <addresses, comma-separated> <key prefix> <lease in ms>".
-const schedulerChildEnv = "REDISDELAY_SCHEDULER_CHILD"
 
 // schedulerKillLease is the instances' lease of a tick in
 // TestSchedulersKilledAndRestartedPublishEachTickOnce: a tick whose instance is killed while
 // acting on it is acted on again this long after.
 const schedulerKillLease = time.Second
-
-// runSchedulerChild is called by TestMain. In the child process it runs a Scheduler until it
-// is killed, prints "ready" once it runs and "delivered <attempt>" as each tick message is
-// handed to it; elsewhere it does nothing.
-func runSchedulerChild() {
-	spec := os.Getenv(schedulerChildEnv)
-	if spec == "" {
-		return
-	}
-	f := strings.Fields(spec)
-	var client redis.UniversalClient
-	if f[0] == "cluster" {
-		client = redis.NewClusterClient(&redis.ClusterOptions{Addrs: strings.Split(f[1], ",")})
-	} else {
-		client = redis.NewClient(&redis.Options{Addr: f[1]})
-	}
-	leaseMs, err := strconv.Atoi(f[3])
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	cfg := redisdelay.SchedulerConfig{Client: client, KeyPrefix: f[2], LeaseTimeout: time.Duration(leaseMs) * time.Millisecond}
-	s, err := redisdelay.NewScheduler(cfg, deliveryReporter{})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	fmt.Println("ready")
-	if err := s.Run(context.Background()); err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	os.Exit(0)
-}
-
-// deliveryReporter is a child's logger: errors as errorLogger logs them, and a line "delivered
-// <attempt>" on stdout as the child's subscription hands it a tick message, which tells the
-// parent which child acts on a tick and when.
-type deliveryReporter struct{ errorLogger }
-
-func (r deliveryReporter) Trace(msg string, fields watermill.LogFields) {
-	if msg == "Message delivered" {
-		fmt.Printf("delivered %v\n", fields["attempt"])
-	}
-}
-
-func (r deliveryReporter) With(fields watermill.LogFields) watermill.LoggerAdapter {
-	return deliveryReporter{errorLogger{fields: r.fields.Add(fields)}}
-}
-
-// childReport is a child's "delivered" line: child proc, in its start gen, was handed a tick
-// message's attempt at time at (the parent's clock, as it read the line).
-type childReport struct {
-	proc, gen, attempt int
-	at                 time.Time
-}
-
-// schedulerProcs are Scheduler child processes, killed and restarted by a kill test; all are
-// killed when the test ends.
-type schedulerProcs struct {
-	t       *testing.T
-	env     string           // schedulerChildEnv's value
-	reports chan childReport // their "delivered" lines; nil discards them
-	cmds    []*exec.Cmd
-	gens    []int
-}
-
-// startSchedulerProcs starts n children on b's Redis with key prefix and lease.
-func startSchedulerProcs(t *testing.T, b backend, prefix string, lease time.Duration, n int, reports chan childReport) *schedulerProcs {
-	kind, addrs := "redis", ""
-	switch c := b.client.(type) {
-	case *redis.ClusterClient:
-		kind, addrs = "cluster", strings.Join(c.Options().Addrs, ",")
-	case *redis.Client:
-		addrs = c.Options().Addr
-	}
-	env := fmt.Sprintf("%s %s %s %d", kind, addrs, prefix, lease.Milliseconds())
-	p := &schedulerProcs{t: t, env: env, reports: reports, cmds: make([]*exec.Cmd, n), gens: make([]int, n)}
-	t.Cleanup(func() {
-		for i := range p.cmds {
-			p.kill(i)
-		}
-	})
-	for i := range p.cmds {
-		p.start(i)
-	}
-	return p
-}
-
-// start starts child i and waits until its Scheduler runs.
-func (p *schedulerProcs) start(i int) {
-	t := p.t
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), schedulerChildEnv+"="+p.env)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	lines := bufio.NewScanner(out)
-	require.True(t, lines.Scan(), "instance %d did not start: %v", i, lines.Err())
-	require.Equal(t, "ready", lines.Text())
-	p.gens[i]++
-	gen, reports := p.gens[i], p.reports
-	go func() {
-		for lines.Scan() {
-			var attempt int
-			if _, err := fmt.Sscanf(lines.Text(), "delivered %d", &attempt); err == nil && reports != nil {
-				select {
-				case reports <- childReport{proc: i, gen: gen, attempt: attempt, at: time.Now()}:
-				default: // the test stopped reading
-				}
-			}
-		}
-	}()
-	p.cmds[i] = cmd
-}
-
-// kill SIGKILLs child i, if it runs.
-func (p *schedulerProcs) kill(i int) {
-	if p.cmds[i] != nil {
-		_ = p.cmds[i].Process.Signal(syscall.SIGKILL)
-		_ = p.cmds[i].Wait()
-		p.cmds[i] = nil
-	}
-}
 
 // schedulerKillDuration is how long the instances are killed and restarted: 60 ticks of a
 // 1-second schedule, as the issue asks; 15 with -short.
@@ -206,7 +72,7 @@ func TestSchedulersKilledAndRestartedPublishEachTickOnce(t *testing.T) {
 
 			procs := startSchedulerProcs(t, b, e.prefix, schedulerKillLease, 5, nil)
 			s := e.scheduler(t, nil)
-			_, err := s.Put(context.Background(), redisdelay.Schedule{Name: "kill", Spec: "@every 1s", Topic: "ticks"})
+			_, err := s.Put(context.Background(), schedule.Schedule{Name: "kill", Spec: "@every 1s", Topic: "ticks"})
 			require.NoError(t, err)
 
 			end := time.Now().Add(schedulerKillDuration())
@@ -288,7 +154,7 @@ func TestKilledSchedulerNeitherSkipsNorDuplicatesATick(t *testing.T) {
 		require.NoError(t, err, "%s=%q", schedKillSecondsEnv, s)
 		base = time.Duration(n) * time.Second
 	}
-	for _, policy := range []redisdelay.OverlapPolicy{redisdelay.OverlapAllowAll, redisdelay.OverlapSkip, redisdelay.OverlapBufferOne} {
+	for _, policy := range []schedule.OverlapPolicy{schedule.OverlapAllowAll, schedule.OverlapSkip, schedule.OverlapBufferOne} {
 		for _, lease := range []time.Duration{400 * time.Millisecond, time.Second, 10 * time.Second} {
 			t.Run(fmt.Sprintf("%s/lease=%s", policy, lease), func(t *testing.T) {
 				t.Parallel()
@@ -299,16 +165,16 @@ func TestKilledSchedulerNeitherSkipsNorDuplicatesATick(t *testing.T) {
 }
 
 // killTicks is one case of TestKilledSchedulerNeitherSkipsNorDuplicatesATick.
-func killTicks(t *testing.T, policy redisdelay.OverlapPolicy, lease, period time.Duration) {
+func killTicks(t *testing.T, policy schedule.OverlapPolicy, lease, period time.Duration) {
 	b := realRedis(t)
 	e := newSchedulerEnv(t, b)
 	audit := auditTicks(t, e.subscribe(t, "ticks", "audit"))
 	reports := make(chan childReport, 64)
 	procs := startSchedulerProcs(t, b, e.prefix, lease, 3, reports)
-	sch := redisdelay.Schedule{Name: "kill", Spec: "@every 1s", Topic: "ticks", Overlap: policy}
+	sch := schedule.Schedule{Name: "kill", Spec: "@every 1s", Topic: "ticks", Overlap: policy}
 	_, err := e.scheduler(t, nil).Put(context.Background(), sch)
 	require.NoError(t, err)
-	info, err := e.inspector(t).Schedule(context.Background(), "kill")
+	info, err := schedule.Get(context.Background(), e.inspector(t), "kill")
 	require.NoError(t, err)
 	firsts, err := sch.NextTicks(info.Created, 1)
 	require.NoError(t, err)
@@ -331,7 +197,7 @@ func killTicks(t *testing.T, policy redisdelay.OverlapPolicy, lease, period time
 	}
 	var counted, received int
 	assert.Eventually(t, func() bool {
-		if info, err = e.inspector(t).Schedule(context.Background(), "kill"); err != nil {
+		if info, err = schedule.Get(context.Background(), e.inspector(t), "kill"); err != nil {
 			return false
 		}
 		counted, received, _, _ = inRange(info.Pending.Add(-time.Second))

@@ -1,4 +1,4 @@
-package redisdelay_test
+package schedule_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // dstCases are the daylight-saving days of 2026 in Berlin (spring forward 29 March 02:00 CET
@@ -60,7 +61,7 @@ func utcStrings(ts []time.Time) []string {
 func TestScheduleTicksAcrossDaylightSaving(t *testing.T) {
 	for _, c := range dstCases {
 		t.Run(c.name, func(t *testing.T) {
-			ticks, err := redisdelay.Schedule{Name: "dst", Spec: c.spec, TimeZone: c.tz, Topic: "t"}.NextTicks(c.from, len(c.want))
+			ticks, err := schedule.Schedule{Name: "dst", Spec: c.spec, TimeZone: c.tz, Topic: "t"}.NextTicks(c.from, len(c.want))
 			require.NoError(t, err)
 			assert.Equal(t, c.want, utcStrings(ticks))
 		})
@@ -79,7 +80,7 @@ func TestSchedulerPublishesDaylightSavingTicks(t *testing.T) {
 			e := newSchedulerEnv(t, b)
 			ctx := context.Background()
 			put := e.scheduler(t, nil)
-			_, err := put.Put(ctx, redisdelay.Schedule{Name: "dst", Spec: c.spec, TimeZone: c.tz, Topic: "jobs"})
+			_, err := put.Put(ctx, schedule.Schedule{Name: "dst", Spec: c.spec, TimeZone: c.tz, Topic: "jobs"})
 			require.NoError(t, err)
 			in := e.inspector(t)
 			for i, want := range c.want {
@@ -87,7 +88,7 @@ func TestSchedulerPublishesDaylightSavingTicks(t *testing.T) {
 				jumped := time.Now()
 				b.miniredis.SetTime(tick.Add(100 * time.Millisecond))
 				// A Scheduler started after the jump reads the new clock from its first claim.
-				s := e.scheduler(t, func(cfg *redisdelay.SchedulerConfig) { cfg.Concurrency = 1 })
+				s := e.scheduler(t, func(cfg *schedule.Config) { cfg.Concurrency = 1 })
 				runCtx, stop := context.WithCancel(ctx)
 				done := make(chan error, 1)
 				go func() { done <- s.Run(runCtx) }()
@@ -96,7 +97,7 @@ func TestSchedulerPublishesDaylightSavingTicks(t *testing.T) {
 					// the jump, so that a lease (of a call cut short by the Scheduler's
 					// OperationTimeout on a loaded machine) expires as it would on Redis.
 					b.miniredis.SetTime(tick.Add(100*time.Millisecond + time.Since(jumped)))
-					info, err := in.Schedule(ctx, "dst")
+					info, err := schedule.Get(ctx, in, "dst")
 					if err != nil { // the condition runs in a goroutine of its own: no require here
 						return false
 					}
@@ -104,7 +105,7 @@ func TestSchedulerPublishesDaylightSavingTicks(t *testing.T) {
 				}, schedWait, 5*time.Millisecond, "tick %s", want)
 				stop()
 				require.NoError(t, <-done)
-				info, err := in.Schedule(ctx, "dst")
+				info, err := schedule.Get(ctx, in, "dst")
 				require.NoError(t, err)
 				assert.Equal(t, want, info.LastTick.UTC().Format(time.RFC3339))
 				assert.Zero(t, info.Skipped)

@@ -1,0 +1,5 @@
+package schedule
+
+// PrearmedTickDelayForTest is how long after a prearmed schedule's tick its tick message falls
+// due (see prearmedTickDelay).
+const PrearmedTickDelayForTest = prearmedTickDelay
