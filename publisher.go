@@ -225,7 +225,7 @@ func (p *Publisher) prepare(topic string, msgs []*message.Message, o seam.Publis
 		if o.At != nil {
 			out.Delay, out.At, out.Latest = 0, o.At[i], time.Time{}
 		}
-		if key, ok := msg.Metadata[KeyMetadataKey]; ok && o.KeyRetention > 0 {
+		if key := messageKeyOf(msg); key != "" && o.KeyRetention > 0 { // outgoing refused an empty key
 			out.KeySpec = store.KeySpec(store.KeepExisting, o.KeyRetention, 0, key)
 		}
 		batch[i], partitions[i] = out, n
