@@ -267,3 +267,48 @@ func validatePrefix(prefix string) error {
 	}
 	return nil
 }
+
+// BatchConfig configures batching on a topic. MaxItems and MaxWait are required.
+type BatchConfig struct {
+	// MaxItems releases a batch when it holds this many items.
+	MaxItems int
+	// MaxWait releases a batch this long after its first item, on the Redis clock;
+	// microsecond precision, at least 1 ms, at most MaxDelay.
+	MaxWait time.Duration
+	// MaxBytes releases a batch when its items' marshaled bytes reach it; MaxBatchBytes when
+	// zero, and at most MaxBatchBytes.
+	MaxBytes int
+}
+
+// MaxBatchBytes is the most bytes of marshaled items a batch collects (BatchConfig.MaxBytes,
+// and its value when zero): a batch that reaches it is released (BatchTriggerSize). Adding an
+// item costs O(item) in Redis, but closing a batch copies it once inside Redis (about 1 ms of
+// Redis time per MiB), and a subscriber receives it as one message.
+const MaxBatchBytes = 1 << 20
+
+func (c BatchConfig) validate(topic string) error {
+	if c.MaxItems < 1 || c.MaxWait < time.Millisecond || c.MaxBytes < 0 || c.MaxBytes > MaxBatchBytes {
+		return fmt.Errorf("redisdelay: PublisherConfig.Batching[%s] is %+v, want MaxItems >= 1, MaxWait >= 1ms and 0 <= MaxBytes <= %d (MaxBatchBytes)", quote(topic), c, MaxBatchBytes)
+	}
+	if err := checkAhead(c.MaxWait); err != nil {
+		return fmt.Errorf("redisdelay: PublisherConfig.Batching[%s].MaxWait is %s: %w", quote(topic), c.MaxWait, err)
+	}
+	return nil
+}
+
+// maxBytes is MaxBytes, or MaxBatchBytes when it is zero.
+func (c BatchConfig) maxBytes() int {
+	if c.MaxBytes == 0 {
+		return MaxBatchBytes
+	}
+	return c.MaxBytes
+}
+
+const (
+	// A publish call's token is kept for publishCallTTLFactor times OperationTimeout, and at
+	// least minPublishCallTTL. go-redis starts no retry of a call after its context ended, so
+	// every run of a call is sent within OperationTimeout; the margin covers runs that wait in a
+	// slow server's queue.
+	publishCallTTLFactor = 4
+	minPublishCallTTL    = 10 * time.Second
+)

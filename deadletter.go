@@ -14,11 +14,6 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
-// DeadLetterInfix joins a topic and a consumer group in the name of their dead-letter topic. A
-// topic whose name contains it shares the hash slot of the part before it, so that moving a
-// message to its dead-letter topic is one atomic script call, on Redis Cluster too.
-const DeadLetterInfix = ".dead-letter."
-
 // DefaultDeadLetterTopic returns topic + DeadLetterInfix + group, for example
 // "orders.dead-letter.billing". Dead letters are ordinary messages on that topic: subscribe to
 // it to handle them. Any other valid topic name works as a dead-letter topic too (see

@@ -31,10 +31,6 @@ func (a ExpiryAction) valid() bool {
 	return a == "" || a == ExpiryActionDeadLetter || a == ExpiryActionDrop
 }
 
-// deadlineLayout formats DeliverByMetadataKey: RFC 3339 with microseconds, the precision of
-// due times and of the Redis clock the deadline is compared with.
-const deadlineLayout = dueTimeLayout
-
 // deadlineOf returns the deliver-by deadline of a message with options o, due at dueUs (Unix
 // µs, Redis clock), in Unix µs on the Redis clock: the earlier of its deliver-by deadline and
 // dueUs plus its DeliverWithin. ok is false when it has neither.

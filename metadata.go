@@ -143,6 +143,10 @@ const (
 // times.
 const dueTimeLayout = "2006-01-02T15:04:05.000000Z07:00"
 
+// deadlineLayout formats DeliverByMetadataKey: RFC 3339 with microseconds, the precision of
+// due times and of the Redis clock the deadline is compared with.
+const deadlineLayout = dueTimeLayout
+
 // WithKey sets msg's key (KeyMetadataKey) and returns msg. Publish validates the key (see
 // ValidateKey).
 func WithKey(msg *message.Message, key string) *message.Message {

@@ -95,3 +95,8 @@ func firstPart(name string) string {
 	part, _, _ := strings.Cut(name, DeadLetterInfix)
 	return part
 }
+
+// DeadLetterInfix joins a topic and a consumer group in the name of their dead-letter topic. A
+// topic whose name contains it shares the hash slot of the part before it, so that moving a
+// message to its dead-letter topic is one atomic script call, on Redis Cluster too.
+const DeadLetterInfix = ".dead-letter."

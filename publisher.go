@@ -21,15 +21,6 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
-const (
-	// A publish call's token is kept for publishCallTTLFactor times OperationTimeout, and at
-	// least minPublishCallTTL. go-redis starts no retry of a call after its context ended, so
-	// every run of a call is sent within OperationTimeout; the margin covers runs that wait in a
-	// slow server's queue.
-	publishCallTTLFactor = 4
-	minPublishCallTTL    = 10 * time.Second
-)
-
 // Publisher publishes Watermill messages to the Redis delay queue. It is safe for concurrent use.
 type Publisher struct {
 	config PublisherConfig
