@@ -161,3 +161,16 @@ func (i *Inspector) groupsOf(ctx context.Context, topic string, partitions int) 
 	sort.Strings(out)
 	return out, nil
 }
+
+// partitions returns the partitions of topic: the registry's, or InspectorConfig.Partitions
+// for a topic missing from it (one HGET).
+func (i *Inspector) partitions(ctx context.Context, topic string) (int, error) {
+	partitions, registered, err := i.store.RegisteredPartitions(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("redisdelay: topic %s: %w", quote(topic), err)
+	}
+	if !registered || partitions < 1 {
+		return i.config.Partitions, nil
+	}
+	return partitions, nil
+}
