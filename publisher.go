@@ -215,6 +215,9 @@ func (p *Publisher) publishAt(topic string, at []time.Time, msgs ...*message.Mes
 	// re-published after its Ack cancelled that context.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(msgs[0].Context()), p.config.OperationTimeout)
 	defer cancel()
+	if err := p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger); err != nil {
+		return nil, err
+	}
 	if err := p.eviction.check(ctx); err != nil {
 		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
 	}
@@ -222,7 +225,6 @@ func (p *Publisher) publishAt(topic string, at []time.Time, msgs ...*message.Mes
 	if err != nil {
 		return nil, err
 	}
-	p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger)
 	if !p.nopLogger {
 		p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
 	}

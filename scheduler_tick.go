@@ -385,8 +385,7 @@ func (s *Scheduler) publishTicks(ctx context.Context, c *compiledSchedule, ticks
 		}
 		p.config.Metrics.publishedOutcomes(c.Topic, outcomes)
 	}
-	p.topics.ensure(ctx, s.store, c.Topic, p.config.Partitions, s.logger)
-	return nil
+	return p.topics.ensure(ctx, s.store, c.Topic, p.config.Partitions, s.logger)
 }
 
 // held reports whether the message with key, the previous tick's, is still due or in flight in
