@@ -159,8 +159,9 @@ type registration struct {
 // background, logging each failure and backing off.
 //
 // Errors: ErrSubscriberClosed after Close, an error wrapping ErrInvalidName for a bad topic
-// or a dead-letter topic (see SubscriberConfig.DeadLetterTopic) that cannot be used, or
-// ErrEvictingRedis (see SubscriberConfig.AllowEvictingRedis).
+// or a dead-letter topic (see SubscriberConfig.DeadLetterTopic) that cannot be used,
+// ErrEvictingRedis (see SubscriberConfig.AllowEvictingRedis), or one naming the topic and both
+// counts when the topic registry holds other partitions for it (see SubscriberConfig.Partitions).
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := ValidateName("topic", topic); err != nil {
 		return nil, err
@@ -179,7 +180,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 	logger := s.logger.With(watermill.LogFields{"topic": topic})
 	regs, err := s.register(ctx, topic)
-	if errors.Is(err, ErrEvictingRedis) {
+	if errors.Is(err, ErrEvictingRedis) || errors.Is(err, errPartitionsDisagree) {
 		s.wg.Add(-(s.config.Partitions + 1))
 		return nil, err
 	} else if err != nil {

@@ -6,6 +6,7 @@ package redisdelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -47,10 +48,14 @@ func (r *registeredTopics) ensure(ctx context.Context, st store.Store, topic str
 		r.mu.Unlock()
 	}
 	if registered != partitions {
-		return fmt.Errorf("redisdelay: topic %s is configured with %d partitions, but the topic registry holds %d for it: every publisher and subscriber of a topic needs the same Partitions (docs/configuration.md)", quote(topic), partitions, registered)
+		return fmt.Errorf("redisdelay: topic %s is configured with %d partitions, but the topic registry holds %d for it: %w", quote(topic), partitions, registered, errPartitionsDisagree)
 	}
 	return nil
 }
+
+// errPartitionsDisagree is wrapped by the error of a publisher or subscriber whose partitions
+// are not the ones the topic registry holds for the topic.
+var errPartitionsDisagree = errors.New("every publisher and subscriber of a topic needs the same Partitions (docs/configuration.md#partitions)")
 
 // forget makes the next ensure of each topic write it again, as after Redis lost its data.
 func (r *registeredTopics) forget(topics ...string) {
