@@ -15,6 +15,10 @@ import (
 // and RunNow; when was checked.
 func (i *Inspector) refOp(ctx context.Context, topic string, t Target, op store.RefOp, when store.Outgoing) (ActionResult, error) {
 	r := ActionResult{Topic: topic, Target: t}
+	if t.group == ParkedGroup {
+		// A parked message is no group's yet: act on it by key, or read it.
+		return r, unsupported(string(op), topic, t)
+	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
 	info, err := i.group(ctx, topic, t.group)

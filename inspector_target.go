@@ -20,6 +20,7 @@ import (
 //	ByKey(key)                 the message in every consumer group           every group     -
 //	ByKey(key).InGroup(group)  -                                             that group      yes
 //	ByRef(group, ref)          the message in that group only                its group       yes
+//	ByRef(ParkedGroup, ref)    - (act by key)                                yes             yes
 //	ByDeadLetter(group, ref)   - (Requeue takes dead letters)                -               yes
 //	ByBatchKey(batchKey)       Cancel, RunNow: the open batch                -               -
 //
