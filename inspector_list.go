@@ -321,7 +321,7 @@ func (i *Inspector) oneByRef(ctx context.Context, topic string, t Target) (Messa
 	}
 	r, ok := store.ParseRef(t.name, info.Partitions)
 	if !ok {
-		return MessageInfo{}, fmt.Errorf("redisdelay: %s on topic %s: %w", t, quote(topic), ErrNotFound)
+		return MessageInfo{}, fmt.Errorf("redisdelay: %s on topic %s: %w", t.describe(), quote(topic), ErrNotFound)
 	}
 	return i.show(ctx, topic, t.group, r, t.name, dead)
 }

@@ -27,12 +27,12 @@ func (i *Inspector) refOp(ctx context.Context, topic string, t Target, op store.
 	}
 	ref, ok := store.ParseRef(t.name, info.Partitions)
 	if !ok {
-		return r, fmt.Errorf("redisdelay: %s on topic %s: %w", t, quote(topic), ErrNotFound)
+		return r, fmt.Errorf("redisdelay: %s on topic %s: %w", t.describe(), quote(topic), ErrNotFound)
 	}
 	g := store.Partition{Topic: topic, N: ref.Partition}.Of(t.group)
 	o, dueUs, err := i.refCall(ctx, g, ref, op, when)
 	if err != nil {
-		return r, fmt.Errorf("redisdelay: %s %s on topic %s: %w", op, t, quote(topic), err)
+		return r, fmt.Errorf("redisdelay: %s %s on topic %s: %w", op, t.describe(), quote(topic), err)
 	}
 	if dueUs >= 0 {
 		r.DueAt = time.UnixMicro(dueUs)

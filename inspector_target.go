@@ -71,8 +71,8 @@ func (t Target) InGroup(group string) Target {
 	return t
 }
 
-// String names the target, for errors and logs.
-func (t Target) String() string {
+// describe names the target, for errors.
+func (t Target) describe() string {
 	switch t.kind {
 	case targetKey:
 		return "key " + quote(t.name)
@@ -90,7 +90,7 @@ func (t Target) String() string {
 
 // unsupported is the error of operation op given t on topic.
 func unsupported(op, topic string, t Target) error {
-	return fmt.Errorf("redisdelay: %s %s on topic %s: %w", op, t, quote(topic), ErrUnsupportedTarget)
+	return fmt.Errorf("redisdelay: %s %s on topic %s: %w", op, t.describe(), quote(topic), ErrUnsupportedTarget)
 }
 
 // ActionResult is what Cancel, Reschedule, RescheduleAfter or RunNow did.
@@ -203,7 +203,7 @@ func (i *Inspector) reschedule(ctx context.Context, op, topic string, t Target, 
 		return r, unsupported(op, topic, t)
 	}
 	if err := checkDueAt(when); err != nil {
-		return r, fmt.Errorf("redisdelay: %s %s on topic %s: %w", op, t, quote(topic), err)
+		return r, fmt.Errorf("redisdelay: %s %s on topic %s: %w", op, t.describe(), quote(topic), err)
 	}
 	if t.kind == targetRef {
 		return i.refOp(ctx, topic, t, store.RefReschedule, when)
