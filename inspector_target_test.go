@@ -2,6 +2,8 @@ package redisdelay_test
 
 import (
 	"context"
+	"maps"
+	"slices"
 	"testing"
 	"time"
 
@@ -79,6 +81,12 @@ func TestEveryRefListReturnsIsTakenByTheMethodsItsDocsName(t *testing.T) {
 			}, 5*time.Second, 10*time.Millisecond, "%s listed", l.name)
 		}
 		require.Len(t, listed, 7, "every state listed: %v", listed)
+		st, err := in.Status(ctx, queued, redisdelay.ByKey("sched").InGroup(group))
+		require.NoError(t, err)
+		assert.Equal(t, []string{group}, slices.Collect(maps.Keys(st.Groups)), "InGroup keeps that group")
+		assert.Equal(t, redisdelay.StateScheduled, st.Groups[group].State)
+		_, err = in.Status(ctx, queued, redisdelay.ByKey("sched").InGroup("unknown"))
+		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 
 		for l, m := range listed {
 			require.NotEmpty(t, m.Ref, l.name)

@@ -355,6 +355,9 @@ func (s *Scheduler) publishTicks(ctx context.Context, c *compiledSchedule, ticks
 		at = ticks
 	}
 	p := s.publisher
+	if err := p.topics.ensure(ctx, s.store, c.Topic, p.config.Partitions, s.logger); err != nil {
+		return err
+	}
 	byPartition := map[int][]store.Outgoing{}
 	var order []int
 	for i, t := range ticks {
@@ -385,7 +388,7 @@ func (s *Scheduler) publishTicks(ctx context.Context, c *compiledSchedule, ticks
 		}
 		p.config.Metrics.publishedOutcomes(c.Topic, outcomes)
 	}
-	return p.topics.ensure(ctx, s.store, c.Topic, p.config.Partitions, s.logger)
+	return nil
 }
 
 // held reports whether the message with key, the previous tick's, is still due or in flight in
