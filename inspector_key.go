@@ -109,7 +109,7 @@ func keyOutcomes(res store.KeyResult, groups []string) map[string]Outcome {
 	return out
 }
 
-// KeyGroupStatus is one consumer group's state with a keyed message. Times are on the Redis clock,
+// KeyGroupStatus is one consumer group's state with a message (Status). Times are on the Redis clock,
 // microsecond precision; the ones that do not apply to the state are zero.
 type KeyGroupStatus struct {
 	State         State
@@ -122,7 +122,8 @@ type KeyGroupStatus struct {
 	Reason     string    // StateDeadLettered
 }
 
-// KeyStatus is the status of the message with a key on a topic.
+// KeyStatus is what Status returns: the state of the message a Target names, in each group
+// it asks about. Key is the message's key, "" for a message without one (by ref).
 type KeyStatus struct {
 	Topic, Key string
 	// Live is true while a message with the key is held by some registered group or parked
