@@ -1,7 +1,7 @@
 package redisdelay
 
-// This file owns keyed batching's message side: the released batch's payload and UnpackBatch,
-// and the Inspector's FlushBatch and CancelBatch. (WithBatchKey is in metadata.go.)
+// This file owns keyed batching's message side: the released batch's payload and UnpackBatch;
+// the Inspector's batchOp acts on an open batch (ByBatchKey). (WithBatchKey is in metadata.go.)
 
 import (
 	"bytes"
@@ -107,26 +107,13 @@ func UnpackBatch(msg *message.Message, u Unmarshaler) ([]*message.Message, error
 	return out, nil
 }
 
-// FlushBatch releases the open batch of batchKey on topic now, to every consumer group, with
-// trigger BatchTriggerFlush. It returns how many items it held, 0 when no batch was open (a
-// batch whose MaxWait has passed is no longer open: it is on its way with trigger time).
-// Errors as for Cancel.
-func (i *Inspector) FlushBatch(ctx context.Context, topic, batchKey string) (int, error) {
-	return i.batchOp(ctx, store.BatchFlush, topic, batchKey)
-}
-
-// CancelBatch drops the open batch of batchKey on topic with its items; no group receives it.
-// It returns how many items it held, 0 when no batch was open. Errors as for Cancel.
-func (i *Inspector) CancelBatch(ctx context.Context, topic, batchKey string) (int, error) {
-	return i.batchOp(ctx, store.BatchCancel, topic, batchKey)
-}
-
-func (i *Inspector) batchOp(ctx context.Context, op store.BatchOp, topic, batchKey string) (int, error) {
-	var n int
-	err := i.byKey(ctx, string(op)+" batch", topic, batchKey, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
+// batchOp runs op on the open batch of t (ByBatchKey), for Cancel and RunNow.
+func (i *Inspector) batchOp(ctx context.Context, op store.BatchOp, topic string, t Target) (ActionResult, error) {
+	r := ActionResult{Topic: topic, Target: t}
+	err := i.byKey(ctx, string(op)+" batch", topic, t.name, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
 		var err error
-		n, err = i.store.BatchOp(ctx, part, call, op, batchKey, groups)
+		r.BatchItems, err = i.store.BatchOp(ctx, part, call, op, t.name, groups)
 		return err
 	})
-	return n, err
+	return r, err
 }

@@ -42,11 +42,11 @@ func TestBatchItemsAddedOneByOneArriveInOrderAndLeaveNoFields(t *testing.T) {
 		assert.Equal(t, int64(4), b.client.HLen(ctx, messages).Val(), "the batch's field and one per item")
 		add("full", "f0", "f1", "f2", "f3")
 		add("flush", "x0", "x1")
-		n, err := in.FlushBatch(ctx, topic, "flush")
+		n, err := batchItems(in.RunNow(ctx, topic, redisdelay.ByBatchKey("flush")))
 		require.NoError(t, err)
 		assert.Equal(t, 2, n)
 		add("cancel", "c0", "c1")
-		n, err = in.CancelBatch(ctx, topic, "cancel")
+		n, err = batchItems(in.Cancel(ctx, topic, redisdelay.ByBatchKey("cancel")))
 		require.NoError(t, err)
 		assert.Equal(t, 2, n)
 
@@ -69,7 +69,7 @@ func TestBatchItemsAddedOneByOneArriveInOrderAndLeaveNoFields(t *testing.T) {
 		add("late", "l0", "l1")
 		waitStats(t, in, topic, "a", "holding the batch due, unclaimed", func(s redisdelay.GroupStats) bool { return s.Due == 1 && s.InFlight == 0 })
 		add("late", "l2")
-		n, err = in.FlushBatch(ctx, topic, "late")
+		n, err = batchItems(in.RunNow(ctx, topic, redisdelay.ByBatchKey("late")))
 		require.NoError(t, err)
 		assert.Equal(t, 1, n, "the next item opened a new batch")
 		require.NoError(t, in.Resume(ctx, topic, "a"))
@@ -107,7 +107,7 @@ func TestOneCallsItemsFillAndOpenBatchesInOrder(t *testing.T) {
 
 		publishScheduled(t, pub, topic, item("a", "a1"), item("b", "b1"))
 		publishScheduled(t, pub, topic, item("a", "a2"), item("b", "b2"), item("a", "a3"), item("a", "a4"), item("b", "b3"), item("a", "a5"))
-		n, err := in.FlushBatch(ctx, topic, "a")
+		n, err := batchItems(in.RunNow(ctx, topic, redisdelay.ByBatchKey("a")))
 		require.NoError(t, err)
 		assert.Equal(t, 2, n, "the batch that a4 opened")
 		got := map[string][]string{}
@@ -192,7 +192,7 @@ func TestAddingABatchItemCostsTheSameWhateverTheBatchHolds(t *testing.T) {
 			assert.Less(t, perAdd, 3*perPublish, "adding an item costs O(item)")
 		}
 
-		n, err := in.FlushBatch(ctx, topic, "big")
+		n, err := batchItems(in.RunNow(ctx, topic, redisdelay.ByBatchKey("big")))
 		require.NoError(t, err)
 		assert.Equal(t, held+adds, n)
 		ch := subscribe(t, sub, topic)

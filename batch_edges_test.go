@@ -123,7 +123,7 @@ func TestBatchFilledAfterANewGroupRegisteredReachesOnlyTheGroupsOfItsOpen(t *tes
 				late := subscribe(t, lateSub, topic)
 				publishScheduled(t, pub, topic, item("zone", "i2"))
 				if tc.trigger == redisdelay.BatchTriggerFlush {
-					n, err := in.FlushBatch(context.Background(), topic, "zone")
+					n, err := batchItems(in.RunNow(context.Background(), topic, redisdelay.ByBatchKey("zone")))
 					require.NoError(t, err)
 					assert.Equal(t, 2, n)
 				}
@@ -177,21 +177,21 @@ func TestRunNowOnAnOpenBatchClosesIt(t *testing.T) {
 				var err error
 				switch op {
 				case "run now":
-					o, _, err = in.RunNowRef(ctx, topic, "a", refs[0])
+					o, _, err = refOutcome(in.RunNow(ctx, topic, redisdelay.ByRef("a", refs[0])))
 				case "reschedule earlier":
-					o, _, err = in.RescheduleRef(ctx, topic, "a", refs[0], time.Now().Add(200*time.Millisecond))
+					o, _, err = refOutcome(in.Reschedule(ctx, topic, redisdelay.ByRef("a", refs[0]), time.Now().Add(200*time.Millisecond)))
 				case "cancel":
-					o, err = in.CancelRef(ctx, topic, "a", refs[0])
+					o, err = outcome(in.Cancel(ctx, topic, redisdelay.ByRef("a", refs[0])))
 				}
 				require.NoError(t, err)
 				assert.Equal(t, redisdelay.OutcomeApplied, o)
 				// No consumer has claimed anything yet: only the operation can have closed it.
-				n, err := in.FlushBatch(ctx, topic, "dock")
+				n, err := batchItems(in.RunNow(ctx, topic, redisdelay.ByBatchKey("dock")))
 				require.NoError(t, err)
 				assert.Zero(t, n, "the batch is no longer open")
 
 				publishScheduled(t, pub, topic, item("dock", "i2"), item("dock", "i3"))
-				n, err = in.FlushBatch(ctx, topic, "dock")
+				n, err = batchItems(in.RunNow(ctx, topic, redisdelay.ByBatchKey("dock")))
 				require.NoError(t, err)
 				assert.Equal(t, 2, n, "the later items opened a batch of their own")
 
@@ -202,7 +202,7 @@ func TestRunNowOnAnOpenBatchClosesIt(t *testing.T) {
 				assert.Equal(t, want, collectItems(t, in, topic, "a", subscribe(t, subA, topic), len(want)), "group a")
 				// b still holds the first batch, due in an hour.
 				for _, ref := range scheduledRefs(t, in, topic, "b") {
-					_, _, err := in.RunNowRef(ctx, topic, "b", ref)
+					_, _, err := refOutcome(in.RunNow(ctx, topic, redisdelay.ByRef("b", ref)))
 					require.NoError(t, err)
 				}
 				assert.Equal(t, map[string]int{"i1": 1, "i2": 1, "i3": 1}, collectItems(t, in, topic, "b", subscribe(t, subB, topic), 3), "group b")
@@ -267,9 +267,9 @@ func TestOperationByRefOnAnUnregisteredGroupIsRefusedAndWritesNothing(t *testing
 		require.NoError(t, err)
 		before := keysOfTopic(t, b, topic, false)
 
-		_, err = in.CancelRef(ctx, topic, "gone", refs[0])
+		_, err = in.Cancel(ctx, topic, redisdelay.ByRef("gone", refs[0]))
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
-		_, _, err = in.RunNowRef(ctx, topic, "gone", refs[0])
+		_, _, err = refOutcome(in.RunNow(ctx, topic, redisdelay.ByRef("gone", refs[0])))
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 		assert.ErrorContains(t, err, `"gone"`)
 		assert.ErrorContains(t, err, topic)

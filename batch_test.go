@@ -112,10 +112,10 @@ func TestFlushAndCancelBatches(t *testing.T) {
 			assert.Empty(t, m.Key, "a batch has no message key")
 			assert.Contains(t, []string{"east", "west"}, m.Metadata[redisdelay.BatchKeyMetadataKey])
 		}
-		n, err := in.CancelBatch(context.Background(), topic, "west")
+		n, err := batchItems(in.Cancel(context.Background(), topic, redisdelay.ByBatchKey("west")))
 		require.NoError(t, err)
 		assert.Equal(t, 1, n)
-		n, err = in.FlushBatch(context.Background(), topic, "east")
+		n, err = batchItems(in.RunNow(context.Background(), topic, redisdelay.ByBatchKey("east")))
 		require.NoError(t, err)
 		assert.Equal(t, 2, n)
 		batch := receive(t, ch, 5*time.Second)
@@ -124,7 +124,7 @@ func TestFlushAndCancelBatches(t *testing.T) {
 		batch.Ack()
 		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup) // the cancelled batch is not held
 
-		n, err = in.FlushBatch(context.Background(), topic, "east")
+		n, err = batchItems(in.RunNow(context.Background(), topic, redisdelay.ByBatchKey("east")))
 		require.NoError(t, err)
 		assert.Zero(t, n, "no batch is open any more")
 	})

@@ -279,11 +279,11 @@ func TestRunNowRefAndRescheduleRefReachTheCompactTier(t *testing.T) {
 			refs[m.UUID] = m.Ref
 		}
 
-		o, _, err := in.RunNowRef(ctx, topic, redisdelay.DefaultConsumerGroup, refs["1"])
+		o, _, err := refOutcome(in.RunNow(ctx, topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, refs["1"])))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeApplied, o, "run now")
 		at := time.Now().Add(300 * time.Millisecond)
-		o, due, err := in.RescheduleRef(ctx, topic, redisdelay.DefaultConsumerGroup, refs["3"], at)
+		o, due, err := refOutcome(in.Reschedule(ctx, topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, refs["3"]), at))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeApplied, o, "reschedule")
 		assert.WithinDuration(t, at, due, time.Millisecond, "the new due time")

@@ -17,7 +17,7 @@ import (
 // delay metadata, see DelayOf), a debounce cap (WithDebounce, DebounceMaxWaitMetadataKey,
 // PublisherConfig.DebounceMaxWait), a batch's BatchConfig.MaxWait, a deliver-by deadline (WithDeliverBy, measured from the
 // publishing client's clock; DeliverWithinMetadataKey, PublisherConfig.DeliverWithin), a new
-// due time given to the Inspector (Reschedule, RescheduleAfter, RescheduleRef; measured from
+// due time given to the Inspector (Reschedule, RescheduleAfter; measured from
 // the client's clock) and the end of a schedule Backfill range (from the Redis clock). A value
 // beyond it is almost always a unit mistake: it is refused before anything is stored, with an
 // error wrapping ErrBeyondMaxDelay that names the value and the topic, and the message UUID,

@@ -23,6 +23,9 @@ var (
 	// ErrNotFound is wrapped by the Inspector's errors for a topic, consumer group or message
 	// that does not exist; the error names it.
 	ErrNotFound = store.ErrNotFound
+	// ErrUnsupportedTarget is wrapped by the error of an Inspector operation given a Target it
+	// does not take (see Target); the error names the operation and the target.
+	ErrUnsupportedTarget = errors.New("target not supported by the operation")
 	// ErrGroupRemoved stops a subscription whose consumer group was removed
 	// (Inspector.RemoveGroup) while it ran, even when the group was registered again since: what
 	// it held was dropped with the group. It is logged, and the subscription's channel closes.

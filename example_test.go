@@ -139,7 +139,7 @@ func ExampleWithKey() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	res, err := in.Cancel(context.Background(), "order.payment-check", "order-42")
+	res, err := in.Cancel(context.Background(), "order.payment-check", redisdelay.ByKey("order-42"))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -196,3 +196,22 @@ func publishDelayed(t *testing.T, pub *redisdelay.Publisher, topic, prefix strin
 	}
 	require.NoError(t, pub.Publish(topic, msgs...))
 }
+
+// outcome is the outcome of a Cancel by ref, in the ref's group.
+func outcome(r redisdelay.ActionResult, err error) (redisdelay.Outcome, error) {
+	o, _, err := refOutcome(r, err)
+	return o, err
+}
+
+// refOutcome is the outcome of an action by ref, in the ref's group, and the new due time.
+func refOutcome(r redisdelay.ActionResult, err error) (redisdelay.Outcome, time.Time, error) {
+	for _, o := range r.Groups {
+		return o, r.DueAt, err
+	}
+	return 0, r.DueAt, err
+}
+
+// batchItems is how many items the open batch of an action by batch key held.
+func batchItems(r redisdelay.ActionResult, err error) (int, error) {
+	return r.BatchItems, err
+}

@@ -140,9 +140,9 @@ func TestMetricsHooksHearAKnownWorkload(t *testing.T) {
 			}
 		}
 
-		_, err = in.Cancel(context.Background(), topic, "later")
+		_, err = in.Cancel(context.Background(), topic, redisdelay.ByKey("later"))
 		require.NoError(t, err)
-		_, err = in.RunNow(context.Background(), topic, "soon")
+		_, err = in.RunNow(context.Background(), topic, redisdelay.ByKey("soon"))
 		require.NoError(t, err)
 		receive(t, ch, 5*time.Second).Ack()
 

@@ -32,8 +32,9 @@ type InspectorConfig struct {
 	// KeyPrefix is the namespace of keys; DefaultKeyPrefix when empty. It must be the one of
 	// the topic's publishers and subscribers.
 	KeyPrefix string
-	// Partitions must be the topic's PublisherConfig.Partitions, so that a key leads to its
-	// partition; 1 when zero.
+	// Partitions is the partition count of a topic missing from the topic registry (written by
+	// its publishers and subscribers, whose partitions the Inspector uses otherwise), so that a
+	// key leads to its partition; 1 when zero.
 	Partitions int
 	// OperationTimeout bounds each call, its Redis round trips included;
 	// DefaultOperationTimeout when zero.
@@ -84,18 +85,17 @@ func (c InspectorConfig) Validate() error {
 // Inspector finds and acts on the messages of a queue. Its methods, by job:
 //
 //   - topics and groups: Topics, Stats, Pause, Resume, RemoveGroup;
-//   - messages by key: Cancel, Reschedule, RescheduleAfter, RunNow, Status, MessageByKey;
-//   - lists and refs: List (one page per call), Message, DeadLetter, CancelRef, RescheduleRef,
-//     RunNowRef;
-//   - dead letters and bulk: Requeue, Purge;
-//   - batches: FlushBatch, CancelBatch.
+//   - one message or open batch, named by a Target (ByKey, ByRef, ByDeadLetter, ByBatchKey):
+//     Cancel, Reschedule, RescheduleAfter, RunNow (each an ActionResult), Status, Message;
+//   - lists: List (one page per call, each message with the ref that ByRef takes);
+//   - dead letters and bulk: Requeue, Purge.
 //
 // It is a type of its own, not a part of Publisher, because what it acts on is shared by
 // every publisher and subscriber of a topic: an operator's tool (a CLI, a dashboard, a support
 // script) needs it without publishing anything, and one config serves all its operations. It
 // is safe for concurrent use and holds no resources; there is nothing to close.
 //
-// Each operation by key is one atomic Lua script on the topic's hash slot (cluster-safe), in
+// Each action by key is one atomic Lua script on the topic's hash slot (cluster-safe), in
 // O(log N) per consumer group, and names its outcome in every group. A script that the Redis
 // client runs twice (a retry after a lost reply) acts once and returns the first run's result.
 type Inspector struct {

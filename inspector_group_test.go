@@ -178,7 +178,7 @@ func TestRemovedGroupGetsNothingMoreAndPublishesNeverResurrectIt(t *testing.T) {
 				break
 			}
 			for _, m := range page.Messages {
-				_, _, err := in.RunNowRef(context.Background(), topic, "stays", m.Ref)
+				_, _, err := refOutcome(in.RunNow(context.Background(), topic, redisdelay.ByRef("stays", m.Ref)))
 				require.NoError(t, err)
 			}
 		}
@@ -257,7 +257,7 @@ func TestStatsAndListShowTheParkedMessagesOfATopicWithNoGroup(t *testing.T) {
 		later, err := in.List(context.Background(), topic, redisdelay.ParkedGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled})
 		require.NoError(t, err)
 		assert.Len(t, later.Messages, 3)
-		one, err := in.Message(context.Background(), topic, redisdelay.ParkedGroup, later.Messages[2].Ref)
+		one, err := in.Message(context.Background(), topic, redisdelay.ByRef(redisdelay.ParkedGroup, later.Messages[2].Ref))
 		require.NoError(t, err)
 		assert.Equal(t, "payload of later2", string(one.Payload))
 		_, err = in.List(context.Background(), topic, redisdelay.ParkedGroup, redisdelay.ListOptions{State: redisdelay.StateInFlight})

@@ -1,7 +1,7 @@
 package redisdelay
 
-// The Inspector's operations on the message with a key: cancel, reschedule, run now, its
-// status in each group, and reading it.
+// The Inspector's operations on the message with a key (ByKey): cancel, reschedule, run now,
+// its status in each group, and reading it.
 
 import (
 	"context"
@@ -20,52 +20,11 @@ import (
 // name for such a topic.
 const ParkedGroup = ""
 
-// KeyResult is the result of an operation by key.
-type KeyResult struct {
-	Topic, Key string
-	// Groups holds the outcome in each consumer group registered on the topic, by name; it
-	// holds ParkedGroup too when the message was parked.
-	Groups map[string]Outcome
-	// DueAt is the new due time, on the Redis clock, for Reschedule and RunNow.
-	DueAt time.Time
-}
-
-// Found reports whether a message had the key.
-func (r KeyResult) Found() bool {
-	for _, o := range r.Groups {
-		if o != OutcomeNotFound {
-			return true
-		}
-	}
-	return false
-}
-
-// Applied reports whether the operation took effect in at least one group (for Cancel, OutcomeInFlight
-// counts: the message was cancelled there too).
-func (r KeyResult) Applied() bool {
-	for _, o := range r.Groups {
-		if o == OutcomeApplied {
-			return true
-		}
-	}
-	return false
-}
-
-// Cancel cancels the message with key on topic: no consumer group receives it afterwards. In
-// a group that holds it due (first attempt, or waiting for a retry) it is removed (OutcomeApplied).
-// In a group that holds it in flight the delivery under way finishes (one claimed but not yet
-// handed to the handler may not be handed out), but its Ack or Nack is refused and it never
-// comes back (OutcomeInFlight). The message is deleted once no group holds it,
-// and the key is free again, or keeps its history for PublisherConfig.KeyRetention, recorded
-// as cancelled in each group that held it.
-//
-// Errors name the topic and key: an error wrapping ErrInvalidName or ErrInvalidKey for bad
-// input, ErrOutcomeUnknown when the call timed out after it was sent (it ran whole or not at
-// all; calling it again is safe), or the Redis error. It returns within OperationTimeout.
-func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, error) {
-	r := KeyResult{Topic: topic, Key: key}
-	err := i.byKey(ctx, "cancel", topic, key, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
-		res, err := i.store.Cancel(ctx, part, key, call, groups)
+// cancelKey is Cancel by key.
+func (i *Inspector) cancelKey(ctx context.Context, topic string, t Target) (ActionResult, error) {
+	r := ActionResult{Topic: topic, Target: t}
+	err := i.byKey(ctx, "cancel", topic, t.name, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
+		res, err := i.store.Cancel(ctx, part, t.name, call, groups)
 		if err == nil {
 			r.Groups = keyOutcomes(res, groups)
 		}
@@ -75,34 +34,11 @@ func (i *Inspector) Cancel(ctx context.Context, topic, key string) (KeyResult, e
 	return r, err
 }
 
-// Reschedule makes the message with key due at dueAt (Unix time; a past time means at once,
-// measured on the Redis clock) in every consumer group that holds it due, a message waiting for
-// a retry included, keeping its attempt count; earlier or later both work, and subscribers that
-// sleep past the new time are woken. A group that holds it in flight keeps it (OutcomeInFlight).
-// Microsecond precision. Errors as for Cancel, and one wrapping ErrBeyondMaxDelay for a dueAt
-// more than MaxDelay after the client's clock now.
-func (i *Inspector) Reschedule(ctx context.Context, topic, key string, dueAt time.Time) (KeyResult, error) {
-	return i.reschedule(ctx, topic, key, store.Outgoing{At: dueAt})
-}
-
-// RescheduleAfter is Reschedule with a due time of delay after the Redis clock now; a delay of
-// 0 or less means at once, one of more than MaxDelay is refused (ErrBeyondMaxDelay).
-func (i *Inspector) RescheduleAfter(ctx context.Context, topic, key string, delay time.Duration) (KeyResult, error) {
-	return i.reschedule(ctx, topic, key, store.Outgoing{Delay: delay})
-}
-
-// RunNow makes the message with key due at once: RescheduleAfter with no delay.
-func (i *Inspector) RunNow(ctx context.Context, topic, key string) (KeyResult, error) {
-	return i.reschedule(ctx, topic, key, store.Outgoing{})
-}
-
-func (i *Inspector) reschedule(ctx context.Context, topic, key string, when store.Outgoing) (KeyResult, error) {
-	r := KeyResult{Topic: topic, Key: key}
-	if err := checkDueAt(when); err != nil {
-		return r, fmt.Errorf("redisdelay: reschedule key %s on topic %s: %w", quote(key), quote(topic), err)
-	}
-	err := i.byKey(ctx, "reschedule", topic, key, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
-		res, err := i.store.Reschedule(ctx, part, key, call, when, groups)
+// rescheduleKey is Reschedule, RescheduleAfter or RunNow by key, once when was checked.
+func (i *Inspector) rescheduleKey(ctx context.Context, topic string, t Target, when store.Outgoing) (ActionResult, error) {
+	r := ActionResult{Topic: topic, Target: t}
+	err := i.byKey(ctx, "reschedule", topic, t.name, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
+		res, err := i.store.Reschedule(ctx, part, t.name, call, when, groups)
 		if err == nil {
 			r.Groups = keyOutcomes(res, groups)
 			r.DueAt = time.UnixMicro(res.DueUs)
@@ -121,9 +57,13 @@ func (i *Inspector) byKey(ctx context.Context, name, topic, key string, op func(
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	part := store.Partition{Topic: topic, N: keyPartition(key, i.config.Partitions)}
+	partitions, err := i.partitions(ctx, topic)
+	if err != nil {
+		return fmt.Errorf("redisdelay: %s key %s on topic %s: %w", name, quote(key), quote(topic), err)
+	}
+	part := store.Partition{Topic: topic, N: keyPartition(key, partitions)}
 	call := store.Call{Token: store.NewToken(), TTL: i.callTTL}
-	err := i.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) error {
+	err = i.groups.withGroups(ctx, part, func(ctx context.Context, groups []string) error {
 		return op(ctx, part, call, groups)
 	})
 	if err != nil {
@@ -169,7 +109,7 @@ func keyOutcomes(res store.KeyResult, groups []string) map[string]Outcome {
 	return out
 }
 
-// KeyGroupStatus is one consumer group's state with a keyed message. Times are on the Redis clock,
+// KeyGroupStatus is one consumer group's state with a message (Status). Times are on the Redis clock,
 // microsecond precision; the ones that do not apply to the state are zero.
 type KeyGroupStatus struct {
 	State         State
@@ -182,7 +122,8 @@ type KeyGroupStatus struct {
 	Reason     string    // StateDeadLettered
 }
 
-// KeyStatus is the status of the message with a key on a topic.
+// KeyStatus is what Status returns: the state of the message a Target names, in each group
+// it asks about. Key is the message's key, "" for a message without one (by ref).
 type KeyStatus struct {
 	Topic, Key string
 	// Live is true while a message with the key is held by some registered group or parked
@@ -195,22 +136,59 @@ type KeyStatus struct {
 	Groups map[string]KeyGroupStatus
 }
 
-// Status returns where each consumer group stands with the message that has key on topic: its
-// live state (scheduled, in flight), or, once a group is done with it and the publisher set
-// PublisherConfig.KeyRetention, the history record (acked, dead-lettered, cancelled) until the
-// retention ends. It reads the groups (SMEMBERS) and then the state in one read-only script.
+// Status returns where consumer groups stand with the message that t names on topic:
+//   - ByKey: in every group, its live state (scheduled, in flight), or, once a group is done
+//     with it and the publisher set PublisherConfig.KeyRetention, the history record (acked,
+//     dead-lettered, cancelled) until the retention ends. It reads the groups (SMEMBERS) and
+//     then the state in one read-only script. ByKey(key).InGroup(group) keeps that group only.
+//   - ByRef: in its group, read as Message reads it: StateScheduled (due now or later) or
+//     StateInFlight, with KeyStatus.Live set; an error wrapping ErrNotFound when the group no
+//     longer holds it.
+//
 // Errors as for Cancel.
-func (i *Inspector) Status(ctx context.Context, topic, key string) (KeyStatus, error) {
+func (i *Inspector) Status(ctx context.Context, topic string, t Target) (KeyStatus, error) {
+	switch t.kind {
+	case targetKey, targetGroupKey:
+		st, err := i.statusKey(ctx, topic, t.name)
+		if err != nil || t.kind == targetKey {
+			return st, err
+		}
+		gs, ok := st.Groups[t.group]
+		if !ok {
+			return KeyStatus{}, fmt.Errorf("redisdelay: consumer group %s on topic %s: %w", quote(t.group), quote(topic), ErrNotFound)
+		}
+		st.Groups = map[string]KeyGroupStatus{t.group: gs}
+		return st, nil
+	case targetRef:
+		m, err := i.Message(ctx, topic, t)
+		if err != nil {
+			return KeyStatus{}, err
+		}
+		gs := KeyGroupStatus{State: StateScheduled, DueAt: m.DueAt, LeaseDeadline: m.LeaseDeadline, Attempt: m.Attempt}
+		if m.State == StateInFlight {
+			gs.State = StateInFlight
+		}
+		return KeyStatus{Topic: topic, Key: m.Key, Live: true, Groups: map[string]KeyGroupStatus{t.group: gs}}, nil
+	}
+	return KeyStatus{}, unsupported("status of", topic, t)
+}
+
+// statusKey is Status by key, in every group.
+func (i *Inspector) statusKey(ctx context.Context, topic, key string) (KeyStatus, error) {
 	if err := checkTopicKey(topic, key); err != nil {
 		return KeyStatus{}, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	part := store.Partition{Topic: topic, N: keyPartition(key, i.config.Partitions)}
 	st := KeyStatus{Topic: topic, Key: key, Groups: map[string]KeyGroupStatus{}}
 	wrap := func(err error) error {
 		return fmt.Errorf("redisdelay: status of key %s on topic %s: %w", quote(key), quote(topic), err)
 	}
+	partitions, err := i.partitions(ctx, topic)
+	if err != nil {
+		return st, wrap(err)
+	}
+	part := store.Partition{Topic: topic, N: keyPartition(key, partitions)}
 	groups, err := i.store.Groups(ctx, part)
 	if err != nil {
 		return st, wrap(err)
@@ -250,10 +228,9 @@ func groupStatus(s store.KeyStanding) KeyGroupStatus {
 	return KeyGroupStatus{State: StateNotFound}
 }
 
-// MessageByKey returns the message with key in consumer group on topic, with its whole payload.
-// Errors as for Message.
-func (i *Inspector) MessageByKey(ctx context.Context, topic, group, key string) (MessageInfo, error) {
-	st, err := i.Status(ctx, topic, key)
+// messageByKey is Message for ByKey(key).InGroup(group).
+func (i *Inspector) messageByKey(ctx context.Context, topic, group, key string) (MessageInfo, error) {
+	st, err := i.statusKey(ctx, topic, key)
 	if err != nil {
 		return MessageInfo{}, err
 	}
@@ -270,7 +247,11 @@ func (i *Inspector) MessageByKey(ctx context.Context, topic, group, key string) 
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
-	p := keyPartition(key, i.config.Partitions)
+	partitions, err := i.partitions(ctx, topic)
+	if err != nil {
+		return MessageInfo{}, err
+	}
+	p := keyPartition(key, partitions)
 	id, err := i.store.KeyedMember(ctx, store.Partition{Topic: topic, N: p}.Of(group), key)
 	if err != nil {
 		return MessageInfo{}, err

@@ -20,11 +20,13 @@ import (
 type MessageInfo struct {
 	Topic, Group string
 	// Ref names the message in its group, partition included, as text safe for URLs, JSON and
-	// command lines. The methods that take it depend on the State List gave it:
-	//   - StateScheduled, StateDue, StateInFlight: Message, CancelRef, RescheduleRef and
-	//     RunNowRef (a parked message, listed under ParkedGroup: Message only);
-	//   - StateDeadLettered: DeadLetter and Requeue.
-	// Message looks only among the group's messages and DeadLetter only among its dead letters
+	// command lines. What takes it depends on the State List gave it (see Target):
+	//   - StateScheduled, StateDue, StateInFlight (a batch and a message of the compact tier
+	//     included): ByRef(group, ref), for Message, Status, Cancel, Reschedule,
+	//     RescheduleAfter and RunNow; a parked message, listed under ParkedGroup, for Message
+	//     and Status only;
+	//   - StateDeadLettered: ByDeadLetter(group, ref) for Message, and Requeue.
+	// ByRef looks only among the group's messages and ByDeadLetter only among its dead letters
 	// (an error wrapping ErrNotFound when the ref names nothing there): one ref may name a
 	// message of the group and one of its dead letters at once.
 	Ref string
@@ -51,7 +53,7 @@ type MessageInfo struct {
 	// Preview is the payload's first PreviewLength bytes as text, with invalid UTF-8 and
 	// control characters replaced by '.'.
 	Preview string
-	// Payload is the whole payload; only Message and MessageByKey fill it.
+	// Payload is the whole payload; only Message fills it.
 	Payload []byte
 	// Vanished is set when the stored message is missing (evicted): only the member is known.
 	Vanished bool
@@ -278,49 +280,50 @@ func preview(payload []byte) string {
 	return sb.String()
 }
 
-// Message returns the message that ref (MessageInfo.Ref) names in its consumer group, with its
-// whole payload; for ParkedGroup, a parked message of a topic that has no consumer group. A
-// message List showed in the compact tier is found there by its due time, which its ref holds,
-// among the first 10,000 entries of the buckets that could hold it (more only with a bucket of
-// more messages than that: a message beyond them is found once its bucket has moved into the
-// due set). Errors: an error wrapping ErrNotFound when the group no longer holds it (or the topic or
-// group is unknown), or the Redis error, within OperationTimeout.
-func (i *Inspector) Message(ctx context.Context, topic, group, ref string) (MessageInfo, error) {
-	return i.oneByRef(ctx, topic, group, ref, false)
+// Message returns the message that t names on topic, with its whole payload, reading that one
+// message:
+//   - ByRef: the message the ref names in its consumer group; for ParkedGroup, a parked message
+//     of a topic that has no consumer group. A message List showed in the compact tier is
+//     found there by its due time, which its ref holds, among the first 10,000 entries of the
+//     buckets that could hold it (more only with a bucket of more messages than that: a
+//     message beyond them is found once its bucket has moved into the due set).
+//   - ByDeadLetter: the dead letter the ref names among the group's dead letters (one
+//     read-only script on the dead-letter topic's parked set); not found once it is no longer
+//     a dead letter (requeued, or taken by a group of the dead-letter topic).
+//   - ByKey(key).InGroup(group): the message with the key in the group, while the group holds
+//     it (scheduled or in flight).
+//
+// Errors: an error wrapping ErrNotFound when the group no longer holds it, for an unknown
+// topic or group or a malformed ref, ErrUnsupportedTarget for another target, or the Redis
+// error, within OperationTimeout.
+func (i *Inspector) Message(ctx context.Context, topic string, t Target) (MessageInfo, error) {
+	switch t.kind {
+	case targetRef, targetDeadLetter:
+		return i.oneByRef(ctx, topic, t)
+	case targetGroupKey:
+		return i.messageByKey(ctx, topic, t.group, t.name)
+	}
+	return MessageInfo{}, unsupported("read", topic, t)
 }
 
-// DeadLetter returns the dead letter that ref (MessageInfo.Ref from List with StateDeadLettered) names
-// among the dead letters of consumer group on topic, with its whole payload, reading that one
-// message (one read-only script on the dead-letter topic's parked set). Errors: an error wrapping
-// ErrNotFound when it is no longer a dead letter (requeued, or taken by a group of the
-// dead-letter topic), for an unknown topic or group or a malformed ref, or the Redis error,
-// within OperationTimeout.
-func (i *Inspector) DeadLetter(ctx context.Context, topic, group, ref string) (MessageInfo, error) {
-	return i.oneByRef(ctx, topic, group, ref, true)
-}
-
-// oneByRef reads the one message (dead: dead letter) that ref names, for Message and
-// DeadLetter.
-func (i *Inspector) oneByRef(ctx context.Context, topic, group, ref string, dead bool) (MessageInfo, error) {
+// oneByRef reads the one message or dead letter that t names, for Message.
+func (i *Inspector) oneByRef(ctx context.Context, topic string, t Target) (MessageInfo, error) {
 	ctx, cancel := context.WithTimeout(ctx, i.config.OperationTimeout)
 	defer cancel()
+	dead := t.kind == targetDeadLetter
 	find := i.groupOrParked
 	if dead {
 		find = i.group
 	}
-	info, err := find(ctx, topic, group)
+	info, err := find(ctx, topic, t.group)
 	if err != nil {
 		return MessageInfo{}, err
 	}
-	r, ok := store.ParseRef(ref, info.Partitions)
+	r, ok := store.ParseRef(t.name, info.Partitions)
 	if !ok {
-		what := "message"
-		if dead {
-			what = "dead letter"
-		}
-		return MessageInfo{}, fmt.Errorf("redisdelay: %s %s of group %s on topic %s: %w", what, quote(ref), quote(group), quote(topic), ErrNotFound)
+		return MessageInfo{}, fmt.Errorf("redisdelay: %s on topic %s: %w", t.describe(), quote(topic), ErrNotFound)
 	}
-	return i.show(ctx, topic, group, r, ref, dead)
+	return i.show(ctx, topic, t.group, r, t.name, dead)
 }
 
 // show reads the message r names in group, or among its dead letters when dead; name is what

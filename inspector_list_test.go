@@ -206,13 +206,13 @@ func TestListCursorHoldsWhileMessagesComeAndGo(t *testing.T) {
 		require.Len(t, first.Messages, 10)
 		// The cursor's own member, the one after it and one before it go; newer ones come.
 		for _, ref := range []string{first.Messages[9].Ref, first.Messages[3].Ref} {
-			outcome, err := in.CancelRef(context.Background(), topic, "a", ref)
+			outcome, err := outcome(in.Cancel(context.Background(), topic, redisdelay.ByRef("a", ref)))
 			require.NoError(t, err)
 			require.Equal(t, redisdelay.OutcomeApplied, outcome)
 		}
 		next, err := in.List(context.Background(), topic, "a", redisdelay.ListOptions{State: redisdelay.StateScheduled, Cursor: first.NextCursor, Limit: 1})
 		require.NoError(t, err)
-		_, err = in.CancelRef(context.Background(), topic, "a", next.Messages[0].Ref)
+		_, err = in.Cancel(context.Background(), topic, redisdelay.ByRef("a", next.Messages[0].Ref))
 		require.NoError(t, err)
 		publishAt(t, pub, topic, "late", 5, due, []byte("payload"))
 
@@ -292,7 +292,7 @@ func TestLargeDeadLettersAreListedAsPreviewsAndReadOneByRef(t *testing.T) {
 		var one redisdelay.MessageInfo
 		oneBytes := measure(func() {
 			var err error
-			one, err = in.DeadLetter(context.Background(), topic, redisdelay.DefaultConsumerGroup, tab.Messages[7].Ref)
+			one, err = in.Message(context.Background(), topic, redisdelay.ByDeadLetter(redisdelay.DefaultConsumerGroup, tab.Messages[7].Ref))
 			require.NoError(t, err)
 		})
 		assert.Equal(t, "dead7", one.UUID)
@@ -308,12 +308,12 @@ func TestLargeDeadLettersAreListedAsPreviewsAndReadOneByRef(t *testing.T) {
 		}
 
 		// A ref of a message that the group holds is no dead letter, and the other way round.
-		_, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, tab.Messages[7].Ref)
+		_, err := in.Message(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, tab.Messages[7].Ref))
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 		n, err := in.Requeue(context.Background(), topic, redisdelay.DefaultConsumerGroup, tab.Messages[7].Ref)
 		require.NoError(t, err)
 		assert.Equal(t, int64(1), n)
-		_, err = in.DeadLetter(context.Background(), topic, redisdelay.DefaultConsumerGroup, tab.Messages[7].Ref)
+		_, err = in.Message(context.Background(), topic, redisdelay.ByDeadLetter(redisdelay.DefaultConsumerGroup, tab.Messages[7].Ref))
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 	})
 }
@@ -348,7 +348,7 @@ func TestListPreviewOfLongMetadataIsMarkedPartial(t *testing.T) {
 		assert.Equal(t, "short metadata", page.Messages[1].Preview)
 		assert.Equal(t, len("short metadata"), page.Messages[1].PayloadSize)
 
-		whole, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, p.Ref)
+		whole, err := in.Message(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, p.Ref))
 		require.NoError(t, err)
 		assert.False(t, whole.Partial)
 		assert.Equal(t, long.Metadata.Get("b-long"), whole.Metadata["b-long"])
@@ -398,18 +398,18 @@ func TestListPagesAndShowsMessages(t *testing.T) {
 		first, err := in.List(context.Background(), topic, redisdelay.DefaultConsumerGroup, redisdelay.ListOptions{State: redisdelay.StateScheduled, Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, first.Messages, 1)
-		m, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, first.Messages[0].Ref)
+		m, err := in.Message(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, first.Messages[0].Ref))
 		require.NoError(t, err)
 		assert.Equal(t, first.Messages[0].UUID, m.UUID)
 		assert.Equal(t, "payload of "+m.UUID, string(m.Payload))
 
-		k, err := in.MessageByKey(context.Background(), topic, redisdelay.DefaultConsumerGroup, "order-7")
+		k, err := in.Message(context.Background(), topic, redisdelay.ByKey("order-7").InGroup(redisdelay.DefaultConsumerGroup))
 		require.NoError(t, err)
 		assert.Equal(t, "keyed payload", string(k.Payload))
 		assert.Equal(t, "order-7", k.Key)
 		assert.Equal(t, "keyed payload", k.Preview)
 
-		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, "0/"+base64.RawURLEncoding.EncodeToString([]byte("000000ffffff")))
+		_, err = in.Message(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, "0/"+base64.RawURLEncoding.EncodeToString([]byte("000000ffffff"))))
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 		_, err = in.List(context.Background(), topic, "nobody", opts)
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
@@ -431,7 +431,7 @@ func TestTheLeaseSetMarkerHasNoRef(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, marker, 1)
 		ref := "0/" + base64.RawURLEncoding.EncodeToString([]byte(marker[0]))
-		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, ref)
+		_, err = in.Message(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, ref))
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 		msg.Ack()
 	})
@@ -460,7 +460,7 @@ func TestDeadLettersSayTheirAttemptsReasonAndTimeOfDeath(t *testing.T) {
 		after := time.Now()
 
 		listed := dead.Messages[0]
-		one, err := in.DeadLetter(context.Background(), topic, redisdelay.DefaultConsumerGroup, listed.Ref)
+		one, err := in.Message(context.Background(), topic, redisdelay.ByDeadLetter(redisdelay.DefaultConsumerGroup, listed.Ref))
 		require.NoError(t, err)
 		for _, m := range []redisdelay.MessageInfo{listed, one} {
 			assert.Equal(t, redisdelay.StateDeadLettered, m.State)
@@ -554,22 +554,22 @@ func TestListPagesThroughTheCompactTierAfterTheDueSet(t *testing.T) {
 			default:
 				continue
 			}
-			got, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, m.Ref)
+			got, err := in.Message(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, m.Ref))
 			require.NoError(t, err, "message %s by ref", m.UUID)
 			assert.Equal(t, m.UUID, got.UUID)
 			assert.Equal(t, m.DueAt, got.DueAt)
 			assert.Equal(t, m.Ref, got.Ref)
 			assert.Equal(t, want, string(got.Payload))
 			before := statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
-			o, err := in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, m.Ref)
+			o, err := outcome(in.Cancel(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, m.Ref)))
 			require.NoError(t, err, "cancel message %s by ref", m.UUID)
 			assert.Equal(t, redisdelay.OutcomeApplied, o, "cancel message %s by ref", m.UUID)
 			after := statsOf(t, in, topic, redisdelay.DefaultConsumerGroup)
 			assert.Equal(t, before.Scheduled-1, after.Scheduled, "scheduled after cancelling %s", m.UUID)
 			assert.Equal(t, before.Compact-1, after.Compact, "in the compact tier after cancelling %s", m.UUID)
-			_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, m.Ref)
+			_, err = in.Message(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, m.Ref))
 			assert.ErrorIs(t, err, redisdelay.ErrNotFound, "message %s after its cancel", m.UUID)
-			o, err = in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, m.Ref)
+			o, err = outcome(in.Cancel(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, m.Ref)))
 			require.NoError(t, err)
 			assert.Equal(t, redisdelay.OutcomeNotFound, o, "cancel message %s again", m.UUID)
 		}

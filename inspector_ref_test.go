@@ -27,17 +27,17 @@ func TestOperationsByRefActOnOneMessageOfOneGroup(t *testing.T) {
 			refs[m.UUID] = m.Ref
 		}
 
-		o, err := in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m0"])
+		o, err := outcome(in.Cancel(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, refs["m0"])))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeApplied, o)
-		o, err = in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m0"])
+		o, err = outcome(in.Cancel(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, refs["m0"])))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeNotFound, o, "cancelled already")
 
-		o, due, err := in.RescheduleRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m2"], time.Now().Add(300*time.Millisecond))
+		o, due, err := refOutcome(in.Reschedule(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, refs["m2"]), time.Now().Add(300*time.Millisecond)))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeApplied, o)
-		o, _, err = in.RunNowRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, refs["m1"])
+		o, _, err = refOutcome(in.RunNow(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, refs["m1"])))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeApplied, o)
 
@@ -50,7 +50,7 @@ func TestOperationsByRefActOnOneMessageOfOneGroup(t *testing.T) {
 		assert.False(t, time.Now().Before(due), "never early against the new due time")
 		msg.Ack()
 		waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup) // not the cancelled m0
-		_, err = in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, "not-a-ref")
+		_, err = in.Cancel(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, "not-a-ref"))
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 	})
 }
@@ -78,30 +78,30 @@ func TestShortRefsNameMessagesStoredInTheirMembers(t *testing.T) {
 		}
 		first := refs()
 		require.Len(t, first, 3)
-		m, err := in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m1"])
+		m, err := in.Message(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, first["m1"]))
 		require.NoError(t, err)
 		assert.Equal(t, "payload of m1", string(m.Payload))
 		assert.Equal(t, first["m1"], m.Ref)
 
-		o, err := in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m0"])
+		o, err := outcome(in.Cancel(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, first["m0"])))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeApplied, o)
-		o, err = in.CancelRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m0"])
+		o, err = outcome(in.Cancel(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, first["m0"])))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeNotFound, o, "cancelled already")
 
-		o, due, err := in.RescheduleRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m2"], time.Now().Add(300*time.Millisecond))
+		o, due, err := refOutcome(in.Reschedule(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, first["m2"]), time.Now().Add(300*time.Millisecond)))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeApplied, o)
-		_, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, first["m2"])
+		_, err = in.Message(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, first["m2"]))
 		assert.ErrorIs(t, err, redisdelay.ErrNotFound, "the old ref names the old due time")
 		second := refs()
 		assert.NotEqual(t, first["m2"], second["m2"])
-		m, err = in.Message(context.Background(), topic, redisdelay.DefaultConsumerGroup, second["m2"])
+		m, err = in.Message(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, second["m2"]))
 		require.NoError(t, err)
 		assert.Equal(t, "payload of m2", string(m.Payload))
 
-		o, _, err = in.RunNowRef(context.Background(), topic, redisdelay.DefaultConsumerGroup, second["m1"])
+		o, _, err = refOutcome(in.RunNow(context.Background(), topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, second["m1"])))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeApplied, o)
 		ch := subscribe(t, sub, topic)

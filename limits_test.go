@@ -110,13 +110,13 @@ func TestReschedulesBeyondMaxDelayAreRefusedAndChangeNothing(t *testing.T) {
 		year36812 := time.Date(36812, 1, 1, 0, 0, 0, 0, time.UTC)
 
 		for name, call := range map[string]func() error{
-			"Reschedule": func() error { _, err := in.Reschedule(ctx, topic, "order-42", year36812); return err },
+			"Reschedule": func() error { _, err := in.Reschedule(ctx, topic, redisdelay.ByKey("order-42"), year36812); return err },
 			"RescheduleAfter": func() error {
-				_, err := in.RescheduleAfter(ctx, topic, "order-42", beyond)
+				_, err := in.RescheduleAfter(ctx, topic, redisdelay.ByKey("order-42"), beyond)
 				return err
 			},
 			"RescheduleRef": func() error {
-				_, _, err := in.RescheduleRef(ctx, topic, redisdelay.DefaultConsumerGroup, ref, year36812)
+				_, _, err := refOutcome(in.Reschedule(ctx, topic, redisdelay.ByRef(redisdelay.DefaultConsumerGroup, ref), year36812))
 				return err
 			},
 		} {
@@ -130,7 +130,7 @@ func TestReschedulesBeyondMaxDelayAreRefusedAndChangeNothing(t *testing.T) {
 			}
 			assert.True(t, strings.Contains(err.Error(), "36812") || strings.Contains(err.Error(), beyond.String()), "%s names the value: %v", name, err)
 		}
-		st, err := in.Status(ctx, topic, "order-42")
+		st, err := in.Status(ctx, topic, redisdelay.ByKey("order-42"))
 		require.NoError(t, err)
 		assert.Equal(t, due, st.Groups[redisdelay.DefaultConsumerGroup].DueAt, "the due time stays")
 	})

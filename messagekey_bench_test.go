@@ -130,7 +130,7 @@ func BenchmarkCancelByKey(b *testing.B) {
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
-			res, err := in.Cancel(context.Background(), "bench", "order-"+strconv.FormatInt(next.Add(1)-1, 10))
+			res, err := in.Cancel(context.Background(), "bench", redisdelay.ByKey("order-"+strconv.FormatInt(next.Add(1)-1, 10)))
 			if err != nil {
 				b.Error(err)
 				return

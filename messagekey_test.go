@@ -71,7 +71,7 @@ func TestCancelledMessageReachesNoGroup(t *testing.T) {
 		delay.Message(after, delay.For(600*time.Millisecond))
 		require.NoError(t, pub.Publish(topic, after))
 
-		res, err := in.Cancel(context.Background(), topic, "order-42")
+		res, err := in.Cancel(context.Background(), topic, redisdelay.ByKey("order-42"))
 		require.NoError(t, err)
 		assert.Equal(t, map[string]redisdelay.Outcome{"a": redisdelay.OutcomeApplied, "b": redisdelay.OutcomeApplied}, res.Groups)
 		assert.True(t, res.Found())
@@ -82,7 +82,7 @@ func TestCancelledMessageReachesNoGroup(t *testing.T) {
 			msg.Ack()
 		}
 
-		again, err := in.Cancel(context.Background(), topic, "order-42")
+		again, err := in.Cancel(context.Background(), topic, redisdelay.ByKey("order-42"))
 		require.NoError(t, err)
 		assert.False(t, again.Found(), "the message is gone: %v", again.Groups)
 		assert.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("order-42", time.Hour, "")), "the key is free again")
@@ -141,7 +141,7 @@ func TestCancelRacingClaimsDeliversAtMostOnceAndNeverAfterRemoval(t *testing.T) 
 			go func() {
 				defer wg.Done()
 				for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
-					res, err := in.Cancel(context.Background(), topic, "k"+strconv.Itoa(i))
+					res, err := in.Cancel(context.Background(), topic, redisdelay.ByKey("k"+strconv.Itoa(i)))
 					if !assert.NoError(t, err) {
 						return
 					}
@@ -203,7 +203,7 @@ func TestRescheduleIsNeverEarlyAgainstTheNewDueTime(t *testing.T) {
 
 		// Earlier: from an hour to 300 ms.
 		require.NoError(t, pub.Publish(topic, keyed("earlier", time.Hour, "")))
-		res, err := in.RescheduleAfter(context.Background(), topic, "earlier", 300*time.Millisecond)
+		res, err := in.RescheduleAfter(context.Background(), topic, redisdelay.ByKey("earlier"), 300*time.Millisecond)
 		require.NoError(t, err)
 		require.Equal(t, redisdelay.OutcomeApplied, res.Groups[redisdelay.DefaultConsumerGroup])
 		msg := receive(t, ch, 5*time.Second)
@@ -215,7 +215,7 @@ func TestRescheduleIsNeverEarlyAgainstTheNewDueTime(t *testing.T) {
 
 		// Later: from 200 ms to 800 ms.
 		require.NoError(t, pub.Publish(topic, keyed("later", 200*time.Millisecond, "")))
-		res, err = in.Reschedule(context.Background(), topic, "later", time.Now().Add(800*time.Millisecond))
+		res, err = in.Reschedule(context.Background(), topic, redisdelay.ByKey("later"), time.Now().Add(800*time.Millisecond))
 		require.NoError(t, err)
 		require.Equal(t, redisdelay.OutcomeApplied, res.Groups[redisdelay.DefaultConsumerGroup])
 		msg = receive(t, ch, 5*time.Second)
@@ -226,19 +226,19 @@ func TestRescheduleIsNeverEarlyAgainstTheNewDueTime(t *testing.T) {
 		// Run now.
 		require.NoError(t, pub.Publish(topic, keyed("now", time.Hour, "")))
 		start := time.Now()
-		res, err = in.RunNow(context.Background(), topic, "now")
+		res, err = in.RunNow(context.Background(), topic, redisdelay.ByKey("now"))
 		require.NoError(t, err)
 		require.Equal(t, redisdelay.OutcomeApplied, res.Groups[redisdelay.DefaultConsumerGroup])
 		msg = receive(t, ch, 5*time.Second)
 		assert.Equal(t, "now", msg.Metadata.Get(redisdelay.KeyMetadataKey))
 		assert.Less(t, time.Since(start), time.Second, "RunNow wakes the subscriber")
 		// In flight now: rescheduling leaves it alone.
-		res, err = in.RunNow(context.Background(), topic, "now")
+		res, err = in.RunNow(context.Background(), topic, redisdelay.ByKey("now"))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeInFlight, res.Groups[redisdelay.DefaultConsumerGroup])
 		msg.Ack()
 
-		res, err = in.RunNow(context.Background(), topic, "never-published")
+		res, err = in.RunNow(context.Background(), topic, redisdelay.ByKey("never-published"))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeNotFound, res.Groups[redisdelay.DefaultConsumerGroup])
 	})
@@ -269,12 +269,12 @@ func TestDuplicatePolicies(t *testing.T) {
 				require.NoError(t, sub.SubscribeInitialize(topic))
 
 				require.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("k", time.Minute, "first")))
-				before, err := in.Status(context.Background(), topic, "k")
+				before, err := in.Status(context.Background(), topic, redisdelay.ByKey("k"))
 				require.NoError(t, err)
 				require.Equal(t, redisdelay.StateScheduled, before.Groups[redisdelay.DefaultConsumerGroup].State)
 				start := time.Now()
 				require.Equal(t, tc.outcome, publishOne(t, pub, topic, keyed("k", tc.second, "second")))
-				after, err := in.Status(context.Background(), topic, "k")
+				after, err := in.Status(context.Background(), topic, redisdelay.ByKey("k"))
 				require.NoError(t, err)
 				due := after.Groups[redisdelay.DefaultConsumerGroup].DueAt
 				if tc.keepsNew {
@@ -283,7 +283,7 @@ func TestDuplicatePolicies(t *testing.T) {
 					assert.Equal(t, before.Groups[redisdelay.DefaultConsumerGroup].DueAt, due, "the existing due time")
 				}
 				// Which payload is stored shows on delivery.
-				_, err = in.RunNow(context.Background(), topic, "k")
+				_, err = in.RunNow(context.Background(), topic, redisdelay.ByKey("k"))
 				require.NoError(t, err)
 				msg := receive(t, subscribe(t, sub, topic), 5*time.Second)
 				want := "first"
@@ -303,7 +303,7 @@ func TestDuplicatePolicies(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, []redisdelay.Outcome{redisdelay.OutcomeScheduled, redisdelay.OutcomeDuplicate, redisdelay.OutcomeReplaced, redisdelay.OutcomeScheduled}, outcomes)
 			in := newInspector(t, b, 1)
-			_, err = in.RunNow(context.Background(), topic, "k")
+			_, err = in.RunNow(context.Background(), topic, redisdelay.ByKey("k"))
 			require.NoError(t, err)
 			ch := subscribe(t, newSubscriber(t, b, nil), topic) // takes over the parked messages
 			msg := receive(t, ch, 5*time.Second)
@@ -312,7 +312,7 @@ func TestDuplicatePolicies(t *testing.T) {
 			// Nothing else of key k is held: only the other key's message, due in a minute.
 			st := waitStats(t, in, topic, redisdelay.DefaultConsumerGroup, "holding nothing due or in flight", func(s redisdelay.GroupStats) bool { return s.Due+s.InFlight == 0 })
 			assert.Equal(t, int64(1), st.Scheduled)
-			other, err := in.Status(context.Background(), topic, "other")
+			other, err := in.Status(context.Background(), topic, redisdelay.ByKey("other"))
 			require.NoError(t, err)
 			assert.Equal(t, redisdelay.StateScheduled, other.Groups[redisdelay.DefaultConsumerGroup].State)
 		})
@@ -340,7 +340,7 @@ func TestKeyIsFreeOnceDoneOrOnceItsRetentionEnds(t *testing.T) {
 					require.Eventually(t, func() bool {
 						st, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client}, nil)
 						require.NoError(t, err)
-						s, err := st.Status(context.Background(), topic, "k")
+						s, err := st.Status(context.Background(), topic, redisdelay.ByKey("k"))
 						require.NoError(t, err)
 						return s.Groups[redisdelay.DefaultConsumerGroup].State == redisdelay.StateAcked
 					}, 5*time.Second, 5*time.Millisecond)
@@ -371,11 +371,11 @@ func TestStatusThroughEveryState(t *testing.T) {
 		in := newInspector(t, b, 1)
 		status := func(key string) redisdelay.KeyGroupStatus {
 			t.Helper()
-			s, err := in.Status(context.Background(), topic, key)
+			s, err := in.Status(context.Background(), topic, redisdelay.ByKey(key))
 			require.NoError(t, err)
 			return s.Groups[redisdelay.DefaultConsumerGroup]
 		}
-		none, err := in.Status(context.Background(), topic, "k")
+		none, err := in.Status(context.Background(), topic, redisdelay.ByKey("k"))
 		require.NoError(t, err)
 		assert.False(t, none.Live)
 		assert.Empty(t, none.Groups, "no group yet, nothing published")
@@ -405,7 +405,7 @@ func TestStatusThroughEveryState(t *testing.T) {
 		assert.Equal(t, 1, s.Attempt, "waiting for the retry after one attempt")
 		assert.WithinDuration(t, time.Now().Add(time.Hour), s.DueAt, time.Minute)
 
-		_, err = in.RunNow(context.Background(), topic, "k")
+		_, err = in.RunNow(context.Background(), topic, redisdelay.ByKey("k"))
 		require.NoError(t, err)
 		msg = receive(t, ch, 5*time.Second)
 		assert.Equal(t, "2", msg.Metadata.Get(redisdelay.AttemptMetadataKey))
@@ -423,7 +423,7 @@ func TestStatusThroughEveryState(t *testing.T) {
 			msg.Nack()
 			if attempt < 3 {
 				require.Eventually(t, func() bool { return status("dl").State == redisdelay.StateScheduled }, 5*time.Second, 5*time.Millisecond)
-				_, err = in.RunNow(context.Background(), topic, "dl")
+				_, err = in.RunNow(context.Background(), topic, redisdelay.ByKey("dl"))
 				require.NoError(t, err)
 			}
 		}
@@ -437,14 +437,14 @@ func TestStatusThroughEveryState(t *testing.T) {
 
 		// Cancelled while scheduled.
 		require.NoError(t, pub.Publish(topic, keyed("c", time.Hour, "")))
-		_, err = in.Cancel(context.Background(), topic, "c")
+		_, err = in.Cancel(context.Background(), topic, redisdelay.ByKey("c"))
 		require.NoError(t, err)
 		s = status("c")
 		assert.Equal(t, redisdelay.StateCancelled, s.State)
 		assert.Equal(t, 0, s.Attempt)
 		// Done everywhere, history kept: the key reports finished, not unknown.
-		for _, op := range []func(context.Context, string, string) (redisdelay.KeyResult, error){in.Cancel, in.RunNow} {
-			res, err := op(context.Background(), topic, "c")
+		for _, op := range []func(context.Context, string, redisdelay.Target) (redisdelay.ActionResult, error){in.Cancel, in.RunNow} {
+			res, err := op(context.Background(), topic, redisdelay.ByKey("c"))
 			require.NoError(t, err)
 			assert.Equal(t, redisdelay.OutcomeFinished, res.Groups[redisdelay.DefaultConsumerGroup])
 		}
@@ -466,12 +466,12 @@ func TestKeysOnAPartitionedTopic(t *testing.T) {
 		want := map[string]bool{}
 		for i := range 20 {
 			key := "k" + strconv.Itoa(i)
-			var res redisdelay.KeyResult
+			var res redisdelay.ActionResult
 			var err error
 			if i%2 == 0 {
-				res, err = in.Cancel(context.Background(), topic, key)
+				res, err = in.Cancel(context.Background(), topic, redisdelay.ByKey(key))
 			} else {
-				res, err = in.RunNow(context.Background(), topic, key)
+				res, err = in.RunNow(context.Background(), topic, redisdelay.ByKey(key))
 				want[key] = true
 			}
 			require.NoError(t, err)
@@ -517,13 +517,13 @@ func TestBadKeysAreRefusedAndNothingIsStored(t *testing.T) {
 				assert.Contains(t, err.Error(), me.UUID)
 				if tc.key == redisdelay.KeyMetadataKey {
 					assert.ErrorIs(t, err, redisdelay.ErrInvalidKey)
-					_, opErr := in.Cancel(context.Background(), topic, tc.value)
+					_, opErr := in.Cancel(context.Background(), topic, redisdelay.ByKey(tc.value))
 					assert.ErrorIs(t, opErr, redisdelay.ErrInvalidKey)
 				}
 			})
 		}
 		assert.Zero(t, redisdelay.ScheduledForTest(context.Background(), b.client, topic, redisdelay.DefaultConsumerGroup), "nothing of the calls is stored")
-		_, err := in.Status(context.Background(), "bad{topic}", "k")
+		_, err := in.Status(context.Background(), "bad{topic}", redisdelay.ByKey("k"))
 		assert.True(t, errors.Is(err, redisdelay.ErrInvalidName), "%v", err)
 	})
 }
@@ -547,10 +547,10 @@ func TestCallsByKeyThatRunTwiceActOnceAndReturnTheFirstResult(t *testing.T) {
 
 		assert.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("a", time.Hour, "")), "a second run must not call the message its own duplicate")
 		assert.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("b", time.Hour, "")))
-		res, err := in.Cancel(context.Background(), topic, "a")
+		res, err := in.Cancel(context.Background(), topic, redisdelay.ByKey("a"))
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeApplied, res.Groups[redisdelay.DefaultConsumerGroup], "the second run must report the first run's cancel")
-		res, err = in.RescheduleAfter(context.Background(), topic, "b", 200*time.Millisecond)
+		res, err = in.RescheduleAfter(context.Background(), topic, redisdelay.ByKey("b"), 200*time.Millisecond)
 		require.NoError(t, err)
 		assert.Equal(t, redisdelay.OutcomeApplied, res.Groups[redisdelay.DefaultConsumerGroup])
 		assert.GreaterOrEqual(t, reruns.Load(), int64(4), "the hook must have run every call twice")

@@ -89,7 +89,7 @@ const (
 const (
 	BatchTriggerSize  = "size"  // it reached MaxItems or MaxBytes
 	BatchTriggerTime  = "time"  // MaxWait passed after its first item
-	BatchTriggerFlush = "flush" // Inspector.FlushBatch
+	BatchTriggerFlush = "flush" // Inspector.RunNow with ByBatchKey
 )
 
 // servedDelay is the value of ServedDelayMetadataKey for the given delay metadata.

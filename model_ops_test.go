@@ -275,7 +275,7 @@ func (r *modelRun) exec(o op) {
 
 	case opCancel:
 		key := fmt.Sprintf("k%d", o.key)
-		res, err := r.in.Cancel(ctx, r.topic, key)
+		res, err := r.in.Cancel(ctx, r.topic, redisdelay.ByKey(key))
 		if err != nil {
 			r.failf("error", "cancel %s: %v", key, err)
 			return
@@ -302,12 +302,12 @@ func (r *modelRun) exec(o op) {
 
 	case opReschedule, opRunNow:
 		key := fmt.Sprintf("k%d", o.key)
-		var res redisdelay.KeyResult
+		var res redisdelay.ActionResult
 		var err error
 		if o.kind == opRunNow {
-			res, err = r.in.RunNow(ctx, r.topic, key)
+			res, err = r.in.RunNow(ctx, r.topic, redisdelay.ByKey(key))
 		} else {
-			res, err = r.in.RescheduleAfter(ctx, r.topic, key, o.delay)
+			res, err = r.in.RescheduleAfter(ctx, r.topic, redisdelay.ByKey(key), o.delay)
 		}
 		if err != nil {
 			r.failf("error", "%s %s: %v", opNames[o.kind], key, err)
@@ -345,7 +345,7 @@ func (r *modelRun) exec(o op) {
 		info := page.Messages[o.pick%len(page.Messages)]
 		itemUUID := info.UUID
 		if strings.HasPrefix(info.UUID, "batch-") { // a batch: find it by its first item
-			full, err := r.in.Message(ctx, r.topic, gname, info.Ref)
+			full, err := r.in.Message(ctx, r.topic, redisdelay.ByRef(gname, info.Ref))
 			if err != nil {
 				if errors.Is(err, redisdelay.ErrNotFound) {
 					return // claimed or released meanwhile
@@ -378,11 +378,11 @@ func (r *modelRun) exec(o op) {
 		var due time.Time
 		switch o.kind {
 		case opCancelRef:
-			out, err = r.in.CancelRef(ctx, r.topic, gname, info.Ref)
+			out, err = outcome(r.in.Cancel(ctx, r.topic, redisdelay.ByRef(gname, info.Ref)))
 		case opRescheduleRef:
-			out, due, err = r.in.RescheduleRef(ctx, r.topic, gname, info.Ref, time.Now().Add(o.delay))
+			out, due, err = refOutcome(r.in.Reschedule(ctx, r.topic, redisdelay.ByRef(gname, info.Ref), time.Now().Add(o.delay)))
 		default:
-			out, due, err = r.in.RunNowRef(ctx, r.topic, gname, info.Ref)
+			out, due, err = refOutcome(r.in.RunNow(ctx, r.topic, redisdelay.ByRef(gname, info.Ref)))
 		}
 		if err != nil {
 			r.failf("error", "%s %s: %v", opNames[o.kind], info.Ref, err)
@@ -474,9 +474,9 @@ func (r *modelRun) exec(o op) {
 		var n int
 		var err error
 		if o.kind == opFlushBatch {
-			n, err = r.in.FlushBatch(ctx, r.topic, bk)
+			n, err = batchItems(r.in.RunNow(ctx, r.topic, redisdelay.ByBatchKey(bk)))
 		} else {
-			n, err = r.in.CancelBatch(ctx, r.topic, bk)
+			n, err = batchItems(r.in.Cancel(ctx, r.topic, redisdelay.ByBatchKey(bk)))
 		}
 		if err != nil {
 			r.failf("error", "%s %s: %v", opNames[o.kind], bk, err)

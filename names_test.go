@@ -92,9 +92,9 @@ func TestUnreadableNamesAreRefusedBeforeAnythingIsStored(t *testing.T) {
 			_, err = in.Stats(ctx, name)
 			assert.ErrorIs(t, err, redisdelay.ErrInvalidName, "stats of %q", name)
 			assert.ErrorIs(t, in.Pause(ctx, "orders", name), redisdelay.ErrInvalidName, "pause group %q", name)
-			_, err = in.Cancel(ctx, name, "k")
+			_, err = in.Cancel(ctx, name, redisdelay.ByKey("k"))
 			assert.ErrorIs(t, err, redisdelay.ErrInvalidName, "cancel on %q", name)
-			_, err = in.FlushBatch(ctx, name, "k")
+			_, err = in.RunNow(ctx, name, redisdelay.ByBatchKey("k"))
 			assert.ErrorIs(t, err, redisdelay.ErrInvalidName, "flush on %q", name)
 			if name == "." || name == ".." {
 				continue // fine as keys

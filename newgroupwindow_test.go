@@ -183,13 +183,13 @@ func TestAGroupRegisteredWithinTheWindowReceivesWhatWasPublishedBefore(t *testin
 		k := keyed("order-1", time.Second, "keyed")
 		require.NoError(t, pub.Publish(topic, k))
 		require.NoError(t, pub.Publish(topic, keyed("order-2", time.Second, "cancelled")))
-		cancelled, err := in.Cancel(ctx, topic, "order-2")
+		cancelled, err := in.Cancel(ctx, topic, redisdelay.ByKey("order-2"))
 		require.NoError(t, err)
 		assert.Equal(t, map[string]redisdelay.Outcome{"a": redisdelay.OutcomeApplied}, cancelled.Groups, "the window's copy is no group")
 
 		time.Sleep(100 * time.Millisecond)
 		chB := subscribe(t, newSubscriber(t, b, inGroup("b")), topic)
-		st, err := in.Status(ctx, topic, "order-1")
+		st, err := in.Status(ctx, topic, redisdelay.ByKey("order-1"))
 		require.NoError(t, err)
 		assert.NotContains(t, st.Groups, redisdelay.ParkedGroup, "the window's copy is no group")
 		if assert.Contains(t, st.Groups, "b") && st.Groups["b"].State == redisdelay.StateScheduled {

@@ -183,6 +183,9 @@ func (p *Publisher) publishWith(parent context.Context, topic string, msgs []*me
 	}
 	ctx, cancel := context.WithTimeout(parent, p.config.OperationTimeout)
 	defer cancel()
+	if err := p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger); err != nil {
+		return nil, err
+	}
 	if err := p.eviction.check(ctx); err != nil {
 		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
 	}
@@ -191,7 +194,6 @@ func (p *Publisher) publishWith(parent context.Context, topic string, msgs []*me
 		return nil, err
 	}
 	recordPublished(p.config.Metrics, topic, outcomes)
-	p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger)
 	if !p.nopLogger {
 		p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
 	}

@@ -72,8 +72,8 @@ func (s publisherSeam) Call() store.Call {
 	return store.Call{Token: store.NewToken(), TTL: s.p.callTTL}
 }
 
-func (s publisherSeam) EnsureTopic(ctx context.Context, topic string, partitions int, logger watermill.LoggerAdapter) {
-	s.p.topics.ensure(ctx, s.p.store, topic, partitions, logger)
+func (s publisherSeam) EnsureTopic(ctx context.Context, topic string, partitions int, logger watermill.LoggerAdapter) error {
+	return s.p.topics.ensure(ctx, s.p.store, topic, partitions, logger)
 }
 
 func (s publisherSeam) KeyPartition(key string) int { return keyPartition(key, s.p.config.Partitions) }

@@ -36,7 +36,7 @@ const (
 	// StateAcked: acknowledged, on attempt KeyGroupStatus.Attempt, at KeyGroupStatus.FinishedAt
 	// (Status only, while PublisherConfig.KeyRetention keeps the history).
 	StateAcked State = "acked"
-	// StateCancelled: cancelled by Inspector.Cancel or CancelRef at KeyGroupStatus.FinishedAt
+	// StateCancelled: cancelled by Inspector.Cancel at KeyGroupStatus.FinishedAt
 	// (Status only, while PublisherConfig.KeyRetention keeps the history).
 	StateCancelled State = "cancelled"
 	// StateFinished: the group no longer holds the message, which other groups still do, and

@@ -122,6 +122,9 @@ func (s *Subscriber) register(ctx context.Context, topic string) ([]registration
 	if window < 0 || strings.Contains(topic, DeadLetterInfix) {
 		window = 0
 	}
+	if err := s.ensureTopics(ctx, topic); err != nil {
+		return nil, err
+	}
 	regs := make([]registration, s.config.Partitions)
 	for n := range regs {
 		epoch, left, err := s.store.RegisterGroup(ctx, store.Partition{Topic: topic, N: n}.Of(s.config.ConsumerGroup), window, NewGroupWindowMaxMessages)
@@ -132,10 +135,6 @@ func (s *Subscriber) register(ctx context.Context, topic string) ([]registration
 		if left >= 0 {
 			regs[n].windowEnd = time.Now().Add(left)
 		}
-	}
-	s.topics.ensure(ctx, s.store, topic, s.config.Partitions, s.logger)
-	if dlt, err := s.deadLetterTopic(topic); err == nil {
-		s.topics.ensure(ctx, s.store, dlt, s.config.Partitions, s.logger)
 	}
 	return regs, nil
 }
@@ -160,8 +159,9 @@ type registration struct {
 // background, logging each failure and backing off.
 //
 // Errors: ErrSubscriberClosed after Close, an error wrapping ErrInvalidName for a bad topic
-// or a dead-letter topic (see SubscriberConfig.DeadLetterTopic) that cannot be used, or
-// ErrEvictingRedis (see SubscriberConfig.AllowEvictingRedis).
+// or a dead-letter topic (see SubscriberConfig.DeadLetterTopic) that cannot be used,
+// ErrEvictingRedis (see SubscriberConfig.AllowEvictingRedis), or one naming the topic and both
+// counts when the topic registry holds other partitions for it (see SubscriberConfig.Partitions).
 func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *message.Message, error) {
 	if err := ValidateName("topic", topic); err != nil {
 		return nil, err
@@ -180,7 +180,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 
 	logger := s.logger.With(watermill.LogFields{"topic": topic})
 	regs, err := s.register(ctx, topic)
-	if errors.Is(err, ErrEvictingRedis) {
+	if errors.Is(err, ErrEvictingRedis) || errors.Is(err, errPartitionsDisagree) {
 		s.wg.Add(-(s.config.Partitions + 1))
 		return nil, err
 	} else if err != nil {
@@ -229,5 +229,18 @@ func (s *Subscriber) Close() error {
 	s.wg.Wait()
 	s.wakeHub.Close()
 	s.logger.Debug("Subscriber closed", nil)
+	return nil
+}
+
+// ensureTopics writes topic and its dead-letter topic to the topic registry, with the
+// subscriber's partitions (a group's dead letters wait on the partition of the dead-letter
+// topic that matches their own), and refuses a topic registered with other partitions.
+func (s *Subscriber) ensureTopics(ctx context.Context, topic string) error {
+	if err := s.topics.ensure(ctx, s.store, topic, s.config.Partitions, s.logger); err != nil {
+		return err
+	}
+	if dlt, err := s.deadLetterTopic(topic); err == nil {
+		return s.topics.ensure(ctx, s.store, dlt, s.config.Partitions, s.logger)
+	}
 	return nil
 }

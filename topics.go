@@ -6,6 +6,7 @@ package redisdelay
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -15,35 +16,46 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
-// registeredTopics remembers which topics a Publisher or Subscriber has written to the topic
-// registry, so that each is written once per process (HSET). It holds at most maxCachedTopics
-// topics; past that it starts again from empty.
+// registeredTopics remembers the partitions that the topic registry holds for each topic a
+// Publisher or Subscriber has written to it, so that each is read and written once per
+// process. It holds at most maxCachedTopics topics; past that it starts again from empty.
 type registeredTopics struct {
 	mu   sync.Mutex
-	seen map[string]bool
+	seen map[string]int
 }
 
-// ensure writes topic to the registry unless it did already. A failure is logged and tried
-// again next time: the registry serves the Inspector only, never delivery.
-func (r *registeredTopics) ensure(ctx context.Context, st store.Store, topic string, partitions int, logger watermill.LoggerAdapter) {
+// ensure writes topic with partitions to the registry unless the topic is there already, and
+// returns an error, naming the topic and both counts, when the registry holds other partitions
+// for it: its messages would be split between two layouts, and a key would lead to a partition
+// its consumers never read. A failure to reach the registry is logged and tried again next
+// time, since delivery does not need it.
+func (r *registeredTopics) ensure(ctx context.Context, st store.Store, topic string, partitions int, logger watermill.LoggerAdapter) error {
 	r.mu.Lock()
-	done := r.seen[topic]
+	registered, done := r.seen[topic]
 	r.mu.Unlock()
-	if done {
-		return
+	if !done {
+		var err error
+		if registered, err = st.RegisterTopic(ctx, topic, partitions); err != nil {
+			// Info, not Error: on a full Redis every publish would log it, and delivery is fine.
+			logger.Info("Cannot add the topic to the topic registry yet; the Inspector finds it through its groups meanwhile", watermill.LogFields{"topic": topic, "err": err.Error()})
+			return nil
+		}
+		r.mu.Lock()
+		if r.seen == nil || len(r.seen) >= maxCachedTopics {
+			r.seen = map[string]int{}
+		}
+		r.seen[topic] = registered
+		r.mu.Unlock()
 	}
-	if err := st.RegisterTopic(ctx, topic, partitions); err != nil {
-		// Info, not Error: on a full Redis every publish would log it, and delivery is fine.
-		logger.Info("Cannot add the topic to the topic registry yet; the Inspector finds it through its groups meanwhile", watermill.LogFields{"topic": topic, "err": err.Error()})
-		return
+	if registered != partitions {
+		return fmt.Errorf("redisdelay: topic %s is configured with %d partitions, but the topic registry holds %d for it: %w", quote(topic), partitions, registered, errPartitionsDisagree)
 	}
-	r.mu.Lock()
-	if r.seen == nil || len(r.seen) >= maxCachedTopics {
-		r.seen = map[string]bool{}
-	}
-	r.seen[topic] = true
-	r.mu.Unlock()
+	return nil
 }
+
+// errPartitionsDisagree is wrapped by the error of a publisher or subscriber whose partitions
+// are not the ones the topic registry holds for the topic.
+var errPartitionsDisagree = errors.New("every publisher and subscriber of a topic needs the same Partitions (docs/configuration.md#partitions)")
 
 // forget makes the next ensure of each topic write it again, as after Redis lost its data.
 func (r *registeredTopics) forget(topics ...string) {
@@ -160,4 +172,17 @@ func (i *Inspector) groupsOf(ctx context.Context, topic string, partitions int) 
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// partitions returns the partitions of topic: the registry's, or InspectorConfig.Partitions
+// for a topic missing from it (one HGET).
+func (i *Inspector) partitions(ctx context.Context, topic string) (int, error) {
+	partitions, registered, err := i.store.RegisteredPartitions(ctx, topic)
+	if err != nil {
+		return 0, fmt.Errorf("redisdelay: topic %s: %w", quote(topic), err)
+	}
+	if !registered || partitions < 1 {
+		return i.config.Partitions, nil
+	}
+	return partitions, nil
 }

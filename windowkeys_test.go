@@ -185,7 +185,7 @@ func waitRetentionPassed(t *testing.T, b backend, in *redisdelay.Inspector, topi
 	var st redisdelay.KeyStatus
 	require.Eventually(t, func() bool {
 		var err error
-		st, err = in.Status(context.Background(), topic, key)
+		st, err = in.Status(context.Background(), topic, redisdelay.ByKey(key))
 		require.NoError(t, err)
 		for _, g := range st.Groups {
 			if g.State == redisdelay.StateAcked {
@@ -243,7 +243,7 @@ func TestAGroupRegisteredWithinTheWindowAfterTheAcksGetsTheEarlierMessages(t *te
 		waitDrained(t, in, topic, "a")
 		waitDrained(t, in, topic, "b")
 		for _, key := range []string{"order-42", "early-1"} {
-			st, err := in.Status(context.Background(), topic, key)
+			st, err := in.Status(context.Background(), topic, redisdelay.ByKey(key))
 			require.NoError(t, err)
 			assert.False(t, st.Live, "the key is free: %+v", st)
 		}
@@ -361,7 +361,7 @@ func TestTheWindowsCopyFollowsReplaceAndCancel(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, "sr", outcomeLetters(outcomes))
 		require.Equal(t, redisdelay.OutcomeScheduled, publishOne(t, pub, topic, keyed("k3", time.Hour, "cancelled")))
-		_, err = in.Cancel(context.Background(), topic, "k3")
+		_, err = in.Cancel(context.Background(), topic, redisdelay.ByKey("k3"))
 		require.NoError(t, err)
 		lastStates := func(ch <-chan *message.Message, name string) {
 			got := map[string]bool{}
@@ -375,7 +375,7 @@ func TestTheWindowsCopyFollowsReplaceAndCancel(t *testing.T) {
 		}
 		lastStates(chA, "a")
 		for _, key := range []string{"k1", "k2", "k3"} {
-			st, err := in.Status(context.Background(), topic, key)
+			st, err := in.Status(context.Background(), topic, redisdelay.ByKey(key))
 			require.NoError(t, err)
 			assert.False(t, st.Live, "%s is free while the window keeps a copy: %+v", key, st)
 		}

@@ -68,12 +68,12 @@ func (s *server) cancel(w http.ResponseWriter, r *http.Request, topic, group str
 	if !ok {
 		return
 	}
-	o, err := s.in.CancelRef(r.Context(), topic, group, ref)
+	res, err := s.in.Cancel(r.Context(), topic, redisdelay.ByRef(group, ref))
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.done(w, r, topic, group, "cancel", o, "")
+	s.done(w, r, topic, group, "cancel", res.Groups[group], "")
 }
 
 func (s *server) reschedule(w http.ResponseWriter, r *http.Request, topic, group string) {
@@ -86,12 +86,12 @@ func (s *server) reschedule(w http.ResponseWriter, r *http.Request, topic, group
 		s.problem(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	o, _, err := s.in.RescheduleRef(r.Context(), topic, group, ref, due)
+	res, err := s.in.Reschedule(r.Context(), topic, redisdelay.ByRef(group, ref), due)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.done(w, r, topic, group, "reschedule", o, ref)
+	s.done(w, r, topic, group, "reschedule", res.Groups[group], ref)
 }
 
 func (s *server) runNow(w http.ResponseWriter, r *http.Request, topic, group string) {
@@ -99,12 +99,12 @@ func (s *server) runNow(w http.ResponseWriter, r *http.Request, topic, group str
 	if !ok {
 		return
 	}
-	o, _, err := s.in.RunNowRef(r.Context(), topic, group, ref)
+	res, err := s.in.RunNow(r.Context(), topic, redisdelay.ByRef(group, ref))
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
-	s.done(w, r, topic, group, "run-now", o, ref)
+	s.done(w, r, topic, group, "run-now", res.Groups[group], ref)
 }
 
 func (s *server) requeue(w http.ResponseWriter, r *http.Request, topic, group string) {

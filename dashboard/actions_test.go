@@ -76,7 +76,7 @@ func TestAuthorizeDecidesWhoMayAct(t *testing.T) {
 	_ = res.Body.Close()
 	assert.Equal(t, http.StatusSeeOther, res.StatusCode)
 	assert.Zero(t, q.stats("orders", "billing").Scheduled)
-	assert.Equal(t, int64(1), q.stats("orders", "shipping").Scheduled, "CancelRef acts on one group")
+	assert.Equal(t, int64(1), q.stats("orders", "shipping").Scheduled, "Cancel by ref acts in one group")
 }
 
 func TestActionsChangeTheQueueAndReportTheOutcome(t *testing.T) {
@@ -111,13 +111,13 @@ func TestActionsChangeTheQueueAndReportTheOutcome(t *testing.T) {
 	// Reschedule, by a delay and by a time.
 	res = do(t, http.MethodPost, srv.URL+link(t, page.body, "/message/reschedule"), url.Values{"after": {"2h"}})
 	require.Equal(t, http.StatusSeeOther, res.status, res.body)
-	m, err := q.in.Message(ctx, "orders", "billing", ref)
+	m, err := q.in.Message(ctx, "orders", redisdelay.ByRef("billing", ref))
 	require.NoError(t, err)
 	assert.WithinDuration(t, time.Now().Add(2*time.Hour), m.DueAt, time.Minute)
 	at := time.Now().Add(72 * time.Hour).UTC().Truncate(time.Second)
 	res = do(t, http.MethodPost, srv.URL+link(t, page.body, "/message/reschedule"), url.Values{"at": {at.Format("2006-01-02T15:04:05")}})
 	require.Equal(t, http.StatusSeeOther, res.status, res.body)
-	m, err = q.in.Message(ctx, "orders", "billing", ref)
+	m, err = q.in.Message(ctx, "orders", redisdelay.ByRef("billing", ref))
 	require.NoError(t, err)
 	assert.True(t, at.Equal(m.DueAt), "due at %s, want %s", m.DueAt, at)
 	bad := do(t, http.MethodPost, srv.URL+link(t, page.body, "/message/reschedule"), url.Values{"after": {"soon"}})
@@ -129,7 +129,7 @@ func TestActionsChangeTheQueueAndReportTheOutcome(t *testing.T) {
 	require.Equal(t, http.StatusSeeOther, res.status, res.body)
 	assert.Contains(t, res.location, "state=due")
 	assert.Contains(t, get(t, srv.URL+res.location).body, "The message was cancelled.")
-	_, err = q.in.Message(ctx, "orders", "billing", ref)
+	_, err = q.in.Message(ctx, "orders", redisdelay.ByRef("billing", ref))
 	assert.ErrorIs(t, err, redisdelay.ErrNotFound)
 	assert.Equal(t, int64(2), q.stats("orders", "billing").Scheduled)
 	res = do(t, http.MethodPost, srv.URL+link(t, page.body, "/message/cancel"), nil)

@@ -74,7 +74,7 @@ func (s *server) find(w http.ResponseWriter, r *http.Request, topic, group strin
 	case q.Get("ref") != "":
 		m, dead, err = s.byRef(r.Context(), topic, group, q.Get("ref"), q.Get("state") == string(redisdelay.StateDeadLettered))
 	case q.Get("key") != "":
-		m, err = s.in.MessageByKey(r.Context(), topic, group, q.Get("key"))
+		m, err = s.in.Message(r.Context(), topic, redisdelay.ByKey(q.Get("key")).InGroup(group))
 	case strings.TrimSpace(q.Get("q")) != "":
 		m, dead, err = s.search(r.Context(), topic, group, strings.TrimSpace(q.Get("q")))
 	default:
@@ -132,23 +132,23 @@ func sortedMetadata(md map[string]string) [][2]string {
 	return sorted
 }
 
-// byRef finds the message ref names: a dead letter through Inspector.DeadLetter, anything else
-// through Message, each reading that one message. It reports whether the message is a dead
-// letter.
+// byRef finds the message ref names: a dead letter (redisdelay.ByDeadLetter) or a message the
+// group holds (redisdelay.ByRef), reading that one message with Inspector.Message. It reports
+// whether the message is a dead letter.
 func (s *server) byRef(ctx context.Context, topic, group, ref string, dead bool) (redisdelay.MessageInfo, bool, error) {
-	if !dead {
-		m, err := s.in.Message(ctx, topic, group, ref)
-		return m, false, err
+	t := redisdelay.ByRef(group, ref)
+	if dead {
+		t = redisdelay.ByDeadLetter(group, ref)
 	}
-	m, err := s.in.DeadLetter(ctx, topic, group, ref)
-	return m, true, err
+	m, err := s.in.Message(ctx, topic, t)
+	return m, dead, err
 }
 
 // search finds the message whose ref or key is exactly q: as a ref (of a message the group
 // holds, then of a dead letter) when q has the shape of one, then as a key.
 func (s *server) search(ctx context.Context, topic, group, q string) (redisdelay.MessageInfo, bool, error) {
 	if isRef(q) {
-		m, err := s.in.Message(ctx, topic, group, q)
+		m, err := s.in.Message(ctx, topic, redisdelay.ByRef(group, q))
 		if !errors.Is(err, redisdelay.ErrNotFound) {
 			return m, false, err
 		}
@@ -157,7 +157,7 @@ func (s *server) search(ctx context.Context, topic, group, q string) (redisdelay
 			return m, dead, err
 		}
 	}
-	m, err := s.in.MessageByKey(ctx, topic, group, q)
+	m, err := s.in.Message(ctx, topic, redisdelay.ByKey(q).InGroup(group))
 	return m, false, err
 }
 

@@ -222,9 +222,9 @@ func TestMetricsCountAWorkloadThroughPublisherSubscriberAndInspector(t *testing.
 				msg.Ack()
 			}
 		}
-		_, err = in.Cancel(ctx, topic, "later")
+		_, err = in.Cancel(ctx, topic, redisdelay.ByKey("later"))
 		require.NoError(t, err)
-		_, err = in.RunNow(ctx, topic, "soon")
+		_, err = in.RunNow(ctx, topic, redisdelay.ByKey("soon"))
 		require.NoError(t, err)
 		receive(t, ch).Ack()
 

@@ -99,7 +99,7 @@ func (q *Queue) status(t TB, topic, key string) redisdelay.KeyStatus {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	st, err := q.inspector.Status(ctx, topic, key)
+	st, err := q.inspector.Status(ctx, topic, redisdelay.ByKey(key))
 	if err != nil {
 		t.Fatalf("redisdelaytest: status of key %q on topic %q: %v", key, topic, err)
 	}

@@ -37,7 +37,7 @@ func (o *orders) pay(id string) error {
 	o.mu.Lock()
 	o.status[id] = "paid"
 	o.mu.Unlock()
-	_, err := o.inspector.Cancel(context.Background(), "order.payment-check", "order-"+id)
+	_, err := o.inspector.Cancel(context.Background(), "order.payment-check", redisdelay.ByKey("order-"+id))
 	return err
 }
 

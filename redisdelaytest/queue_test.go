@@ -77,13 +77,13 @@ func TestKeysCancelRescheduleAndRunNowFollowTheVirtualClock(t *testing.T) {
 	q.Consume("reminders", "mailer")
 	q.Publish(t, "reminders", delayed("cancel-me", time.Hour), delayed("later", time.Hour), delayed("now", time.Hour))
 	ctx := context.Background()
-	if _, err := q.Inspector().Cancel(ctx, "reminders", "cancel-me"); err != nil {
+	if _, err := q.Inspector().Cancel(ctx, "reminders", redisdelay.ByKey("cancel-me")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Inspector().RescheduleAfter(ctx, "reminders", "later", 2*time.Hour); err != nil {
+	if _, err := q.Inspector().RescheduleAfter(ctx, "reminders", redisdelay.ByKey("later"), 2*time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := q.Inspector().RunNow(ctx, "reminders", "now"); err != nil {
+	if _, err := q.Inspector().RunNow(ctx, "reminders", redisdelay.ByKey("now")); err != nil {
 		t.Fatal(err)
 	}
 	q.Settle()

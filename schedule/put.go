@@ -69,7 +69,9 @@ func (s *Scheduler) Put(ctx context.Context, sch Schedule) (PutOutcome, error) {
 	if old := states[0]; outcome == string(Updated) && old.Fields["next"] != "" {
 		s.dropTick(ctx, old)
 	}
-	s.pub.EnsureTopic(ctx, TickTopic, 1, s.logger)
+	if err := s.pub.EnsureTopic(ctx, TickTopic, 1, s.logger); err != nil {
+		return PutOutcome(outcome), s.errorf("put", c.Name, err)
+	}
 	if outcome != string(Unchanged) && states[0].Fields["paused"] != "1" {
 		if err := s.storeAhead(ctx, c, first, jitter, time.UnixMicro(nowUs)); err != nil {
 			return PutOutcome(outcome), s.errorf("put", c.Name, err)

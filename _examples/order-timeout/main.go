@@ -368,7 +368,7 @@ func (e *example) payLater(ctx context.Context, id string, wait time.Duration) {
 // cancelCheck calls off the payment check of order id, which was just paid, and records the
 // outcome in the consumer group.
 func (e *example) cancelCheck(ctx context.Context, id string) {
-	res, err := e.inspector.Cancel(ctx, topic, checkKey(id))
+	res, err := e.inspector.Cancel(ctx, topic, redisdelay.ByKey(checkKey(id)))
 	if err != nil {
 		// The check stays scheduled; the handler's safety check still keeps the paid order.
 		e.tl.printf("order %s check not cancelled: %v", id, err)
@@ -393,7 +393,7 @@ func (e *example) cancelCheck(ctx context.Context, id string) {
 
 // describeGroups lists the outcome of an operation by key in each consumer group, such as
 // "group order-service: done".
-func describeGroups(res redisdelay.KeyResult) string {
+func describeGroups(res redisdelay.ActionResult) string {
 	if len(res.Groups) == 0 {
 		return "no consumer group"
 	}

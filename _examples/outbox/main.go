@@ -194,7 +194,7 @@ func demo(ctx context.Context, db *sql.DB, rd *exampleredis.Redis, orders int, d
 		logf("check of order %s: scheduled in %q, due %s (%+.3fs from its order + %s) %s", id, group, st.DueAt.Format(time.RFC3339Nano), late.Seconds(), d, verdict)
 	}
 	for _, id := range rolledBack {
-		st, err := insp.Status(ctx, checkTopic, "order-"+id)
+		st, err := insp.Status(ctx, checkTopic, redisdelay.ByKey("order-"+id))
 		if err != nil {
 			return false, err
 		}
@@ -230,7 +230,7 @@ func demo(ctx context.Context, db *sql.DB, rd *exampleredis.Redis, orders int, d
 func waitScheduled(ctx context.Context, insp *redisdelay.Inspector, key string, timeout time.Duration) (redisdelay.KeyGroupStatus, error) {
 	deadline := time.Now().Add(timeout)
 	for {
-		st, err := insp.Status(ctx, checkTopic, key)
+		st, err := insp.Status(ctx, checkTopic, redisdelay.ByKey(key))
 		if err != nil {
 			return redisdelay.KeyGroupStatus{}, err
 		}

@@ -223,7 +223,7 @@ func TestOutboxDeliversCommittedMessagesAtTheirDueTimeAndRolledBackOnesNever(t *
 	}
 	msgs.mu.Unlock()
 	for _, key := range rolledBack {
-		st, err := e.insp.Status(ctx, checkTopic, key)
+		st, err := e.insp.Status(ctx, checkTopic, redisdelay.ByKey(key))
 		if err != nil {
 			t.Fatal(err)
 		}

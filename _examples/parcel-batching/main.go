@@ -330,10 +330,11 @@ func (d *dispatch) runShift(ctx context.Context, pub *redisdelay.Publisher, in *
 	}
 	d.tl.printf("end of shift: flushing every area's open batch")
 	for _, a := range areas {
-		n, err := in.FlushBatch(ctx, topic, a.name)
+		res, err := in.RunNow(ctx, topic, redisdelay.ByBatchKey(a.name))
 		if err != nil {
 			return fmt.Errorf("end of shift: %w", err)
 		}
+		n := res.BatchItems
 		d.flushed(a.name, n)
 		if n == 0 {
 			d.tl.printf("area %s: no open batch", a.name)

@@ -39,11 +39,16 @@ func (t target) String() string {
 	return fmt.Sprintf("message %q of group %q on topic %q", t.ref, t.group, t.topic)
 }
 
-// keyOp and refOp are an Inspector operation by key and the same operation by ref.
-type (
-	keyOp func(ctx context.Context, topic, key string) (redisdelay.KeyResult, error)
-	refOp func(ctx context.Context, topic, group, ref string) (redisdelay.Outcome, time.Time, error)
-)
+// address is the Inspector's name for t: ByKey or ByRef.
+func (t target) address() redisdelay.Target {
+	if t.key != "" {
+		return redisdelay.ByKey(t.key)
+	}
+	return redisdelay.ByRef(t.group, t.ref)
+}
+
+// action is an Inspector action: Cancel, Reschedule, RescheduleAfter or RunNow.
+type action func(ctx context.Context, topic string, t redisdelay.Target) (redisdelay.ActionResult, error)
 
 // outcomeView is what cancel, reschedule or run-now did in each consumer group; ParkedGroup ("")
 // is a message parked while the topic had no group.
@@ -83,22 +88,12 @@ func (w outcomeWords) word(o redisdelay.Outcome) string {
 	return o.String()
 }
 
-// act runs byKey or byRef on t and prints the outcome in each group, in words. The Inspector
-// reports a message that is not there as an outcome; act makes it an error wrapping
-// ErrNotFound.
-func (a *app) act(ctx context.Context, t target, words outcomeWords, byKey keyOp, byRef refOp) error {
-	r := redisdelay.KeyResult{Topic: t.topic, Key: t.key}
-	if t.key != "" {
-		var err error
-		if r, err = byKey(ctx, t.topic, t.key); err != nil {
-			return err
-		}
-	} else {
-		o, due, err := byRef(ctx, t.topic, t.group, t.ref)
-		if err != nil {
-			return err
-		}
-		r.Groups, r.DueAt = map[string]redisdelay.Outcome{t.group: o}, due
+// act runs op on t and prints the outcome in each group, in words. The Inspector reports a
+// message that is not there as an outcome; act makes it an error wrapping ErrNotFound.
+func (a *app) act(ctx context.Context, t target, words outcomeWords, op action) error {
+	r, err := op(ctx, t.topic, t.address())
+	if err != nil {
+		return err
 	}
 	if !r.Found() {
 		return fmt.Errorf("%s: %w", t, redisdelay.ErrNotFound)
@@ -132,10 +127,7 @@ func (a *app) cancelCommand() *cobra.Command {
 			if err := a.confirm(fmt.Sprintf("Cancel %s?", t)); err != nil {
 				return err
 			}
-			return a.act(cmd.Context(), t, cancelWords, a.in.Cancel, func(ctx context.Context, topic, group, ref string) (redisdelay.Outcome, time.Time, error) {
-				o, err := a.in.CancelRef(ctx, topic, group, ref)
-				return o, time.Time{}, err
-			})
+			return a.act(cmd.Context(), t, cancelWords, a.in.Cancel)
 		},
 	}
 	t.addFlags(cmd)
@@ -151,24 +143,21 @@ func (a *app) rescheduleCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "reschedule",
 		Short: "Make a message due at another time, keeping its attempt count",
-		Long: "Make a message due at --at or --in from now, keeping its attempt count. By --key, --in\n" +
-			"counts on the Redis clock; by --ref, on this machine's clock.",
-		Args: cobra.NoArgs,
+		Long:  "Make a message due at --at or --in from now, keeping its attempt count. --in counts on the\nRedis clock.",
+		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			due := time.Now().Add(in)
+			var due time.Time
 			if at != "" {
 				var err error
 				if due, err = time.Parse(time.RFC3339, at); err != nil {
 					return fmt.Errorf("--at: %w", err)
 				}
 			}
-			return a.act(cmd.Context(), t, rescheduleWords, func(ctx context.Context, topic, key string) (redisdelay.KeyResult, error) {
+			return a.act(cmd.Context(), t, rescheduleWords, func(ctx context.Context, topic string, t redisdelay.Target) (redisdelay.ActionResult, error) {
 				if at != "" {
-					return a.in.Reschedule(ctx, topic, key, due)
+					return a.in.Reschedule(ctx, topic, t, due)
 				}
-				return a.in.RescheduleAfter(ctx, topic, key, in)
-			}, func(ctx context.Context, topic, group, ref string) (redisdelay.Outcome, time.Time, error) {
-				return a.in.RescheduleRef(ctx, topic, group, ref, due)
+				return a.in.RescheduleAfter(ctx, topic, t, in)
 			})
 		},
 	}
@@ -187,7 +176,7 @@ func (a *app) runCommand() *cobra.Command {
 		Short: "Make a message due at once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.act(cmd.Context(), t, runNowWords, a.in.RunNow, a.in.RunNowRef)
+			return a.act(cmd.Context(), t, runNowWords, a.in.RunNow)
 		},
 	}
 	t.addFlags(cmd)

@@ -172,7 +172,7 @@ func (a *app) rootCommand() *cobra.Command {
 	f.StringVar(&a.password, "password", "", "Redis password")
 	f.BoolVar(&a.tls, "tls", false, "connect with TLS 1.2 or later")
 	f.StringVar(&a.prefix, "prefix", redisdelay.DefaultKeyPrefix, "key prefix of the queues' publishers and subscribers")
-	f.IntVar(&a.partitions, "partitions", 1, "partitions of the topics, as their publishers were configured")
+	f.IntVar(&a.partitions, "partitions", 1, "partitions of the topics missing from the topic registry, and of the Scheduler's publisher")
 	f.DurationVar(&a.timeout, "timeout", redisdelay.DefaultOperationTimeout, "bound on each Inspector operation")
 	f.StringVarP(&a.output, "output", "o", "table", "output format: table or json")
 	f.BoolVarP(&a.yes, "yes", "y", false, "do not ask for confirmation (cancel, requeue, purge, remove-group, schedules backfill and schedules delete ask)")

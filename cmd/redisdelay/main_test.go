@@ -176,7 +176,7 @@ func (q *queue) stats(topic, group string) statsView {
 // status returns the library's view of the message with key on topic in group.
 func (q *queue) status(topic, key, group string) redisdelay.KeyGroupStatus {
 	q.t.Helper()
-	st, err := q.in.Status(context.Background(), topic, key)
+	st, err := q.in.Status(context.Background(), topic, redisdelay.ByKey(key))
 	require.NoError(q.t, err)
 	return st.Groups[group]
 }

@@ -194,7 +194,7 @@ func (a *app) showCommand() *cobra.Command {
 // names (see byRef).
 func (a *app) message(ctx context.Context, topic, group, key, ref string, state redisdelay.State) (redisdelay.MessageInfo, error) {
 	if key != "" {
-		return a.in.MessageByKey(ctx, topic, group, key)
+		return a.in.Message(ctx, topic, redisdelay.ByKey(key).InGroup(group))
 	}
 	return a.byRef(ctx, topic, group, ref, state)
 }
@@ -263,18 +263,18 @@ func (a *app) printPayload(text string, raw []byte, vanished bool) {
 func (a *app) byRef(ctx context.Context, topic, group, ref string, state redisdelay.State) (redisdelay.MessageInfo, error) {
 	switch {
 	case state == redisdelay.StateDeadLettered:
-		return a.in.DeadLetter(ctx, topic, group, ref)
+		return a.in.Message(ctx, topic, redisdelay.ByDeadLetter(group, ref))
 	case state == redisdelay.StateScheduled, state == redisdelay.StateDue, state == redisdelay.StateInFlight,
 		group == redisdelay.ParkedGroup && state == "": // parked messages have no dead letters
-		return a.in.Message(ctx, topic, group, ref)
+		return a.in.Message(ctx, topic, redisdelay.ByRef(group, ref))
 	case state != "":
 		return redisdelay.MessageInfo{}, fmt.Errorf("--state is %q, want scheduled, due, in-flight or dead-lettered", state)
 	}
-	m, err := a.in.Message(ctx, topic, group, ref)
+	m, err := a.in.Message(ctx, topic, redisdelay.ByRef(group, ref))
 	if err != nil && !errors.Is(err, redisdelay.ErrNotFound) {
 		return m, err
 	}
-	d, deadErr := a.in.DeadLetter(ctx, topic, group, ref)
+	d, deadErr := a.in.Message(ctx, topic, redisdelay.ByDeadLetter(group, ref))
 	switch {
 	case deadErr != nil && !errors.Is(deadErr, redisdelay.ErrNotFound):
 		return d, deadErr

@@ -214,7 +214,7 @@ func TestSchedulesBackfillPublishesEachTickOnce(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	assert.Equal(t, "Backfilled schedule hourly: published 4 ticks; 0 were published already.\n", r.stdout)
 	assert.Equal(t, int64(4), q.stats(topic, group).Due)
-	_, err := q.in.MessageByKey(context.Background(), topic, group, schedule.TickKey("hourly", time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC)))
+	_, err := q.in.Message(context.Background(), topic, redisdelay.ByKey(schedule.TickKey("hourly", time.Date(2026, 1, 1, 2, 0, 0, 0, time.UTC))).InGroup(group))
 	assert.NoError(t, err, "each tick's message has the tick's key")
 
 	var res map[string]any

@@ -314,7 +314,7 @@ func TestOperatorSeesTheCountsOpensAMessageAndCancelsIt(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.Click(chromedp.CSS(`button[data-action="cancel"]`))))
 	assert.Equal(t, "The message was cancelled.", text(t, ctx, "p.notice"))
 	assert.Len(t, c.matching("dialog: Cancel this message in group billing?"), 1, "htmx asked to confirm")
-	status, err := q.in.Status(context.Background(), "orders", "order-2")
+	status, err := q.in.Status(context.Background(), "orders", redisdelay.ByKey("order-2"))
 	require.NoError(t, err)
 	assert.Equal(t, redisdelay.StateFinished, status.Groups["billing"].State, "billing no longer holds order-2")
 	assert.Equal(t, redisdelay.StateScheduled, status.Groups["shipping"].State, "cancel by ref acts on one group")

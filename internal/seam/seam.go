@@ -60,8 +60,9 @@ type Publisher interface {
 	WithGroups(ctx context.Context, part store.Partition, try func(ctx context.Context, groups []string) error) error
 	// Call returns a new token for a script call that publishes.
 	Call() store.Call
-	// EnsureTopic registers topic, of that many partitions, once per Publisher.
-	EnsureTopic(ctx context.Context, topic string, partitions int, logger watermill.LoggerAdapter)
+	// EnsureTopic registers topic, of that many partitions, once per Publisher; it returns an
+	// error when the topic registry holds another number of partitions for it.
+	EnsureTopic(ctx context.Context, topic string, partitions int, logger watermill.LoggerAdapter) error
 	// KeyPartition is the partition of the topics' messages with key key.
 	KeyPartition(key string) int
 	// OperationTimeout bounds each call of the Publisher.

@@ -16,13 +16,34 @@ import (
 // statistics, the Redis clock, and the server's eviction policy (counts by due time are in
 // admin_counts.go).
 
-// RegisterTopic records topic and its partition count in the topic registry (HSET), for the
-// Inspector.
-func (s Store) RegisterTopic(ctx context.Context, topic string, partitions int) error {
-	_, err := command(ctx, s, func(ctx context.Context) (int64, error) {
-		return s.client.HSet(ctx, s.keys.topicRegistry(), topic, partitions).Result()
+// RegisterTopic records topic and its partition count in the topic registry unless it is there
+// already (HSETNX and HGET in one MULTI, one round trip), and returns the partition count the
+// registry holds for it: partitions when it was not registered, else the registered one. An
+// entry that is not a number is replaced (HSET).
+func (s Store) RegisterTopic(ctx context.Context, topic string, partitions int) (int, error) {
+	key := s.keys.topicRegistry()
+	registered, err := command(ctx, s, func(ctx context.Context) (string, error) {
+		var get *redis.StringCmd
+		_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.HSetNX(ctx, key, topic, partitions)
+			get = p.HGet(ctx, key, topic)
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+		return get.Val(), nil
 	})
-	return err
+	if err != nil {
+		return 0, err
+	}
+	if n, err := strconv.Atoi(registered); err == nil && n > 0 {
+		return n, nil
+	}
+	_, err = command(ctx, s, func(ctx context.Context) (int64, error) {
+		return s.client.HSet(ctx, key, topic, partitions).Result()
+	})
+	return partitions, err
 }
 
 // RegisteredTopics reads the topic registry (HGETALL): every topic published to or subscribed,

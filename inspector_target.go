@@ -1,0 +1,212 @@
+package redisdelay
+
+// How the Inspector addresses messages: a Target names what Cancel, Reschedule,
+// RescheduleAfter, RunNow, Status and Message act on or read, and ActionResult is what the
+// three actions report.
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
+)
+
+// Target names messages of a topic for an Inspector operation. Build one with ByKey, ByRef,
+// ByDeadLetter or ByBatchKey; an operation given the zero Target, or one it does not take,
+// returns an error wrapping ErrUnsupportedTarget that names both. Which operation takes what:
+//
+//	target                     Cancel, Reschedule, RescheduleAfter, RunNow   Status          Message
+//	ByKey(key)                 the message in every consumer group           every group     -
+//	ByKey(key).InGroup(group)  -                                             that group      yes
+//	ByRef(group, ref)          the message in that group only                its group       yes
+//	ByRef(ParkedGroup, ref)    - (act by key)                                yes             yes
+//	ByDeadLetter(group, ref)   - (Requeue takes dead letters)                -               yes
+//	ByBatchKey(batchKey)       Cancel, RunNow: the open batch                -               -
+//
+// A ref is MessageInfo.Ref as List returns it; MessageInfo.Ref says which target each state's
+// refs go in.
+type Target struct {
+	kind  targetKind
+	group string
+	// name is the key, ref or batch key.
+	name string
+}
+
+type targetKind uint8
+
+const (
+	targetNone targetKind = iota
+	targetKey
+	targetGroupKey
+	targetRef
+	targetDeadLetter
+	targetBatch
+)
+
+// ByKey names the message with key on a topic: in every consumer group, or in one with
+// InGroup.
+func ByKey(key string) Target { return Target{kind: targetKey, name: key} }
+
+// ByRef names the message that ref (MessageInfo.Ref from List with StateScheduled, StateDue or
+// StateInFlight) names in group, ParkedGroup for a parked message.
+func ByRef(group, ref string) Target { return Target{kind: targetRef, group: group, name: ref} }
+
+// ByDeadLetter names the dead letter of group that ref (MessageInfo.Ref from List with
+// StateDeadLettered) names: a ref of a message and one of a dead letter can look alike.
+func ByDeadLetter(group, ref string) Target {
+	return Target{kind: targetDeadLetter, group: group, name: ref}
+}
+
+// ByBatchKey names the open batch of batchKey on a topic (PublisherConfig.Batch): the one that
+// still takes items. A batch that closed is a message of each group, named by ByRef.
+func ByBatchKey(batchKey string) Target { return Target{kind: targetBatch, name: batchKey} }
+
+// InGroup narrows a ByKey target to the message with the key in group; other targets are
+// returned as they are.
+func (t Target) InGroup(group string) Target {
+	if t.kind == targetKey {
+		t.kind, t.group = targetGroupKey, group
+	}
+	return t
+}
+
+// describe names the target, for errors.
+func (t Target) describe() string {
+	switch t.kind {
+	case targetKey:
+		return "key " + quote(t.name)
+	case targetGroupKey:
+		return fmt.Sprintf("key %s in group %s", quote(t.name), quote(t.group))
+	case targetRef:
+		return fmt.Sprintf("message %s of group %s", quote(t.name), quote(t.group))
+	case targetDeadLetter:
+		return fmt.Sprintf("dead letter %s of group %s", quote(t.name), quote(t.group))
+	case targetBatch:
+		return "open batch of batch key " + quote(t.name)
+	}
+	return "no target"
+}
+
+// unsupported is the error of operation op given t on topic.
+func unsupported(op, topic string, t Target) error {
+	return fmt.Errorf("redisdelay: %s %s on topic %s: %w", op, t.describe(), quote(topic), ErrUnsupportedTarget)
+}
+
+// ActionResult is what Cancel, Reschedule, RescheduleAfter or RunNow did.
+type ActionResult struct {
+	Topic  string
+	Target Target
+	// Groups holds the outcome in each consumer group acted in, by name: every group registered
+	// on the topic for ByKey, and ParkedGroup too when the message was parked; the ref's group
+	// for ByRef; none for ByBatchKey.
+	Groups map[string]Outcome
+	// DueAt is the new due time, on the Redis clock, for Reschedule, RescheduleAfter and RunNow;
+	// zero when nothing was rescheduled.
+	DueAt time.Time
+	// BatchItems is how many items the open batch held (ByBatchKey), 0 when none was open (a
+	// batch whose MaxWait has passed is no longer open: it is on its way with trigger time).
+	BatchItems int
+}
+
+// Found reports whether the target named a message (or an open batch).
+func (r ActionResult) Found() bool {
+	for _, o := range r.Groups {
+		if o != OutcomeNotFound {
+			return true
+		}
+	}
+	return r.BatchItems > 0
+}
+
+// Applied reports whether the operation took effect in at least one group, or on an open
+// batch. For Cancel, OutcomeInFlight is not counted, though the message was cancelled there too.
+func (r ActionResult) Applied() bool {
+	for _, o := range r.Groups {
+		if o == OutcomeApplied {
+			return true
+		}
+	}
+	return r.BatchItems > 0
+}
+
+// Cancel cancels what t names on topic, so that no consumer group receives it afterwards:
+//   - ByKey: the message with the key in every group. In a group that holds it due (first
+//     attempt, or waiting for a retry) it is removed (OutcomeApplied). In a group that holds it
+//     in flight the delivery under way finishes (one claimed but not yet handed to the handler
+//     may not be handed out), but its Ack or Nack is refused and it never comes back
+//     (OutcomeInFlight). The message is deleted once no group holds it, and the key is free
+//     again, or keeps its history for PublisherConfig.KeyRetention, recorded as cancelled in
+//     each group that held it.
+//   - ByRef: the message in its group only, with or without a key: OutcomeApplied when it was
+//     due, OutcomeInFlight when a consumer held it (its lease is removed, as by key),
+//     OutcomeNotFound when the group no longer holds it. A batch still open for its batch key
+//     is closed (as by Reschedule and RunNow): later items of the key open a new batch, and the
+//     other groups receive this one, with the items it has, at its due time. A message in the
+//     group's compact tier (PublisherConfig.CompactHorizon), named by the ref List gave it
+//     there, first moves into the group's due set at its due time (unfar.lua: it reads at most
+//     16 time buckets and 10,000 of their entries to find it, else OutcomeNotFound): two
+//     script calls.
+//   - ByBatchKey: drops the open batch with its items; ActionResult.BatchItems says how many.
+//
+// Each is one atomic script (two for the compact tier) on the topic's hash slot; a second run
+// after a lost reply returns the first run's result. Errors name the topic and target: one
+// wrapping ErrInvalidName or ErrInvalidKey for bad input, ErrNotFound for an unknown topic or
+// group or a malformed ref (also when the group is removed while the call runs: the script
+// then writes nothing), ErrUnsupportedTarget for another target, ErrOutcomeUnknown when the
+// call timed out after it was sent (it ran whole or not at all; calling it again is safe), or
+// the Redis error. It returns within OperationTimeout.
+func (i *Inspector) Cancel(ctx context.Context, topic string, t Target) (ActionResult, error) {
+	switch t.kind {
+	case targetKey:
+		return i.cancelKey(ctx, topic, t)
+	case targetRef:
+		return i.refOp(ctx, topic, t, store.RefCancel, store.Outgoing{})
+	case targetBatch:
+		return i.batchOp(ctx, store.BatchCancel, topic, t)
+	}
+	return ActionResult{Topic: topic, Target: t}, unsupported("cancel", topic, t)
+}
+
+// Reschedule makes the message that t (ByKey or ByRef) names due at dueAt (a past time means
+// at once, measured on the Redis clock), keeping its attempt count; earlier or later both
+// work, and subscribers that sleep past the new time are woken. By key it acts in every group
+// that holds the message due, a message waiting for a retry included; by ref in its group
+// only. A group that holds it in flight keeps it (OutcomeInFlight). A batch still open for its
+// batch key is closed, earlier or later: later items of the key open a new batch, so none
+// joins a batch whose delivery has moved. Microsecond precision. Errors as for Cancel, and one
+// wrapping ErrBeyondMaxDelay, naming it, for a dueAt more than MaxDelay after the client's
+// clock now.
+func (i *Inspector) Reschedule(ctx context.Context, topic string, t Target, dueAt time.Time) (ActionResult, error) {
+	return i.reschedule(ctx, "reschedule", topic, t, store.Outgoing{At: dueAt})
+}
+
+// RescheduleAfter is Reschedule with a due time of delay after the Redis clock now; a delay of
+// 0 or less means at once, one of more than MaxDelay is refused (ErrBeyondMaxDelay).
+func (i *Inspector) RescheduleAfter(ctx context.Context, topic string, t Target, delay time.Duration) (ActionResult, error) {
+	return i.reschedule(ctx, "reschedule", topic, t, store.Outgoing{Delay: delay})
+}
+
+// RunNow makes the message that t names due at once: RescheduleAfter with no delay for ByKey
+// and ByRef. For ByBatchKey it releases the open batch now, to every consumer group, with
+// trigger BatchTriggerFlush (ActionResult.BatchItems says how many items it held).
+func (i *Inspector) RunNow(ctx context.Context, topic string, t Target) (ActionResult, error) {
+	if t.kind == targetBatch {
+		return i.batchOp(ctx, store.BatchFlush, topic, t)
+	}
+	return i.reschedule(ctx, "run now", topic, t, store.Outgoing{})
+}
+
+func (i *Inspector) reschedule(ctx context.Context, op, topic string, t Target, when store.Outgoing) (ActionResult, error) {
+	r := ActionResult{Topic: topic, Target: t}
+	if t.kind != targetKey && t.kind != targetRef {
+		return r, unsupported(op, topic, t)
+	}
+	if err := checkDueAt(when); err != nil {
+		return r, fmt.Errorf("redisdelay: %s %s on topic %s: %w", op, t.describe(), quote(topic), err)
+	}
+	if t.kind == targetRef {
+		return i.refOp(ctx, topic, t, store.RefReschedule, when)
+	}
+	return i.rescheduleKey(ctx, topic, t, when)
+}
