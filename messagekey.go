@@ -1,14 +1,12 @@
 package redisdelay
 
-// This file owns message keys on the publishing side: ValidateKey, the duplicate policies, the
-// key spec of the publish script and the partition of a key. (WithKey and WithDebounce are in
-// metadata.go; options.go reads the key, its policy and its debounce cap.)
+// This file owns message keys on the publishing side: the duplicate policies and the key spec
+// of the publish script. (ValidateKey is in names.go, the partition of a key in outgoing.go,
+// WithKey and WithDebounce in metadata.go; options.go reads the key, its policy and its
+// debounce cap.)
 
 import (
-	"fmt"
-	"hash/fnv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
@@ -16,27 +14,6 @@ import (
 // Message keys: a message can carry a business key ("order-42"), unique per topic while the
 // message lives, by which it is deduplicated on publish and found again by the Inspector
 // (Cancel, Reschedule, RunNow, Status), in O(log N) per consumer group.
-
-// MaxKeyLength is the longest message key, in bytes.
-const MaxKeyLength = 256
-
-// ValidateKey reports whether key can be a message key: non-empty, at most MaxKeyLength bytes,
-// valid UTF-8 without control characters or characters that change the direction of text (see
-// ValidateName), so that it reads the same in logs, the CLI, the dashboard and Redis. The error wraps ErrInvalidKey and names what is wrong.
-func ValidateKey(key string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: the key is empty", ErrInvalidKey)
-	case len(key) > MaxKeyLength:
-		return fmt.Errorf("%w: the key is %d bytes, more than %d", ErrInvalidKey, len(key), MaxKeyLength)
-	case !utf8.ValidString(key):
-		return fmt.Errorf("%w: the key is not valid UTF-8", ErrInvalidKey)
-	}
-	if r, ok := hiddenRune(key); ok {
-		return fmt.Errorf("%w: the key holds %s %U", ErrInvalidKey, hiddenKind(r), r)
-	}
-	return nil
-}
 
 // DuplicatePolicy decides what Publish does with a keyed message whose key is taken: by a
 // message still scheduled or in flight in some consumer group, or by a finished one whose
@@ -89,15 +66,4 @@ func (o options) keySpec(retention time.Duration) string {
 		return ""
 	}
 	return store.KeySpec(o.policy.scriptCode(), retention, o.maxWait, o.key)
-}
-
-// keyPartition is the partition of a key on a topic with the given number of partitions:
-// FNV-1a of the key modulo partitions, as for PublisherConfig.PartitionKey.
-func keyPartition(key string, partitions int) int {
-	if partitions <= 1 {
-		return 0
-	}
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(key))
-	return int(h.Sum32() % uint32(partitions))
 }

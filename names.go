@@ -1,6 +1,7 @@
 package redisdelay
 
-// This file owns the rules for topic and consumer group names (ValidateName).
+// This file owns the rules for topic and consumer group names (ValidateName) and for message
+// keys (ValidateKey).
 
 import (
 	"fmt"
@@ -100,3 +101,24 @@ func firstPart(name string) string {
 // topic whose name contains it shares the hash slot of the part before it, so that moving a
 // message to its dead-letter topic is one atomic script call, on Redis Cluster too.
 const DeadLetterInfix = ".dead-letter."
+
+// MaxKeyLength is the longest message key, in bytes.
+const MaxKeyLength = 256
+
+// ValidateKey reports whether key can be a message key: non-empty, at most MaxKeyLength bytes,
+// valid UTF-8 without control characters or characters that change the direction of text (see
+// ValidateName), so that it reads the same in logs, the CLI, the dashboard and Redis. The error wraps ErrInvalidKey and names what is wrong.
+func ValidateKey(key string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: the key is empty", ErrInvalidKey)
+	case len(key) > MaxKeyLength:
+		return fmt.Errorf("%w: the key is %d bytes, more than %d", ErrInvalidKey, len(key), MaxKeyLength)
+	case !utf8.ValidString(key):
+		return fmt.Errorf("%w: the key is not valid UTF-8", ErrInvalidKey)
+	}
+	if r, ok := hiddenRune(key); ok {
+		return fmt.Errorf("%w: the key holds %s %U", ErrInvalidKey, hiddenKind(r), r)
+	}
+	return nil
+}

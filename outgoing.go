@@ -7,6 +7,7 @@ package redisdelay
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/message"
@@ -76,4 +77,15 @@ func (p *Publisher) partitionOf(o options, roundRobin int) int {
 		return keyPartition(o.partitionKey, p.config.Partitions)
 	}
 	return roundRobin
+}
+
+// keyPartition is the partition of a key on a topic with the given number of partitions:
+// FNV-1a of the key modulo partitions, as for PublisherConfig.PartitionKey.
+func keyPartition(key string, partitions int) int {
+	if partitions <= 1 {
+		return 0
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() % uint32(partitions))
 }
