@@ -16,7 +16,7 @@
 // fill three trucks by size; south, the slow one, 7 parcels 400ms apart, released by time with
 // fewer than 10; west, 14 parcels 200ms apart, which fill one truck by size and leave 4 parcels
 // loading. Once the trucks released by size and by time have left, the shift ends: the depot
-// calls redisdelay.Inspector.FlushBatch for every area, which releases west's open batch at once
+// calls redisdelay.Inspector.RunNow with ByBatchKey for every area, which releases west's open batch at once
 // (trigger "flush") and finds nothing open in the other two, so that no parcel is left behind.
 //
 // The output is a timeline, one line per parcel and per truck with the time since the start,
