@@ -199,6 +199,11 @@ func (q *Queue) Inspector() *redisdelay.Inspector { return q.inspector }
 // Client returns the Redis client of the embedded miniredis.
 func (q *Queue) Client() redis.UniversalClient { return q.client }
 
+// Layout returns the Queue's layout (its client, key prefix and marshaler), to make more
+// components of the same queue: layout.SubscriberConfig(group) for a Subscriber of your own, or
+// a schedule.Scheduler on Publisher.
+func (q *Queue) Layout() redisdelay.Layout { return q.publisher.Layout() }
+
 // Miniredis returns the embedded miniredis. Move its time only through the Queue.
 func (q *Queue) Miniredis() *miniredis.Miniredis { return q.mr }
 

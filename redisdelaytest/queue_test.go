@@ -11,6 +11,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
 	"github.com/watermill-redisdelay/redisdelay/redisdelaytest"
@@ -277,5 +278,29 @@ func TestADelaySetBeforeNackIsServedOnTheVirtualClock(t *testing.T) {
 	got := q.Received("sender")
 	if len(got) != 2 || !got[1].At.Equal(start.Add(5*time.Minute)) {
 		t.Fatalf("received %+v, want the retry at %s", got, start.Add(5*time.Minute))
+	}
+}
+
+// TestQueueLayoutMakesComponentsOfTheSameQueue: a Subscriber made from the Queue's Layout
+// receives what the Queue's Publisher publishes.
+func TestQueueLayoutMakesComponentsOfTheSameQueue(t *testing.T) {
+	q := redisdelaytest.New(t, redisdelaytest.Options{})
+	layout := q.Layout()
+	require.Equal(t, q.Client(), layout.Client)
+	require.Equal(t, redisdelay.DefaultKeyPrefix, layout.KeyPrefix)
+	sub, err := redisdelay.NewSubscriber(layout.SubscriberConfig("billing"), nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	msgs, err := sub.Subscribe(ctx, "orders")
+	require.NoError(t, err)
+	q.Publish(t, "orders", message.NewMessage("order-1", []byte("due now")))
+	select {
+	case m := <-msgs:
+		require.Equal(t, "order-1", m.UUID)
+		m.Ack()
+	case <-time.After(10 * time.Second):
+		t.Fatal("the Subscriber made from the Queue's Layout received nothing within 10 s")
 	}
 }
