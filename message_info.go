@@ -1,9 +1,9 @@
 package redisdelay
 
-import "time"
-
 // This file declares MessageInfo, what the Inspector reads of one message (List, Message) and
 // what the files that build it (batch.go, marshaler.go, metadata.go, inspector_list.go) share.
+
+import "time"
 
 // MessageInfo describes one message of a consumer group. Times are on the Redis clock.
 type MessageInfo struct {
