@@ -1,11 +1,10 @@
 package redisdelay
 
-// This file owns keyed batching's message side: the released batch's payload and UnpackBatch;
-// the Inspector's batchOp acts on an open batch (ByBatchKey). (WithBatchKey is in metadata.go.)
+// This file owns keyed batching's message side: the released batch's payload and UnpackBatch.
+// (WithBatchKey is in metadata.go; the Inspector acts on an open batch in inspector_target.go.)
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"strconv"
@@ -105,15 +104,4 @@ func UnpackBatch(msg *message.Message, u Unmarshaler) ([]*message.Message, error
 		}
 	}
 	return out, nil
-}
-
-// batchOp runs op on the open batch of t (ByBatchKey), for Cancel and RunNow.
-func (i *Inspector) batchOp(ctx context.Context, op store.BatchOp, topic string, t Target) (ActionResult, error) {
-	r := ActionResult{Topic: topic, Target: t}
-	err := i.byKey(ctx, string(op)+" batch", topic, t.name, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
-		var err error
-		r.BatchItems, err = i.store.BatchOp(ctx, part, call, op, t.name, groups)
-		return err
-	})
-	return r, err
 }

@@ -1,7 +1,8 @@
 package redisdelay
 
-// This file owns the Subscriber's config and BatchConfig, their defaults and their Validate
-// rules; the Publisher's config and the shared defaults are in config.go.
+// This file owns the Subscriber's config (with ExpiryAction, the type of its OnExpired), its
+// defaults and its Validate rules; the Publisher's config, BatchConfig and the shared defaults
+// are in config.go.
 
 import (
 	"errors"
@@ -176,4 +177,22 @@ func (c SubscriberConfig) Validate() error {
 		return fmt.Errorf(`redisdelay: SubscriberConfig.OnExpired is %q, want "dead-letter" (ExpiryActionDeadLetter) or "drop" (ExpiryActionDrop)`, c.OnExpired)
 	}
 	return nil
+}
+
+// ExpiryAction is what a consumer group does with a message it claims for its first attempt
+// after the message's deliver-by deadline (SubscriberConfig.OnExpired).
+type ExpiryAction string
+
+const (
+	// ExpiryActionDeadLetter moves an expired message to the group's dead-letter topic with
+	// DeadLetterReasonExpired. It is the default (the zero value means it).
+	ExpiryActionDeadLetter ExpiryAction = "dead-letter"
+	// ExpiryActionDrop acknowledges an expired message without handing it out: the group is
+	// done with it, as if a handler had acked it (Inspector.Status reports it acked).
+	ExpiryActionDrop ExpiryAction = "drop"
+)
+
+// valid reports whether a is an ExpiryAction the Subscriber knows, "" included.
+func (a ExpiryAction) valid() bool {
+	return a == "" || a == ExpiryActionDeadLetter || a == ExpiryActionDrop
 }

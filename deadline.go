@@ -13,24 +13,6 @@ import (
 	"github.com/ThreeDotsLabs/watermill/message"
 )
 
-// ExpiryAction is what a consumer group does with a message it claims for its first attempt
-// after the message's deliver-by deadline (SubscriberConfig.OnExpired).
-type ExpiryAction string
-
-const (
-	// ExpiryActionDeadLetter moves an expired message to the group's dead-letter topic with
-	// DeadLetterReasonExpired. It is the default (the zero value means it).
-	ExpiryActionDeadLetter ExpiryAction = "dead-letter"
-	// ExpiryActionDrop acknowledges an expired message without handing it out: the group is
-	// done with it, as if a handler had acked it (Inspector.Status reports it acked).
-	ExpiryActionDrop ExpiryAction = "drop"
-)
-
-// valid reports whether a is an ExpiryAction the Subscriber knows, "" included.
-func (a ExpiryAction) valid() bool {
-	return a == "" || a == ExpiryActionDeadLetter || a == ExpiryActionDrop
-}
-
 // deadlineOf returns the deliver-by deadline of a message with options o, due at dueUs (Unix
 // µs, Redis clock), in Unix µs on the Redis clock: the earlier of its deliver-by deadline and
 // dueUs plus its DeliverWithin. ok is false when it has neither.

@@ -12,14 +12,6 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
-// ParkedGroup is the name under which results report messages published while no consumer group
-// was registered on the topic: they wait, parked, for the first group that registers. Once a
-// group is registered, the copy a topic keeps for groups that register within its new-group
-// window (SubscriberConfig.NewGroupWindow) is not reported under it: it is no group's. Stats
-// reports a topic with no group under it, and List, Message and Forecast take it as a group
-// name for such a topic.
-const ParkedGroup = ""
-
 // cancelKey is Cancel by key.
 func (i *Inspector) cancelKey(ctx context.Context, topic string, t Target) (ActionResult, error) {
 	r := ActionResult{Topic: topic, Target: t}

@@ -2,7 +2,7 @@ package redisdelay
 
 // How the Inspector addresses messages: a Target names what Cancel, Reschedule,
 // RescheduleAfter, RunNow, Status and Message act on or read, and ActionResult is what the
-// three actions report.
+// three actions report; an action on an open batch (ByBatchKey) is here too.
 
 import (
 	"context"
@@ -209,4 +209,15 @@ func (i *Inspector) reschedule(ctx context.Context, op, topic string, t Target, 
 		return i.refOp(ctx, topic, t, store.RefReschedule, when)
 	}
 	return i.rescheduleKey(ctx, topic, t, when)
+}
+
+// batchOp runs op on the open batch of t (ByBatchKey), for Cancel and RunNow.
+func (i *Inspector) batchOp(ctx context.Context, op store.BatchOp, topic string, t Target) (ActionResult, error) {
+	r := ActionResult{Topic: topic, Target: t}
+	err := i.byKey(ctx, string(op)+" batch", topic, t.name, func(ctx context.Context, part store.Partition, call store.Call, groups []string) error {
+		var err error
+		r.BatchItems, err = i.store.BatchOp(ctx, part, call, op, t.name, groups)
+		return err
+	})
+	return r, err
 }

@@ -1,13 +1,11 @@
 package redisdelay
 
-// This file owns message keys on the publishing side: the duplicate policies and the key spec
-// of the publish script. (ValidateKey is in names.go, the partition of a key in outgoing.go,
-// WithKey and WithDebounce in metadata.go; options.go reads the key, its policy and its
-// debounce cap.)
+// This file owns the duplicate policies of message keys and their codes in the publish script.
+// (ValidateKey is in names.go, the partition of a key in outgoing.go, WithKey and WithDebounce
+// in metadata.go; options.go reads the key, its policy and its debounce cap, and builds the key
+// spec.)
 
 import (
-	"time"
-
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
@@ -56,14 +54,4 @@ func (p DuplicatePolicy) scriptCode() string {
 		return store.KeepLater
 	}
 	return ""
-}
-
-// keySpec is the key spec of a message with options o for the publish script: "" without a
-// key, else store.KeySpec's with its policy and debounce cap, and retention
-// (PublisherConfig.KeyRetention).
-func (o options) keySpec(retention time.Duration) string {
-	if !o.keyed {
-		return ""
-	}
-	return store.KeySpec(o.policy.scriptCode(), retention, o.maxWait, o.key)
 }

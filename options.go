@@ -14,6 +14,7 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 // options are the adapter's options of one message, read from its metadata. An absent entry
@@ -358,4 +359,14 @@ func withoutDeliveryMetadata(msg *message.Message) *message.Message {
 	}
 	c.SetContext(msg.Context())
 	return c
+}
+
+// keySpec is the key spec of a message with options o for the publish script: "" without a
+// key, else store.KeySpec's with its policy and debounce cap, and retention
+// (PublisherConfig.KeyRetention).
+func (o options) keySpec(retention time.Duration) string {
+	if !o.keyed {
+		return ""
+	}
+	return store.KeySpec(o.policy.scriptCode(), retention, o.maxWait, o.key)
 }

@@ -6,7 +6,8 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
-// This file names where a message stands (State) and what an operation did with it (Outcome).
+// This file names where a message stands (State), the name results give parked messages
+// (ParkedGroup) and what an operation did with a message (Outcome).
 // Naming rule: each enum's constants start with the enum's name (State…, Outcome…), and their
 // words are the ones the Inspector, the CLI's output and the dashboard's labels all print.
 
@@ -125,3 +126,11 @@ func outcomeOf(o store.Outcome) Outcome {
 
 // String returns the state's word, as the CLI and the dashboard print it.
 func (s State) String() string { return string(s) }
+
+// ParkedGroup is the name under which results report messages published while no consumer group
+// was registered on the topic: they wait, parked, for the first group that registers. Once a
+// group is registered, the copy a topic keeps for groups that register within its new-group
+// window (SubscriberConfig.NewGroupWindow) is not reported under it: it is no group's. Stats
+// reports a topic with no group under it, and List, Message and Forecast take it as a group
+// name for such a topic.
+const ParkedGroup = ""
