@@ -404,7 +404,7 @@ func (r *commandRecorder) record(cmd redis.Cmder) {
 // their first argument. Anything else (KEYS, SCAN, MGET, a multi-key DEL...) fails the test.
 var (
 	keylessCommands   = []string{"ping", "hello", "client", "auth", "select", "readonly", "script", "time", "info", "cluster", "command", "config", "publish", "subscribe", "unsubscribe"}
-	singleKeyCommands = []string{"hset", "hgetall", "sadd", "scard", "smembers", "sismember", "zcard", "zrange", "zrangebyscore", "zscore", "hget", "hlen", "hexists", "get", "exists", "type"}
+	singleKeyCommands = []string{"hset", "hsetnx", "hgetall", "sadd", "scard", "smembers", "sismember", "zcard", "zrange", "zrangebyscore", "zscore", "hget", "hlen", "hexists", "get", "exists", "type"}
 )
 
 // check asserts that every recorded script call names its keys in KEYS, all in one slot, that

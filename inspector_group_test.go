@@ -292,7 +292,9 @@ func TestStatsCountEachMessageOnceWhileMessagesFallDue(t *testing.T) {
 		require.NoError(t, newSubscriber(t, b, nil).SubscribeInitialize(topic))
 		now, err := b.client.Time(ctx).Result()
 		require.NoError(t, err)
-		first := now.Add(time.Second)
+		// Far enough ahead that publishing 10,000 messages ends before the first falls due, also
+		// under -race on a loaded machine (1 s was not always: no Stats call saw them fall due).
+		first := now.Add(4 * time.Second)
 		var batch []*message.Message
 		for i := range n {
 			batch = append(batch, dueAtExactly(i, first.Add(time.Duration(i)*step)))

@@ -183,11 +183,11 @@ func (p *Publisher) publishWith(parent context.Context, topic string, msgs []*me
 	}
 	ctx, cancel := context.WithTimeout(parent, p.config.OperationTimeout)
 	defer cancel()
-	if err := p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger); err != nil {
-		return nil, err
-	}
 	if err := p.eviction.check(ctx); err != nil {
 		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
+	}
+	if err := p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger); err != nil {
+		return nil, err
 	}
 	outcomes, err := p.commitAll(ctx, topic, msgs, batch, partitions, o.NotAfterUs)
 	if err != nil {

@@ -17,22 +17,22 @@ import (
 // admin_counts.go).
 
 // RegisterTopic records topic and its partition count in the topic registry unless it is there
-// already (HSETNX and HGET in one MULTI, one round trip), and returns the partition count the
+// already (HSETNX, then HGET when it was: two single-key commands), and returns the partition count the
 // registry holds for it: partitions when it was not registered, else the registered one. An
 // entry that is not a number is replaced (HSET).
 func (s Store) RegisterTopic(ctx context.Context, topic string, partitions int) (int, error) {
 	key := s.keys.topicRegistry()
+	// Two single-key commands, not a transaction, so that every command stays one the Cluster
+	// routes by itself (TestEveryScriptCallStaysInOneSlot): an entry, once a number, never
+	// changes, so the HGET after a refused HSETNX reads what another call registered.
+	set, err := command(ctx, s, func(ctx context.Context) (bool, error) {
+		return s.client.HSetNX(ctx, key, topic, partitions).Result()
+	})
+	if err != nil || set {
+		return partitions, err
+	}
 	registered, err := command(ctx, s, func(ctx context.Context) (string, error) {
-		var get *redis.StringCmd
-		_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
-			p.HSetNX(ctx, key, topic, partitions)
-			get = p.HGet(ctx, key, topic)
-			return nil
-		})
-		if err != nil {
-			return "", err
-		}
-		return get.Val(), nil
+		return s.client.HGet(ctx, key, topic).Result()
 	})
 	if err != nil {
 		return 0, err
