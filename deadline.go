@@ -16,7 +16,7 @@ import (
 // deadlineOf returns the deliver-by deadline of a message with options o, due at dueUs (Unix
 // µs, Redis clock), in Unix µs on the Redis clock: the earlier of its deliver-by deadline and
 // dueUs plus its DeliverWithin. ok is false when it has neither.
-func deadlineOf(o options, dueUs int64) (deadlineUs int64, ok bool) {
+func deadlineOf(o received, dueUs int64) (deadlineUs int64, ok bool) {
 	deadlineUs, ok = o.deliverByUs, o.hasDeliverBy
 	if o.deliverWithin > 0 {
 		if d := dueUs + o.deliverWithin.Microseconds(); !ok || d < deadlineUs {
@@ -31,7 +31,7 @@ func deadlineOf(o options, dueUs int64) (deadlineUs int64, ok bool) {
 // before), and only when its group claimed it after its deadline (one claimed at the deadline
 // is in time). It returns the deadline, and for a first attempt o.badDeadline, a deadline value
 // that cannot be read and was ignored.
-func expiredAtClaim(o options, attempt, dueUs, claimedUs int64) (deadlineUs int64, expired bool, err error) {
+func expiredAtClaim(o received, attempt, dueUs, claimedUs int64) (deadlineUs int64, expired bool, err error) {
 	if attempt != 1 {
 		return 0, false, nil
 	}
@@ -45,7 +45,7 @@ func expiredAtClaim(o options, attempt, dueUs, claimedUs int64) (deadlineUs int6
 // says, and counted in expired_total. msg is the subscription's decoded copy, without delivery
 // metadata, and c.opts its options.
 func (s *partitionConsumer) expireIfLate(c *claimed, msg *message.Message) bool {
-	deadlineUs, expired, err := expiredAtClaim(c.opts, c.Attempt, c.DueUs, c.claimedUs)
+	deadlineUs, expired, err := expiredAtClaim(c.options(), c.Attempt, c.DueUs, c.claimedUs)
 	if err != nil {
 		s.logger.Error("Ignoring a deliver-by deadline that cannot be read", err, watermill.LogFields{"message_uuid": msg.UUID})
 	}

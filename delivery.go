@@ -88,7 +88,10 @@ func (s *partitionConsumer) delivery(c *claimed) *message.Message {
 	}
 	c.uuid = msg.UUID
 	key, keyed := store.KeyOf(c.ID)
-	c.opts = receivedOptions(msg, key, keyed)
+	if o := receivedOptions(msg, key, keyed); !o.isZero() {
+		c.opts = new(received) // allocated here only, so that o does not escape
+		*c.opts = o
+	}
 	if s.expireIfLate(c, msg) {
 		return nil
 	}
@@ -97,7 +100,7 @@ func (s *partitionConsumer) delivery(c *claimed) *message.Message {
 		s.deadLetter(c, msg, DeadLetterReasonLeaseExpired)
 		return nil
 	}
-	setDeliveryMetadata(msg, c.opts, c.Attempt, c.DueUs)
+	setDeliveryMetadata(msg, c.options(), c.Attempt, c.DueUs)
 	return msg
 }
 
@@ -211,7 +214,7 @@ func (s *partitionConsumer) nack(c *claimed, msg *message.Message) {
 	if !exhausted(c.Attempt, s.cfg.MaxAttempts) {
 		original, _ = s.cfg.Marshaler.Unmarshal(s.topic, c.Data)
 	}
-	d := decideNack(c.Attempt, s.cfg.MaxAttempts, s.cfg.NackBackoff, c.opts, original, delivered, s.clock.Now(), s.clock.Virtual())
+	d := decideNack(c.Attempt, s.cfg.MaxAttempts, s.cfg.NackBackoff, c.options(), original, delivered, s.clock.Now(), s.clock.Virtual())
 	fields := watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.Attempt}
 	if d.deadLetter {
 		s.deadLetter(c, delivered, DeadLetterReasonNacked)

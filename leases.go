@@ -24,8 +24,18 @@ type claimed struct {
 	delivered bool   // handed to the application
 	lost      bool   // its lease was found lost before it was handed out: it never will be
 
-	// opts are the message's options, read once when it is decoded (receivedOptions).
-	opts options
+	// opts are the message's options, read once when it is decoded (receivedOptions); nil when
+	// it has none, so that a plain message's claim holds nothing more (see options).
+	opts *received
+}
+
+// options returns the options of c's message read when it was decoded; the zero value when it
+// has none.
+func (c *claimed) options() received {
+	if c.opts == nil {
+		return received{}
+	}
+	return *c.opts
 }
 
 // claimedOf wraps the messages of a claim made at claimedUs (Unix µs, Redis clock).

@@ -205,7 +205,7 @@ func withDeliverWithin(msg *message.Message, o options, window time.Duration) *m
 // the due time (Unix µs, Redis clock), and the delay metadata that due time served (see
 // ServedDelayMetadataKey). (receivedOptions set the message key first: a dead letter carries it
 // too.)
-func setDeliveryMetadata(msg *message.Message, o options, attempt, dueUs int64) {
+func setDeliveryMetadata(msg *message.Message, o received, attempt, dueUs int64) {
 	msg.Metadata.Set(AttemptMetadataKey, strconv.FormatInt(attempt, 10))
 	msg.Metadata.Set(DueTimeMetadataKey, time.UnixMicro(dueUs).UTC().Format(dueTimeLayout))
 	if o.delayedUntil != "" || o.delayedFor != "" {

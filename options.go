@@ -17,23 +17,16 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
-// options are the adapter's options of one message, read from its metadata. An absent entry
-// gives the zero value.
-type options struct {
+// received are the options of a message that a consumer reads once, when it decodes a claimed
+// message, and keeps with the claim (the deadline at the claim, the served delay, the nack
+// decision): the part of options a delivery needs, so that a claim holds no more. An absent
+// entry gives the zero value.
+type received struct {
 	// Watermill's delay metadata as written, "" when absent: a delivery records it
 	// (ServedDelayMetadataKey), and a Nack compares the handler's with it.
 	delayedUntil, delayedFor string
-	// The due time the delay metadata asks for (see scheduleOf): delay after now, or at, an
-	// instant on the Redis clock; latest bounds it. Set by publishOptions only.
-	delay      time.Duration
-	at, latest time.Time
-	key        string // the message key (KeyMetadataKey), when keyed
-	keyed      bool
-	// A keyed message's duplicate policy and debounce cap: its own (OnDuplicateMetadataKey,
-	// DebounceMaxWaitMetadataKey) or the PublisherConfig's; the cap is 0 but for KeepLater.
-	// Set by publishOptions only.
-	policy  DuplicatePolicy
-	maxWait time.Duration
+	key                      string // the message key (KeyMetadataKey), when keyed
+	keyed                    bool
 	// The deliver-by deadlines: an absolute one (Unix µs, Redis clock) when hasDeliverBy, and
 	// one relative to the due time when deliverWithin > 0.
 	deliverByUs   int64
@@ -41,9 +34,30 @@ type options struct {
 	deliverWithin time.Duration
 	// badDeadline is a deadline value of a received message that cannot be read (Publish
 	// refuses those, so only a message stored by other means has one): it is ignored.
-	badDeadline     error
-	batchKey        string // the batch key of a batch item (BatchKeyMetadataKey), when batched
-	batched         bool
+	badDeadline error
+	batchKey    string // the batch key of a batch item (BatchKeyMetadataKey), when batched
+	batched     bool
+}
+
+// isZero reports whether r holds no option at all: a plain message.
+func (r received) isZero() bool {
+	return r.delayedUntil == "" && r.delayedFor == "" && !r.keyed && r.key == "" && !r.hasDeliverBy &&
+		r.deliverByUs == 0 && r.deliverWithin == 0 && r.badDeadline == nil && !r.batched && r.batchKey == ""
+}
+
+// options are the adapter's options of one message, read from its metadata: what a consumer
+// keeps (received) and what only Publish reads. An absent entry gives the zero value.
+type options struct {
+	received
+	// The due time the delay metadata asks for (see scheduleOf): delay after now, or at, an
+	// instant on the Redis clock; latest bounds it. Set by publishOptions only.
+	delay      time.Duration
+	at, latest time.Time
+	// A keyed message's duplicate policy and debounce cap: its own (OnDuplicateMetadataKey,
+	// DebounceMaxWaitMetadataKey) or the PublisherConfig's; the cap is 0 but for KeepLater.
+	// Set by publishOptions only.
+	policy          DuplicatePolicy
+	maxWait         time.Duration
 	partitionKey    string // the value of the PublisherConfig.PartitionKey entry, when hasPartitionKey
 	hasPartitionKey bool
 }
@@ -118,7 +132,7 @@ func scan(md message.Metadata, partitionKey string) entries {
 // entry.
 func publishOptions(msg *message.Message, cfg *PublisherConfig, topic string, now time.Time, virtual bool) (options, error) {
 	e := scan(msg.Metadata, cfg.PartitionKey)
-	o := options{delayedUntil: e.until, delayedFor: e.delayFor, partitionKey: e.partitionKey, hasPartitionKey: e.has&hasPartitionKey != 0}
+	o := options{received: received{delayedUntil: e.until, delayedFor: e.delayFor}, partitionKey: e.partitionKey, hasPartitionKey: e.has&hasPartitionKey != 0}
 	var err error
 	if o.delay, o.at, o.latest, err = scheduleOf(e, now, virtual); err != nil {
 		return o, err
@@ -142,12 +156,12 @@ func publishOptions(msg *message.Message, cfg *PublisherConfig, topic string, no
 // receivedOptions reads the options of msg, decoded for a delivery, once; it first sets msg's
 // message key to key when keyed, since the key is stored apart from the message. A deadline
 // value that cannot be read is ignored and kept in badDeadline.
-func receivedOptions(msg *message.Message, key string, keyed bool) options {
+func receivedOptions(msg *message.Message, key string, keyed bool) received {
 	if keyed {
 		msg.Metadata.Set(KeyMetadataKey, key)
 	}
 	e := scan(msg.Metadata, "")
-	o := options{delayedUntil: e.until, delayedFor: e.delayFor, key: e.key, keyed: e.has&hasKey != 0, batchKey: e.batchKey, batched: e.has&hasBatchKey != 0}
+	o := received{delayedUntil: e.until, delayedFor: e.delayFor, key: e.key, keyed: e.has&hasKey != 0, batchKey: e.batchKey, batched: e.has&hasBatchKey != 0}
 	if e.has&hasDeliverBy != 0 {
 		if us, err := parseDeliverBy(e.deliverBy); err != nil {
 			o.badDeadline = &metadataError{key: DeliverByMetadataKey, value: e.deliverBy, err: err}
@@ -308,7 +322,7 @@ func delayOfEntries(e entries, now time.Time, virtual bool) (time.Duration, erro
 // delivery metadata), asks for when the handler changed its delay metadata from kept's, the
 // options it was delivered with (as middleware.DelayOnError does); changed is false when it
 // did not. err is DelayOf's for a changed delay that cannot be read.
-func redelay(kept options, delivered *message.Message, now time.Time, virtual bool) (d time.Duration, changed bool, err error) {
+func redelay(kept received, delivered *message.Message, now time.Time, virtual bool) (d time.Duration, changed bool, err error) {
 	e := scan(delivered.Metadata, "")
 	if e.until == kept.delayedUntil && e.delayFor == kept.delayedFor {
 		return 0, false, nil

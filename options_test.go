@@ -21,16 +21,16 @@ func TestPublishOptionsAreOneTypedValueOfTheMetadata(t *testing.T) {
 	}{
 		{"plain", "t", message.Metadata{"other": "x"}, options{}},
 		{"delay and partition key", "t", message.Metadata{delay.DelayedForKey: "90s", "tenant": "acme"},
-			options{delayedFor: "90s", delay: 90 * time.Second, partitionKey: "acme", hasPartitionKey: true}},
+			options{received: received{delayedFor: "90s"}, delay: 90 * time.Second, partitionKey: "acme", hasPartitionKey: true}},
 		{"key: the config's policy, no cap", "t", message.Metadata{KeyMetadataKey: "k"},
-			options{key: "k", keyed: true, policy: ReplaceExisting}},
+			options{received: received{key: "k", keyed: true}, policy: ReplaceExisting}},
 		{"debounce: the config's cap", "t", message.Metadata{KeyMetadataKey: "k", OnDuplicateMetadataKey: "keep-later"},
-			options{key: "k", keyed: true, policy: KeepLater, maxWait: time.Minute}},
+			options{received: received{key: "k", keyed: true}, policy: KeepLater, maxWait: time.Minute}},
 		{"debounce: its own cap", "t", message.Metadata{KeyMetadataKey: "k", OnDuplicateMetadataKey: "keep-later", DebounceMaxWaitMetadataKey: "5s"},
-			options{key: "k", keyed: true, policy: KeepLater, maxWait: 5 * time.Second}},
+			options{received: received{key: "k", keyed: true}, policy: KeepLater, maxWait: 5 * time.Second}},
 		{"deadlines", "t", message.Metadata{DeliverByMetadataKey: "2026-01-02T03:04:06Z", DeliverWithinMetadataKey: "30s"},
-			options{deliverByUs: now.Add(time.Second).UnixMicro(), hasDeliverBy: true, deliverWithin: 30 * time.Second}},
-		{"batch item", "batched", message.Metadata{BatchKeyMetadataKey: "b"}, options{batchKey: "b", batched: true}},
+			options{received: received{deliverByUs: now.Add(time.Second).UnixMicro(), hasDeliverBy: true, deliverWithin: 30 * time.Second}}},
+		{"batch item", "batched", message.Metadata{BatchKeyMetadataKey: "b"}, options{received: received{batchKey: "b", batched: true}}},
 		{"delivery and dead-letter keys are accepted", "t", message.Metadata{AttemptMetadataKey: "2", DeadLetterReasonMetadataKey: "nacked"}, options{}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -30,7 +30,7 @@ type nackDecision struct {
 //     metadata decides the delay (see DelayOf, with now the Nack time, on a virtual clock when
 //     virtual: see scheduleOf);
 //   - otherwise backoff decides.
-func decideNack(attempt int64, maxAttempts int, backoff Backoff, kept options, original, delivered *message.Message, now time.Time, virtual bool) nackDecision {
+func decideNack(attempt int64, maxAttempts int, backoff Backoff, kept received, original, delivered *message.Message, now time.Time, virtual bool) nackDecision {
 	if exhausted(attempt, maxAttempts) {
 		return nackDecision{deadLetter: true}
 	}

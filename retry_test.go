@@ -45,7 +45,7 @@ func TestNackDecisionFollowsAttemptsChangesAndDelayMetadata(t *testing.T) {
 		{name: "undecodable original: backoff", attempt: 1, maxAttempts: 3, original: nil, delivered: msg(nil), want: nackDecision{delay: 7 * time.Second}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var kept options // what the consumer read when it handed the message out
+			var kept received // what the consumer read when it handed the message out
 			if tc.original != nil {
 				kept = receivedOptions(tc.original.Copy(), "", false)
 			}
