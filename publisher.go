@@ -177,8 +177,9 @@ func (p *Publisher) publishWith(parent context.Context, topic string, msgs []*me
 	if len(msgs) == 0 {
 		return nil, nil
 	}
-	batch, partitions, err := p.prepare(topic, msgs, o)
-	if err != nil {
+	// Made here, not in prepare, so that partitions stays on the stack.
+	batch, partitions := make([]store.Outgoing, len(msgs)), make([]int, len(msgs))
+	if err := p.prepare(topic, msgs, o, batch, partitions); err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithTimeout(parent, p.config.OperationTimeout)
@@ -201,11 +202,9 @@ func (p *Publisher) publishWith(parent context.Context, topic string, msgs []*me
 }
 
 // prepare prepares each of msgs for topic (see outgoing), with o's due times and key
-// retention, and returns them with their partitions.
-func (p *Publisher) prepare(topic string, msgs []*message.Message, o seam.PublishOptions) ([]store.Outgoing, []int, error) {
+// retention, into batch and its partition into partitions (both len(msgs)).
+func (p *Publisher) prepare(topic string, msgs []*message.Message, o seam.PublishOptions, batch []store.Outgoing, partitions []int) error {
 	now := p.clock.Now()
-	batch := make([]store.Outgoing, len(msgs))
-	partitions := make([]int, len(msgs))
 	roundRobin := 0
 	if p.config.Partitions > 1 {
 		roundRobin = int(p.next.Add(1) % uint64(p.config.Partitions))
@@ -213,7 +212,7 @@ func (p *Publisher) prepare(topic string, msgs []*message.Message, o seam.Publis
 	for i, msg := range msgs {
 		out, n, err := p.outgoing(topic, msg, now, p.clock.Virtual(), roundRobin)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		if o.At != nil {
 			out.Delay, out.At, out.Latest = 0, o.At[i], time.Time{}
@@ -223,7 +222,7 @@ func (p *Publisher) prepare(topic string, msgs []*message.Message, o seam.Publis
 		}
 		batch[i], partitions[i] = out, n
 	}
-	return batch, partitions, nil
+	return nil
 }
 
 // commitAll stores batch, the prepared msgs, each on its partition in partitions, one commit

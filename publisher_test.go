@@ -44,15 +44,14 @@ func TestPublishOptionsAreSettingsOfOneCallOnly(t *testing.T) {
 		return []*message.Message{WithKey(message.NewMessage("a", nil), "k"), message.NewMessage("b", nil)}
 	}
 	at := []time.Time{time.UnixMilli(1_800_000_000_000), time.UnixMilli(1_800_000_001_000)}
-	batch, _, err := p.prepare("t", msgs(), seam.PublishOptions{At: at, KeyRetention: 3 * time.Second, NotAfterUs: 1})
-	require.NoError(t, err)
+	batch, partitions := make([]store.Outgoing, 2), make([]int, 2)
+	require.NoError(t, p.prepare("t", msgs(), seam.PublishOptions{At: at, KeyRetention: 3 * time.Second, NotAfterUs: 1}, batch, partitions))
 	require.Equal(t, at[0], batch[0].At)
 	require.Equal(t, at[1], batch[1].At)
 	require.Equal(t, store.KeySpec(store.KeepExisting, 3*time.Second, 0, "k"), batch[0].KeySpec)
 	require.Empty(t, batch[1].KeySpec, "a message without a key gets none")
 
-	batch, _, err = p.prepare("t", msgs(), seam.PublishOptions{})
-	require.NoError(t, err)
+	require.NoError(t, p.prepare("t", msgs(), seam.PublishOptions{}, batch, partitions))
 	require.True(t, batch[0].At.IsZero(), "due after its delay metadata")
 	require.Equal(t, store.KeySpec(ReplaceExisting.scriptCode(), time.Hour, 0, "k"), batch[0].KeySpec, "the Publisher's own policy and retention")
 }
