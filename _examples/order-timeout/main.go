@@ -11,19 +11,29 @@
 //
 // Every third order is paid halfway through its delay. The payment then calls off the order's
 // check by its key with redisdelay.Inspector.Cancel, so that the check is never delivered; the
-// timeline prints "check cancelled" with the outcome in the group "order-service" ("done" when
+// timeline prints "check cancelled" with the outcome in the group "order-service" ("applied" when
 // the check was removed). The handler keeps a safety check all the same: should a check of a
 // paid order ever be delivered, it does nothing to the order and counts it as a paid order's
 // check that ran.
+//
+// A malformed check, with no order ID, is published at the start: the handler rejects it at
+// each of its 3 attempts (MaxAttempts 3, 100 ms apart), so it becomes a dead letter of the
+// group. The service also puts a nightly schedule, reconcile-unpaid-orders ("0 2 * * *", UTC,
+// to the topic order.reconcile, whose handler counts the orders awaiting payment) with package
+// schedule, and runs a Scheduler next to its router while it runs. Once the orders are settled
+// it places 5 more orders, whose checks are due in 1 hour and 1 day, so that the example leaves
+// a backlog.
 //
 // The output is a timeline, one line per event with the time since the start, followed by a
 // summary: how many checks of unpaid orders were delivered, how many checks of paid orders were
 // cancelled, how many paid orders' checks ran anyway (must be 0), how many deliveries started
 // before their due time (a delay queue must never do that), duplicate deliveries, and how late
-// the checks started (p50, p99, max). The exit code is 0 when every unpaid order's check was
-// delivered, none early, every paid order's check was cancelled (Cancel reported "done" for the
-// group) and no paid order's check ran; 1 otherwise. The run waits for these events and gives
-// up after the last due time plus 10s.
+// the checks started (p50, p99, max); then what the example leaves in Redis, read with the
+// Inspector: the 5 checks scheduled, the dead letter, the schedule. The exit code is 0 when
+// every unpaid order's check was delivered, none early, every paid order's check was cancelled
+// (Cancel reported "applied" for the group), no paid order's check ran, and Redis holds what the
+// example leaves; 1 otherwise. The run waits for these events and gives up after the last due
+// time plus 10s.
 //
 // Run it from the repository root:
 //
@@ -41,7 +51,10 @@
 // Without REDIS_ADDR (or REDIS_URL) the example starts an embedded miniredis. With it, it uses
 // that server under the key prefix redisdelay-example-order-timeout:, deleting what an earlier run
 // left there, so runs must not overlap. It deletes its keys when it ends, unless run with
-// -keep; it prints the redisdelay command that shows its queues either way.
+// -keep; it prints the redisdelay commands that show what it leaves either way (stats, list of
+// the scheduled checks and of the dead letter, show of a check by key and of the dead letter by
+// ref, schedules list, dashboard). No Scheduler runs once the example ends, so the schedule's
+// next tick waits for one.
 // The checks' keys keep no history (the publisher's KeyRetention is 0), so a key is free
 // again once its check is acked or cancelled.
 package main
@@ -69,6 +82,7 @@ import (
 
 	"github.com/watermill-redisdelay/redisdelay"
 	"github.com/watermill-redisdelay/redisdelay/_examples/internal/exampleredis"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 const (
@@ -146,77 +160,134 @@ func parseFlags() (options, error) {
 	return o, nil
 }
 
-// runExample connects to Redis, wires the publisher, subscriber and router, places the orders,
-// waits for their checks, shuts everything down and prints the summary. It returns an error
-// when the run failed, the summary's verdict included.
+// runExample connects to Redis, wires the publisher, subscriber, router and Scheduler, runs the
+// orders, leaves the backlog, shuts everything down and prints the summary and what it left in
+// Redis. It returns an error when the run failed, the summary's verdict included.
 func runExample(ctx context.Context, opts options, tl *timeline) (err error) {
 	rd, err := exampleredis.Open(ctx, "order-timeout", opts.keep, tl.printf)
 	if err != nil {
 		return err
 	}
-	// Deletes the example's keys (unless -keep) and prints how to see its queues, last.
+	// Deletes the example's keys (unless -keep) and prints how to look at them, last.
 	defer func() { err = errors.Join(err, rd.Close(os.Stdout)) }()
-	client := rd.Client
-
-	prefix := rd.Prefix
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: client, KeyPrefix: prefix}, watermill.NopLogger{})
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: rd.Client, KeyPrefix: rd.Prefix}, watermill.NopLogger{})
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
-	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{
-		Client:        client,
-		KeyPrefix:     prefix,
-		ConsumerGroup: consumerGroup,
-	}, watermill.NopLogger{})
+	subConfig := subscriberConfig(rd.Prefix)
+	subConfig.Client = rd.Client
+	sub, err := redisdelay.NewSubscriber(subConfig, watermill.NopLogger{})
 	if err != nil {
 		return err
 	}
 	defer sub.Close()
 	// The inspector finds a check again by its key; it must use the publisher's key prefix
 	// (and partitions, 1 here). It holds no resources: there is nothing to close.
-	inspector, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: client, KeyPrefix: prefix}, watermill.NopLogger{})
+	inspector, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: rd.Client, KeyPrefix: rd.Prefix}, watermill.NopLogger{})
 	if err != nil {
 		return err
 	}
-
-	// Register the group before the first publish, as a service would at start-up. (Messages
-	// published to a topic with no group at all would wait for the first group anyway; a group
-	// registered after others gets only what is published after it registered.)
-	if err := sub.SubscribeInitialize(topic); err != nil {
-		return err
-	}
-
 	ex := newExample(opts, tl, pub, inspector)
-	stopRouter, err := startRouter(ctx, sub, ex.handlePaymentCheck)
+	stop, err := startService(ctx, sub, pub, ex)
 	if err != nil {
 		return err
 	}
-	tl.printf("router running: group %q consumes %q", consumerGroup, topic)
-
-	waitErr := ex.placeAndWait(ctx)
-
-	// The router closes the subscriber as well; Close is idempotent, so closing it here too is
-	// harmless and makes the shutdown explicit.
-	closeErr := errors.Join(stopRouter(), pub.Close(), sub.Close())
+	deadRef, runErr := ex.run(ctx)
+	closeErr := errors.Join(stop(), pub.Close(), sub.Close())
 	ex.payments.Wait()
 	if closeErr != nil {
 		tl.printf("shutdown: %v", closeErr)
 	} else {
-		tl.printf("router, publisher and subscriber closed")
+		tl.printf("Scheduler, router, publisher and subscriber closed")
 	}
-	return errors.Join(waitErr, ex.stats.summarize(os.Stdout), closeErr)
+	summaryErr := ex.stats.summarize(os.Stdout)
+	left, leftErr := readLeftovers(ctx, inspector)
+	fmt.Printf("\nleft in Redis\n%s", left.describe())
+	if !opts.keep {
+		deadRef = "" // deleted: the next run's dead letter has another ref
+	}
+	addLooks(rd, checkKey(ex.backlogOrderID(0)), deadRef)
+	return errors.Join(runErr, summaryErr, leftErr, closeErr)
 }
 
-// startRouter runs a router with one handler for the payment checks and returns once it is
-// running. The returned function closes the router and waits for Run to return.
-func startRouter(ctx context.Context, sub message.Subscriber, handle message.NoPublishHandlerFunc) (func() error, error) {
+// startService starts the order service: it registers the consumer group, as a service would
+// at start-up, before the first publish (messages published to a topic with no group at all
+// would wait for the first group anyway; a group registered after others gets only what is
+// published after it registered), runs the router, puts the nightly schedule and runs a
+// Scheduler. The returned function stops the Scheduler and the router.
+func startService(ctx context.Context, sub *redisdelay.Subscriber, pub *redisdelay.Publisher, ex *example) (func() error, error) {
+	if err := sub.SubscribeInitialize(topic); err != nil {
+		return nil, err
+	}
+	stopRouter, err := startRouter(ctx, sub, ex)
+	if err != nil {
+		return nil, err
+	}
+	ex.tl.printf("router running: group %q consumes %q and %q", consumerGroup, topic, reconcileTopic)
+	stopScheduler, err := startScheduler(ctx, pub, ex.tl)
+	if err != nil {
+		return nil, errors.Join(err, stopRouter())
+	}
+	// The router closes the subscriber as well; Close is idempotent, so the caller closing it
+	// too is harmless and makes the shutdown explicit.
+	return func() error { return errors.Join(stopScheduler(), stopRouter()) }, nil
+}
+
+// startScheduler puts the nightly schedule and runs a Scheduler, as the order service would
+// next to its router, so that its ticks are published while the service runs. The returned
+// function closes the Scheduler and waits for Run to return.
+func startScheduler(ctx context.Context, pub *redisdelay.Publisher, tl *timeline) (func() error, error) {
+	// One tick at a time is plenty for one schedule.
+	sched, err := schedule.New(schedule.Config{Publisher: pub, Concurrency: 1}, watermill.NopLogger{})
+	if err != nil {
+		return nil, err
+	}
+	if err := putReconcileSchedule(ctx, sched, tl); err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() { done <- sched.Run(ctx) }()
+	tl.printf("Scheduler running")
+	return func() error {
+		err := errors.Join(sched.Close(), <-done)
+		if errors.Is(err, schedule.ErrClosed) {
+			return nil // closed before Run started: nothing ran
+		}
+		return err
+	}, nil
+}
+
+// run publishes the malformed check, places the orders, waits for their checks, then places
+// the backlog and waits for the malformed check to be dead-lettered. It returns the dead
+// letter's ref.
+func (e *example) run(ctx context.Context) (string, error) {
+	if err := e.publishMalformedCheck(ctx); err != nil {
+		return "", err
+	}
+	if err := e.placeAndWait(ctx); err != nil {
+		return "", err
+	}
+	if err := e.placeBacklog(ctx); err != nil {
+		return "", err
+	}
+	ctx, cancel := context.WithTimeout(ctx, slack)
+	defer cancel()
+	dead, err := e.waitDeadLettered(ctx)
+	return dead.Ref, err
+}
+
+// startRouter runs a router with the order service's handlers, of the payment checks and of
+// the nightly reconciliation, and returns once it is running. The returned function closes the
+// router and waits for Run to return.
+func startRouter(ctx context.Context, sub message.Subscriber, e *example) (func() error, error) {
 	// The router's info logs would drown the timeline; the example prints its own lines.
 	router, err := message.NewRouter(message.RouterConfig{CloseTimeout: 5 * time.Second}, watermill.NopLogger{})
 	if err != nil {
 		return nil, err
 	}
-	router.AddConsumerHandler("cancel-unpaid-orders", topic, sub, handle)
+	router.AddConsumerHandler("cancel-unpaid-orders", topic, sub, e.handlePaymentCheck)
+	router.AddConsumerHandler(reconcileSchedule, reconcileTopic, sub, e.reconcileUnpaidOrders)
 
 	done := make(chan error, 1)
 	go func() { done <- router.Run(ctx) }()
@@ -320,6 +391,12 @@ func (e *example) placeOrders(ctx context.Context) error {
 // placeOrder records a new order and schedules its payment check e.opts.delay from now, keyed by
 // the order.
 func (e *example) placeOrder(ctx context.Context, id string) error {
+	return e.placeOrderWithin(ctx, id, e.opts.delay)
+}
+
+// placeOrderWithin records a new order and schedules its payment check window from now, keyed
+// by the order.
+func (e *example) placeOrderWithin(ctx context.Context, id string, window time.Duration) error {
 	placedAt := time.Now()
 	e.orders.place(id)
 	payload, err := json.Marshal(paymentCheck{OrderID: id, PlacedAt: placedAt})
@@ -330,9 +407,9 @@ func (e *example) placeOrder(ctx context.Context, id string) error {
 	msg := redisdelay.WithKey(message.NewMessage(watermill.NewUUID(), payload), checkKey(id))
 	// Taken before delay.For and before Publish reads the Redis clock, so the queue's own due
 	// time is never earlier than this one: a check that starts before it was delivered early.
-	due := time.Now().Add(e.opts.delay)
+	due := time.Now().Add(window)
 	msg.Metadata.Set(dueMetadataKey, strconv.FormatInt(due.UnixMicro(), 10))
-	msg.SetContext(delay.WithContext(ctx, delay.For(e.opts.delay)))
+	msg.SetContext(delay.WithContext(ctx, delay.For(window)))
 	outcomes, err := e.pub.PublishWithResult(topic, msg)
 	if err != nil {
 		return fmt.Errorf("schedule the payment check of order %s: %w", id, err)
@@ -342,7 +419,7 @@ func (e *example) placeOrder(ctx context.Context, id string) error {
 	if outcomes[0] != redisdelay.OutcomeScheduled {
 		return fmt.Errorf("schedule the payment check of order %s: key %s: %s", id, checkKey(id), outcomes[0])
 	}
-	e.tl.printf("order %s placed, payment check %s due at %s", id, checkKey(id), e.tl.offset(due))
+	e.tl.printf("order %s placed, payment check %s due in %s, at %s", id, checkKey(id), shortDuration(window), e.tl.offset(due))
 	return nil
 }
 
@@ -415,10 +492,15 @@ func describeGroups(res redisdelay.ActionResult) string {
 func (e *example) handlePaymentCheck(msg *message.Message) error {
 	started := time.Now()
 	var check paymentCheck
-	if err := json.Unmarshal(msg.Payload, &check); err != nil {
-		// Retrying cannot repair a payload, so the message is acked and reported instead.
-		e.tl.printf("dropping payment check %s: bad payload: %v", msg.UUID, err)
-		return nil
+	if err := json.Unmarshal(msg.Payload, &check); err != nil || check.OrderID == "" {
+		// A malformed check is nacked: after MaxAttempts it becomes a dead letter, where an
+		// operator finds it (redisdelay list --state dead-lettered) and can requeue it once
+		// the producer is fixed.
+		if err == nil {
+			err = errors.New("no order ID")
+		}
+		e.tl.printf("payment check %s rejected, attempt %s of %d: malformed: %v", msg.UUID, msg.Metadata.Get(redisdelay.AttemptMetadataKey), maxAttempts, err)
+		return fmt.Errorf("payment check %s: malformed payload: %w", msg.UUID, err)
 	}
 	dueUs, err := strconv.ParseInt(msg.Metadata.Get(dueMetadataKey), 10, 64)
 	if err != nil {
@@ -448,6 +530,27 @@ func (e *example) handlePaymentCheck(msg *message.Message) error {
 	e.stats.record(check.OrderID, late, was == paid)
 	e.tl.printf("order %s check: %s (%s)", check.OrderID, outcome, note)
 	return nil
+}
+
+// reconcileUnpaidOrders handles a tick of the nightly schedule: it counts the orders awaiting
+// payment, which a service would compare with its payment provider's records. A tick comes
+// during the example only if the run spans 02:00 UTC.
+func (e *example) reconcileUnpaidOrders(msg *message.Message) error {
+	e.tl.printf("nightly reconciliation, tick %s: %d orders awaiting payment", msg.Metadata.Get(redisdelay.TickTimeMetadataKey), e.orders.count(awaitingPayment))
+	return nil
+}
+
+// shortDuration formats d as time.Duration does, without a trailing "0m0s" or "0s": "1h",
+// "24h", "1h30m", "2s".
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 func describeLateness(late time.Duration) string {
@@ -500,6 +603,19 @@ func (b *orderBook) place(id string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.status[id] = awaitingPayment
+}
+
+// count returns how many orders have status s.
+func (b *orderBook) count(s orderStatus) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	n := 0
+	for _, status := range b.status {
+		if status == s {
+			n++
+		}
+	}
+	return n
 }
 
 // pay marks the order paid and reports whether it was still awaiting payment.

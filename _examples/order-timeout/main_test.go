@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/watermill-redisdelay/redisdelay"
 	"github.com/watermill-redisdelay/redisdelay/redisdelaytest"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // TestAnUnpaidOrderIsCancelledAtExactlyItsDelayAndAPaidOrdersCheckNeverRuns runs the example's
@@ -15,7 +17,7 @@ func TestAnUnpaidOrderIsCancelledAtExactlyItsDelayAndAPaidOrdersCheckNeverRuns(t
 	ctx := context.Background()
 	q := redisdelaytest.New(t, redisdelaytest.Options{})
 	ex := newExample(options{orders: 2, delay: 30 * time.Minute}, newTimeline(io.Discard), q.Publisher(), q.Inspector())
-	stopRouter, err := startRouter(ctx, q.Subscriber(consumerGroup), ex.handlePaymentCheck)
+	stopRouter, err := startRouter(ctx, q.Subscriber(consumerGroup), ex)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,6 +53,70 @@ func TestAnUnpaidOrderIsCancelledAtExactlyItsDelayAndAPaidOrdersCheckNeverRuns(t
 		t.Fatalf("the check of order 2 ran at %s, want %s", d.At, start.Add(30*time.Minute))
 	}
 	q.RequireNotReceived(t, topic, consumerGroup, checkKey("1"))
+}
+
+// TestTheExampleLeavesABacklogADeadLetterAndASchedule runs, on the test kit, what the example
+// leaves in Redis for -keep: the backlog's checks stay scheduled at their windows, the malformed
+// check is dead-lettered after maxAttempts, nackBackoff apart, and the nightly schedule is
+// stored; readLeftovers, which the example's exit code depends on, agrees.
+func TestTheExampleLeavesABacklogADeadLetterAndASchedule(t *testing.T) {
+	ctx := context.Background()
+	q := redisdelaytest.New(t, redisdelaytest.Options{Subscriber: subscriberConfig("")})
+	ex := newExample(options{orders: 2, delay: 30 * time.Minute}, newTimeline(io.Discard), q.Publisher(), q.Inspector())
+	stopRouter, err := startRouter(ctx, q.Subscriber(consumerGroup), ex)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = stopRouter() }()
+	sched, err := schedule.New(schedule.Config{Publisher: q.Publisher()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := putReconcileSchedule(ctx, sched, ex.tl); err != nil {
+		t.Fatal(err)
+	}
+
+	start := q.Now()
+	if err := ex.publishMalformedCheck(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := ex.placeBacklog(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for n, window := range backlogWindows {
+		q.RequireScheduled(t, topic, checkKey(ex.backlogOrderID(n)), start.Add(window))
+	}
+
+	// The attempts are at start, start+100ms and start+200ms; the last one dead-letters it.
+	q.Advance(time.Duration(maxAttempts-1) * time.Duration(nackBackoff))
+	// Dead-lettered by now: the wait returns at once, or fails after its timeout.
+	waitCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	dead, err := ex.waitDeadLettered(waitCtx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dead.Attempt != maxAttempts || dead.Reason != redisdelay.DeadLetterReasonNacked {
+		t.Fatalf("the malformed check is a dead letter after %d attempts (%s), want %d (%s)", dead.Attempt, dead.Reason, maxAttempts, redisdelay.DeadLetterReasonNacked)
+	}
+	if got := len(q.Received(consumerGroup)); got != maxAttempts {
+		t.Fatalf("group %s received %d messages, want the malformed check's %d attempts", consumerGroup, got, maxAttempts)
+	}
+
+	left, err := readLeftovers(ctx, q.Inspector())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left.scheduled != int64(len(backlogWindows)) || left.deadLetters != 1 || len(left.schedules) != 1 {
+		t.Fatalf("left %d scheduled, %d dead letters, %d schedules; want %d, 1, 1", left.scheduled, left.deadLetters, len(left.schedules), len(backlogWindows))
+	}
+	want := time.Date(start.Year(), start.Month(), start.Day(), 2, 0, 0, 0, time.UTC) // reconcileSpec
+	if !want.After(start) {
+		want = want.AddDate(0, 0, 1)
+	}
+	if next := left.schedules[0].Pending; !next.Equal(want) {
+		t.Fatalf("the nightly schedule's next tick is %s, want %s", next, want)
+	}
 }
 
 // statusOf reads the status of order id.

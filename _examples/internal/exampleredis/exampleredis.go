@@ -4,7 +4,8 @@
 // own, "redisdelay-example-" and its name, so that the CLI and the dashboard find its queues
 // with --prefix. A run starts by deleting what an earlier run left there, so runs of one
 // example on one server must not overlap. When the run ends it deletes its keys too, unless
-// -keep asked to keep them, and prints the redisdelay command that shows its queues.
+// -keep asked to keep them, and prints the redisdelay commands that show what it leaves: stats,
+// and those the example added with Look.
 package exampleredis
 
 import (
@@ -13,6 +14,7 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -36,6 +38,23 @@ type Redis struct {
 	addr string               // as the environment gave it; "" on miniredis
 	mr   *miniredis.Miniredis // nil on a server
 	keep bool
+	// looks are the commands Close prints after stats, in the order Look added them.
+	looks []look
+}
+
+// look is a redisdelay command that shows something an example leaves in Redis.
+type look struct {
+	what string   // what it shows, printed as a shell comment above it
+	args []string // the command and its flags, without --addr and --prefix
+}
+
+// Look adds a redisdelay command that shows something the example leaves in Redis with -keep:
+// what says what it shows; args are the command and its flags, such as "list", "--topic",
+// topic, "--group", group, "--state", "scheduled", without --addr and --prefix, which Close
+// adds after the command's words. Close prints them after the stats command, in the order they
+// were added.
+func (r *Redis) Look(what string, args ...string) {
+	r.looks = append(r.looks, look{what: what, args: args})
 }
 
 // Open connects to the Redis at REDIS_ADDR or REDIS_URL, deleting what an earlier run of the
@@ -96,17 +115,37 @@ func (r *Redis) Close(w io.Writer) error {
 			"  REDIS_ADDR=127.0.0.1:6379 go run ./_examples/%s -keep\n", r.name)
 		return nil
 	}
-	command := fmt.Sprintf("redisdelay stats --addr %s --prefix %s", shellQuote(r.addr), shellQuote(r.Prefix))
 	if r.keep {
-		fmt.Fprintf(w, "\nThe example's keys are kept under %s. Its queues:\n\n  %s\n", r.Prefix, command)
+		fmt.Fprintf(w, "\nThe example's keys are kept under %s. To look at them:\n\n%s", r.Prefix, r.commands())
 		return nil
 	}
 	n, err := r.deleteKeys(ctx)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\nDeleted the example's %d keys under %s. To keep them and see its queues, run it with -keep, then:\n\n  %s\n", n, r.Prefix, command)
+	fmt.Fprintf(w, "\nDeleted the example's %d keys under %s. To keep them, run it with -keep, then look at them:\n\n%s", n, r.Prefix, r.commands())
 	return nil
+}
+
+// commands returns the redisdelay commands that show what the example leaves, each below a
+// shell comment that says what it shows: stats first, then those added with Look.
+func (r *Redis) commands() string {
+	var b strings.Builder
+	looks := append([]look{{what: "the counts of every topic and consumer group", args: []string{"stats"}}}, r.looks...)
+	for _, l := range looks {
+		// --addr and --prefix go after the command's words (such as "schedules list") and
+		// before its own flags.
+		cmd := 0
+		for cmd < len(l.args) && !strings.HasPrefix(l.args[cmd], "-") {
+			cmd++
+		}
+		words := slices.Concat([]string{"redisdelay"}, l.args[:cmd], []string{"--addr", r.addr, "--prefix", r.Prefix}, l.args[cmd:])
+		for n, word := range words {
+			words[n] = shellQuote(word)
+		}
+		fmt.Fprintf(&b, "  # %s\n  %s\n", l.what, strings.Join(words, " "))
+	}
+	return b.String()
 }
 
 // deleteKeys deletes every key under the prefix, scanning 1,000 keys per round trip, and
