@@ -47,7 +47,9 @@
 // Without REDIS_ADDR (or REDIS_URL) the example starts an embedded miniredis. With it, it uses
 // that server under the key prefix redisdelay-example-cqrs-delayed-command:, deleting what an earlier run
 // left there, so runs must not overlap. It deletes its keys when it ends, unless run with
-// -keep; it prints the redisdelay command that shows its queues either way.
+// -keep. It leaves one ConfirmReceipt command (key order-tomorrow) scheduled for the next day
+// after the router stopped, and prints the redisdelay commands that show it (stats, list,
+// show) either way.
 package main
 
 import (
@@ -184,7 +186,14 @@ func runExample(ctx context.Context, opts options, tl *timeline) (err error) {
 	waitErr := ex.sendAndWait(ctx, router)
 
 	// The router closes the subscribers the processors created.
-	closeErr := errors.Join(ex.stopRouter(), pub.Close())
+	// With the router stopped, a command due tomorrow stays scheduled, for -keep to show.
+	cmd := ConfirmReceipt{OrderID: "order-tomorrow"}
+	leftover, err := marshaler.Marshal(cmd)
+	if err != nil {
+		return err
+	}
+	closeErr := errors.Join(ex.stopRouter(),
+		rd.LeaveScheduled(pub, commandTopic(marshaler.Name(cmd)), commandHandlerName, cmd.OrderID, leftover, 24*time.Hour), pub.Close())
 	if closeErr != nil {
 		tl.printf("shutdown: %v", closeErr)
 	} else {

@@ -36,7 +36,8 @@
 // Without REDIS_ADDR (or REDIS_URL) the example starts an embedded miniredis. With it, it uses
 // that server under the key prefix redisdelay-example-delayed-retry:, deleting what an earlier run
 // left there, so runs must not overlap. It deletes its keys when it ends, unless run with
-// -keep; it prints the redisdelay command that shows its queues either way.
+// -keep. It leaves one capture, pay-tomorrow, scheduled for the next day after the router
+// stopped, and prints the redisdelay commands that show it (stats, list, show) either way.
 package main
 
 import (
@@ -186,7 +187,10 @@ func runExample(ctx context.Context, keep bool, tl *timeline) (err error) {
 
 	waitErr := ex.publishAndWait(ctx, pub)
 
-	closeErr := errors.Join(stopRouter(), pub.Close(), sub.Close(), deadLetterSub.Close())
+	// With the router stopped, a capture due tomorrow stays scheduled, for -keep to show.
+	leftover := message.NewMessage("pay-tomorrow", []byte("pay-tomorrow"))
+	closeErr := errors.Join(stopRouter(), rd.LeaveScheduled(pub, topic, consumerGroup, "pay-tomorrow", leftover, 24*time.Hour),
+		pub.Close(), sub.Close(), deadLetterSub.Close())
 	if closeErr != nil {
 		tl.printf("shutdown: %v", closeErr)
 	} else {

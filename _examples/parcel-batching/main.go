@@ -40,7 +40,9 @@
 // Without REDIS_ADDR (or REDIS_URL) the example starts an embedded miniredis. With it, it uses
 // that server under the key prefix redisdelay-example-parcel-batching:, deleting what an earlier run
 // left there, so runs must not overlap. It deletes its keys when it ends, unless run with
-// -keep; it prints the redisdelay command that shows its queues either way.
+// -keep. After the shift, once the router stopped, a late parcel for area east opens a batch
+// that no truck takes; the example prints the redisdelay commands that show it (stats, list)
+// either way.
 package main
 
 import (
@@ -256,7 +258,7 @@ func runExample(ctx context.Context, keep bool, tl *timeline) (err error) {
 
 	// The router closes the subscriber as well; Close is idempotent, so closing it here too is
 	// harmless and makes the shutdown explicit.
-	closeErr := errors.Join(stopRouter(), pub.Close(), sub.Close())
+	closeErr := errors.Join(stopRouter(), leaveLateParcel(pub, rd), pub.Close(), sub.Close())
 	if closeErr != nil {
 		tl.printf("shutdown: %v", closeErr)
 	} else {
@@ -347,6 +349,27 @@ func (d *dispatch) runShift(ctx context.Context, pub *redisdelay.Publisher, in *
 		return err
 	}
 	d.tl.printf("all %d parcels bound to trucks", d.total)
+	return nil
+}
+
+// lateParcel arrives after the shift, when the router has stopped: it opens a batch of its
+// area that no truck takes, for -keep to show.
+var lateParcel = parcel{ID: parcelID("east", 1), Area: "east"}
+
+// leaveLateParcel publishes lateParcel and adds to rd the commands that show its batch: open
+// for MaxWait, then released and due, waiting for the next shift's dispatcher.
+func leaveLateParcel(pub *redisdelay.Publisher, rd *exampleredis.Redis) error {
+	payload, err := json.Marshal(lateParcel)
+	if err != nil {
+		return err
+	}
+	msg := redisdelay.WithBatchKey(message.NewMessage(watermill.NewUUID(), payload), lateParcel.Area)
+	if err := pub.Publish(topic, msg); err != nil {
+		return fmt.Errorf("publish the late parcel %s: %w", lateParcel.ID, err)
+	}
+	flags := []string{"--topic", topic, "--group", consumerGroup}
+	rd.Look(fmt.Sprintf("the batch of the late parcel %s, due %s after it arrived", lateParcel.ID, truckLoading.MaxWait), slices.Concat([]string{"list"}, flags, []string{"--state", "scheduled"})...)
+	rd.Look("the same batch once it is due, waiting for the next shift's dispatcher", slices.Concat([]string{"list"}, flags, []string{"--state", "due"})...)
 	return nil
 }
 

@@ -40,7 +40,8 @@
 // Without REDIS_ADDR (or REDIS_URL) the example starts an embedded miniredis. With it, it uses
 // that server under the key prefix redisdelay-example-webhook-retry:, deleting what an earlier run
 // left there, so runs must not overlap. It deletes its keys when it ends, unless run with
-// -keep; it prints the redisdelay command that shows its queues either way.
+// -keep. It leaves one event, evt-tomorrow, scheduled for the next day after the consumer
+// stopped, and prints the redisdelay commands that show it (stats, list, show) either way.
 package main
 
 import (
@@ -204,7 +205,14 @@ func runExample(ctx context.Context, keep bool, tl *timeline) (err error) {
 
 	waitErr := ex.deliverAll(ctx, pub, inspector)
 
-	closeErr := errors.Join(sub.Close(), pub.Close())
+	// With the consumer stopped, an event due tomorrow stays scheduled, for -keep to show.
+	closeErr := sub.Close()
+	consumer.Wait()
+	leftover, err := json.Marshal(event{"evt-tomorrow", "payment.succeeded", "acme"})
+	if err != nil {
+		return err
+	}
+	closeErr = errors.Join(closeErr, rd.LeaveScheduled(pub, topic, consumerGroup, "evt-tomorrow", message.NewMessage("evt-tomorrow", leftover), 24*time.Hour), pub.Close())
 	consumer.Wait()
 	if closeErr != nil {
 		tl.printf("shutdown: %v", closeErr)

@@ -18,8 +18,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill/components/delay"
+	"github.com/ThreeDotsLabs/watermill/message"
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
+
+	"github.com/watermill-redisdelay/redisdelay"
 )
 
 // KeepUsage is the usage of each example's -keep flag, which Open takes as keep.
@@ -38,6 +42,7 @@ type Redis struct {
 	addr string               // as the environment gave it; "" on miniredis
 	mr   *miniredis.Miniredis // nil on a server
 	keep bool
+	logf func(format string, args ...any) // prints a line of the example's timeline
 	// looks are the commands Close prints after stats, in the order Look added them.
 	looks []look
 }
@@ -61,7 +66,7 @@ func (r *Redis) Look(what string, args ...string) {
 // example left under its prefix, or starts an embedded miniredis when neither is set. logf
 // prints a line of the example's timeline. The caller must call Close.
 func Open(ctx context.Context, name string, keep bool, logf func(format string, args ...any)) (*Redis, error) {
-	r := &Redis{Prefix: "redisdelay-example-" + name + ":", name: name, keep: keep}
+	r := &Redis{Prefix: "redisdelay-example-" + name + ":", name: name, keep: keep, logf: logf}
 	from := "REDIS_ADDR"
 	r.addr = os.Getenv(from)
 	if r.addr == "" {
@@ -146,6 +151,30 @@ func (r *Redis) commands() string {
 		fmt.Fprintf(&b, "  # %s\n  %s\n", l.what, strings.Join(words, " "))
 	}
 	return b.String()
+}
+
+// LeaveScheduled publishes msg to topic with pub, keyed by key and due after in, so that the
+// example leaves a message scheduled in its consumer group for -keep to show, and adds the
+// commands that list the group's scheduled messages and show this one by its key (see Look).
+// Call it once the example's consumers have stopped, before pub is closed. It returns an error
+// naming the key when the publish fails or does not schedule the message.
+func (r *Redis) LeaveScheduled(pub *redisdelay.Publisher, topic, group, key string, msg *message.Message, in time.Duration) error {
+	ctx, cancel := context.WithTimeout(context.Background(), closeTimeout)
+	defer cancel()
+	msg = redisdelay.WithKey(msg, key)
+	msg.SetContext(delay.WithContext(ctx, delay.For(in)))
+	outcomes, err := pub.PublishWithResult(topic, msg)
+	if err != nil {
+		return fmt.Errorf("leave %s scheduled on %s: %w", key, topic, err)
+	}
+	if outcomes[0] != redisdelay.OutcomeScheduled {
+		return fmt.Errorf("leave %s scheduled on %s: %s", key, topic, outcomes[0])
+	}
+	r.logf("left %s on %s, due in %s, for -keep", key, topic, in)
+	flags := []string{"--topic", topic, "--group", group}
+	r.Look("the message the example left scheduled", slices.Concat([]string{"list"}, flags, []string{"--state", "scheduled"})...)
+	r.Look("that message, with its metadata and payload", slices.Concat([]string{"show"}, flags, []string{"--key", key})...)
+	return nil
 }
 
 // deleteKeys deletes every key under the prefix, scanning 1,000 keys per round trip, and
