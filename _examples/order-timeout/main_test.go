@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,6 +117,25 @@ func TestTheExampleLeavesABacklogADeadLetterAndASchedule(t *testing.T) {
 	}
 	if next := left.schedules[0].Pending; !next.Equal(want) {
 		t.Fatalf("the nightly schedule's next tick is %s, want %s", next, want)
+	}
+}
+
+// TestTheExampleRunsOnMiniredisAndLeavesWhatItPromises runs the whole example, as go run does,
+// on the embedded miniredis with a short delay: runExample returns nil only when every order
+// was settled as the summary demands and readLeftovers found the backlog, the dead letter and
+// the schedule, with the Scheduler and the router wired as in production.
+func TestTheExampleRunsOnMiniredisAndLeavesWhatItPromises(t *testing.T) {
+	t.Setenv("REDIS_ADDR", "")
+	t.Setenv("REDIS_URL", "")
+	var out strings.Builder
+	err := runExample(context.Background(), options{orders: 3, delay: 200 * time.Millisecond, spread: 100 * time.Millisecond, keep: true}, newTimeline(&out))
+	if err != nil {
+		t.Fatalf("runExample: %v\n%s", err, out.String())
+	}
+	for _, want := range []string{"all 3 orders settled", "dead-lettered after 3 attempts", "schedule " + reconcileSchedule + " created", "Scheduler running"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the timeline has no %q:\n%s", want, out.String())
+		}
 	}
 }
 
