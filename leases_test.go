@@ -69,3 +69,31 @@ func TestLeaseBookClearsConfirmedAcksAndStopsTheTimer(t *testing.T) {
 	b.clear()
 	assert.Empty(t, b.held())
 }
+
+// TestLeaseBooksShareTheCountOfWhatTheSubscriberHolds checks the count behind the worker
+// record's InFlight: the books of a Subscriber's subscriptions add up what each holds (waiting,
+// being handed out, in flight), and nothing once they are cleared.
+func TestLeaseBooksShareTheCountOfWhatTheSubscriberHolds(t *testing.T) {
+	count := new(atomic.Int64)
+	one, two := newLeaseBook(time.Hour, count), newLeaseBook(time.Hour, count)
+	defer one.stop()
+	defer two.stop()
+	m := func(id string) *claimed {
+		return &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: id, Attempt: 1}}}
+	}
+	a, c, d, e := m("a"), m("c"), m("d"), m("e")
+	one.claimed([]*claimed{a, c, d}, time.Now())
+	two.claimed([]*claimed{e}, time.Now())
+	assert.EqualValues(t, 4, count.Load())
+	one.handedOut(one.next())
+	assert.EqualValues(t, 4, count.Load(), "a message handed out is still held")
+	one.acked(a)
+	assert.EqualValues(t, 3, count.Load(), "an acked message is not")
+	one.handedOut(one.next())
+	one.finished(c)
+	assert.EqualValues(t, 2, count.Load(), "nor a nacked one")
+	one.leasesLost([]string{"d"})
+	assert.EqualValues(t, 1, count.Load(), "nor one whose lease was lost")
+	two.clear()
+	assert.Zero(t, count.Load())
+}

@@ -133,3 +133,49 @@ func TestAWorkerThatStopsRefreshingExpiresWithItsKeys(t *testing.T) {
 		_ = sub.Close()
 	})
 }
+
+func TestWorkersArePagedInKindAndIDOrderWithACursor(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		prefix := "p" + watermill.NewShortUUID() + ":"
+		in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client, KeyPrefix: prefix}, nil)
+		require.NoError(t, err)
+		for range 5 {
+			subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.KeyPrefix = prefix }), newTopic())
+		}
+		// One that keeps no record.
+		subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.KeyPrefix, c.WorkerHeartbeat = prefix, -1 }), newTopic())
+		all := waitWorkers(t, in, "5 records", 5*time.Second, func(ws []redisdelay.WorkerInfo) bool { return len(ws) == 5 })
+
+		var paged []redisdelay.WorkerInfo
+		var sizes []int
+		opts := redisdelay.WorkersOptions{Limit: 2}
+		for {
+			page, err := in.Workers(context.Background(), opts)
+			require.NoError(t, err)
+			paged = append(paged, page.Workers...)
+			sizes = append(sizes, len(page.Workers))
+			if page.NextCursor == "" {
+				break
+			}
+			require.Less(t, len(sizes), 5, "the cursor does not advance")
+			opts.Cursor = page.NextCursor
+		}
+		assert.Equal(t, []int{2, 2, 1}, sizes)
+		ids := func(ws []redisdelay.WorkerInfo) []string {
+			var out []string
+			for _, w := range ws {
+				out = append(out, w.ID)
+			}
+			return out
+		}
+		assert.Equal(t, ids(all), ids(paged), "the pages hold every record once, in order")
+		assert.True(t, slices.IsSorted(ids(paged)), "in ID order: %v", ids(paged))
+
+		_, err = in.Workers(context.Background(), redisdelay.WorkersOptions{Cursor: "not a cursor"})
+		assert.ErrorContains(t, err, `malformed cursor "not a cursor"`)
+		_, err = in.Workers(context.Background(), redisdelay.WorkersOptions{Kind: "robot"})
+		assert.ErrorContains(t, err, `unknown kind "robot"`)
+		_, err = redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: b.client, WorkerHeartbeat: time.Millisecond}, nil)
+		assert.ErrorContains(t, err, "SubscriberConfig.WorkerHeartbeat is 1ms")
+	})
+}
