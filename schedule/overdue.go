@@ -18,9 +18,9 @@ const overdueWorkersPage = 100
 
 // markOverdue sets Overdue and OverdueReason on the infos whose pending tick fell due more than
 // a lease before now (the Redis clock); a Scheduler counts as running while its record shows its
-// subscription to TickTopic (Run runs). It reads the Schedulers' records only when a pending
-// tick is at least DefaultLeaseTimeout past due, so that a listing with nothing late costs
-// nothing more.
+// subscription to TickTopic (Run runs). It reads one page of the Schedulers' records only when
+// a pending tick is more than DefaultLeaseTimeout past due, so that a listing with nothing late
+// costs nothing more.
 func markOverdue(ctx context.Context, in *redisdelay.Inspector, infos []Info, now time.Time) error {
 	late := false
 	for _, info := range infos {
@@ -54,10 +54,10 @@ func pastDue(info Info, now time.Time, lease time.Duration) bool {
 }
 
 // overdueReason says, in words, why a tick late by late was not acted on and what to do, with
-// running the Schedulers subscribed to TickTopic on the page read, more whether more records
-// follow.
+// running the Schedulers whose record shows their tick subscription on the page read (at most
+// overdueWorkersPage records of Schedulers), more whether more records follow.
 func overdueReason(prefix string, running int, more bool, late time.Duration) string {
-	if running == 0 && !more {
+	if running == 0 {
 		return fmt.Sprintf("no Scheduler is running for key prefix %q: start one (schedule.New, then Run)", prefix)
 	}
 	count := fmt.Sprint(running)
