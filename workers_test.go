@@ -64,22 +64,12 @@ func TestARunningSubscriberIsListedWithItsSubscriptionsAndWhatItHolds(t *testing
 		_, err := sub.Subscribe(ctx, invoices)
 		require.NoError(t, err)
 
-		host, _ := os.Hostname()
 		ws := waitWorkers(t, in, "both subscriptions", 5*time.Second, func(ws []redisdelay.WorkerInfo) bool {
 			return len(ws) == 1 && len(ws[0].Subscriptions) == 2
 		})
 		w := ws[0]
-		assert.Equal(t, redisdelay.WorkerSubscriber, w.Kind)
-		assert.Equal(t, "billing-1", w.Consumer)
-		assert.Equal(t, host, w.Host)
-		assert.Equal(t, os.Getpid(), w.PID)
-		assert.True(t, strings.HasPrefix(w.ID, host+":"), "ID %q", w.ID)
-		assert.WithinDuration(t, before, w.Started, 2*time.Second)
-		assert.Equal(t, redisdelay.DefaultLeaseTimeout, w.LeaseTimeout)
+		assertSubscriberRecord(t, w, before, "billing-1", "billing", orders, invoices)
 		assert.Equal(t, 150*time.Millisecond, w.Expires.Sub(w.LastBeat), "3 heartbeats on the Redis clock")
-		want := []redisdelay.WorkerSubscription{{Topic: orders, Group: "billing"}, {Topic: invoices, Group: "billing"}}
-		slices.SortFunc(want, func(a, b redisdelay.WorkerSubscription) int { return strings.Compare(a.Topic, b.Topic) })
-		assert.Equal(t, want, w.Subscriptions)
 		assert.Zero(t, w.InFlight)
 
 		// A handler holds a message: in flight.
@@ -104,6 +94,25 @@ func TestARunningSubscriberIsListedWithItsSubscriptionsAndWhatItHolds(t *testing
 		assert.Empty(t, workersOf(t, in, redisdelay.WorkersOptions{}))
 		assert.Empty(t, workerKeys(t, b, redisdelay.DefaultKeyPrefix), "Close leaves no key of the records")
 	})
+}
+
+// assertSubscriberRecord checks the record of a Subscriber of this process, started at
+// before, with consumer name consumer, subscribed to topics for group.
+func assertSubscriberRecord(t *testing.T, w redisdelay.WorkerInfo, before time.Time, consumer, group string, topics ...string) {
+	t.Helper()
+	host, _ := os.Hostname()
+	assert.Equal(t, redisdelay.WorkerSubscriber, w.Kind)
+	assert.Equal(t, consumer, w.Consumer)
+	assert.Equal(t, host, w.Host)
+	assert.Equal(t, os.Getpid(), w.PID)
+	assert.True(t, strings.HasPrefix(w.ID, host+":"), "ID %q", w.ID)
+	assert.WithinDuration(t, before, w.Started, 2*time.Second)
+	assert.Equal(t, redisdelay.DefaultLeaseTimeout, w.LeaseTimeout)
+	var want []redisdelay.WorkerSubscription
+	for _, topic := range slices.Sorted(slices.Values(topics)) {
+		want = append(want, redisdelay.WorkerSubscription{Topic: topic, Group: group})
+	}
+	assert.Equal(t, want, w.Subscriptions)
 }
 
 // killedSubscriber starts a Subscriber of prefix on a client of its own, waits for its record

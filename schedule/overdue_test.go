@@ -69,12 +69,7 @@ func TestAPendingTickNoSchedulerActedOnIsOverdueWithTheFix(t *testing.T) {
 	s := e.scheduler(t, func(c *schedule.Config) { c.WorkerHeartbeat = 20 * time.Millisecond })
 	_, err := s.Put(ctx, schedule.Schedule{Name: "job", Spec: "@every 1m", Topic: "jobs"})
 	require.NoError(t, err)
-	get := func() schedule.Info {
-		t.Helper()
-		info, err := schedule.Get(ctx, in, "job")
-		require.NoError(t, err)
-		return info
-	}
+	get := func() schedule.Info { return getSchedule(t, in, "job") }
 	info := get()
 	require.Equal(t, start.Add(time.Minute), info.Pending.UTC())
 	assert.False(t, info.Overdue, "not due yet")
@@ -113,4 +108,12 @@ func TestAPendingTickNoSchedulerActedOnIsOverdueWithTheFix(t *testing.T) {
 	assert.False(t, info.Overdue)
 	assert.Empty(t, info.OverdueReason)
 	assert.Equal(t, start.Add(2*time.Minute), info.Pending.UTC())
+}
+
+// getSchedule returns schedule name, read through in.
+func getSchedule(t *testing.T, in *redisdelay.Inspector, name string) schedule.Info {
+	t.Helper()
+	info, err := schedule.Get(context.Background(), in, name)
+	require.NoError(t, err)
+	return info
 }
