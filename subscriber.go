@@ -36,6 +36,8 @@ type Subscriber struct {
 	// clock reads the delay metadata of nacked messages against; the real clock but in the
 	// test kit (see internal/clock).
 	clock clock.Clock
+	// watch tells a watched clock (the test kit's, through a Scheduler) of the subscriptions.
+	watch clock.Watch
 
 	mu     sync.Mutex // guards closed and wg.Add
 	closed bool
@@ -187,8 +189,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		logger.Error("Cannot register consumer group yet, retrying in the background", err, nil)
 		regs = make([]registration, s.config.Partitions) // each registers in the background
 	}
-	// One context per Subscribe call: it ends with ctx or with Close.
-	ctx, cancel := context.WithCancel(ctx)
+	ended := s.watch.Subscription(topic, s.config.Partitions, s.config.LeaseTimeout)
+	ctx, cancel := context.WithCancel(ctx) // one per Subscribe call: it ends with ctx or with Close
 	stopCancel := context.AfterFunc(s.closing, cancel)
 	out, turn := make(chan *message.Message), make(chan struct{}, 1)
 	var running sync.WaitGroup
@@ -207,6 +209,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		stopCancel()
 		cancel()
 		close(out)
+		ended()
 	}()
 	logger.Info("Subscribed", watermill.LogFields{"partitions": s.config.Partitions})
 	return out, nil
@@ -228,6 +231,7 @@ func (s *Subscriber) Close() error {
 
 	s.wg.Wait()
 	s.wakeHub.Close()
+	s.watch.Close()
 	s.logger.Debug("Subscriber closed", nil)
 	return nil
 }

@@ -187,7 +187,7 @@ func (q *Queue) settle(due bool) ([]*groupState, map[topicGroup]groupCounts) {
 // when nothing.
 func (q *Queue) pending(groups []*groupState, counts map[topicGroup]groupCounts) (string, error) {
 	now := q.Now()
-	var out []string
+	out := q.notSubscribed()
 	for _, g := range groups {
 		c := counts[g.topicGroup]
 		if !q.busy(g) {
@@ -222,15 +222,16 @@ type groupCounts struct {
 func (q *Queue) counts(groups []*groupState) (map[topicGroup]groupCounts, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	byTopic := map[string][]string{}
+	byTopic, partitions := map[string][]string{}, map[string]int{}
 	for _, g := range groups {
 		byTopic[g.topic] = append(byTopic[g.topic], g.group)
+		partitions[g.topic] = max(partitions[g.topic], g.partitions)
 	}
 	out := make(map[topicGroup]groupCounts, len(groups))
 	calls := 0
 	for topic, names := range byTopic {
 		dead := make([]store.Partition, len(names))
-		for n := 0; n < q.opts.Subscriber.Partitions; n++ {
+		for n := 0; n < partitions[topic]; n++ {
 			for k, g := range names {
 				dead[k] = store.Partition{Topic: redisdelay.DefaultDeadLetterTopic(topic, g), N: n}
 			}
