@@ -17,8 +17,9 @@ import (
 )
 
 // watch is told of each Subscriber of group made on the Queue's Publisher: from then until its
-// first subscription starts or it is closed, it is starting, and settle waits for it; each of
-// its subscriptions is a running subscription of its group.
+// first subscription starts or it is closed, it is starting, and settle waits for it while no
+// other subscription of its group runs; each of its subscriptions is a running subscription of
+// its group.
 func (q *Queue) watch(group string) clock.Watch {
 	q.mu.Lock()
 	q.starting[group]++
@@ -48,14 +49,21 @@ func (q *Queue) watch(group string) clock.Watch {
 	}
 }
 
-// notSubscribed describes the Subscribers made on the Publisher that have not subscribed yet,
-// one line per consumer group.
+// notSubscribed describes the consumer groups of the Subscribers made on the Publisher that
+// have not subscribed yet, when no other Subscriber of the group runs: one line per group. (A
+// Scheduler made only to put schedules, next to one that runs, is not waited for.)
 func (q *Queue) notSubscribed() []string {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	running := map[string]bool{}
+	for _, g := range q.groups {
+		running[g.group] = running[g.group] || g.running > 0
+	}
 	var out []string
 	for group, n := range q.starting {
-		out = append(out, fmt.Sprintf("%d Subscriber(s) of consumer group %q made on the Queue's Publisher have not subscribed yet (a schedule.Scheduler: run it, go sched.Run(ctx), or close it)", n, group))
+		if !running[group] {
+			out = append(out, fmt.Sprintf("%d Subscriber(s) of consumer group %q made on the Queue's Publisher have not subscribed yet, and none of the group runs (a schedule.Scheduler: run it, go sched.Run(ctx), or close it)", n, group))
+		}
 	}
 	slices.Sort(out)
 	return out

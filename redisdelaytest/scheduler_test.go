@@ -201,11 +201,27 @@ func TestAdvanceWaitsForASchedulerMadeOnThePublisherToRun(t *testing.T) {
 		defer func() { _ = recover() }()
 		q.Advance(time.Hour)
 	}()
-	require.True(t, strings.Contains(ft.failure, `consumer group "scheduler" made on the Queue's Publisher have not subscribed yet`), "failure %q", ft.failure)
+	require.True(t, strings.Contains(ft.failure, `consumer group "scheduler" made on the Queue's Publisher have not subscribed yet, and none of the group runs`), "failure %q", ft.failure)
 
 	// Once closed, it is not waited for.
 	require.NoError(t, sched.Close())
 	ft.failure = ""
 	q.Advance(time.Hour)
 	require.Empty(t, ft.failure)
+}
+
+func TestASchedulerMadeOnlyToPutIsNotWaitedForWhileAnotherRuns(t *testing.T) {
+	q := redisdelaytest.New(t, redisdelaytest.Options{})
+	ticks := recordTicks(t, q, "reports")
+	runScheduler(t, q, nil, schedule.Schedule{Name: "daily", Spec: "0 6 * * *", Topic: "reports"})
+	admin, err := schedule.New(schedule.Config{Publisher: q.Publisher()}, nil)
+	require.NoError(t, err)
+	defer admin.Close()
+	_, err = admin.Put(context.Background(), schedule.Schedule{Name: "other", Spec: "0 7 * * *", Topic: "reports"})
+	require.NoError(t, err)
+
+	q.Advance(24 * time.Hour)
+
+	start := redisdelaytest.DefaultStart
+	requireTicksAt(t, ticks(), []time.Time{start.Add(6 * time.Hour), start.Add(7 * time.Hour)})
 }
