@@ -72,9 +72,9 @@ func init() {
 // maxCompiled bounds the definitions a Scheduler keeps compiled.
 const maxCompiled = 10_000
 
-// New returns a Scheduler that publishes through config.Publisher. A nil logger means
-// watermill.NopLogger. It makes no Redis call; an invalid config is returned as an error naming
-// the field.
+// New returns a Scheduler that publishes through config.Publisher, with its Subscriber of
+// TickTopic (which Run uses). A nil logger means watermill.NopLogger. It makes no Redis call and
+// starts no goroutine; an invalid config is returned as an error naming the field.
 func New(config Config, logger watermill.LoggerAdapter) (*Scheduler, error) {
 	if config.Publisher == nil {
 		return nil, config.Validate()
