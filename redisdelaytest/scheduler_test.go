@@ -104,7 +104,9 @@ func TestHourlyScheduleFiresAtEachOf48Ticks(t *testing.T) {
 	began := time.Now()
 	q := redisdelaytest.New(t, redisdelaytest.Options{})
 	ticks := recordTicks(t, q, "jobs")
-	runScheduler(t, q, nil, schedule.Schedule{Name: "hourly", Spec: "0 * * * *", Topic: "jobs"})
+	// One subscription of the tick topic: the kit wakes each at every stop.
+	runScheduler(t, q, func(c *schedule.Config) { c.Concurrency = 1 },
+		schedule.Schedule{Name: "hourly", Spec: "0 * * * *", Topic: "jobs"})
 
 	q.Advance(48 * time.Hour)
 
@@ -113,17 +115,24 @@ func TestHourlyScheduleFiresAtEachOf48Ticks(t *testing.T) {
 }
 
 func TestPerMinuteScheduleFiresAtEachTickWithAndWithoutResolution(t *testing.T) {
-	for name, res := range map[string]time.Duration{"no resolution": 0, "resolution of a minute": time.Minute} {
+	for name, c := range map[string]struct {
+		resolution, over time.Duration
+	}{
+		"no resolution":          {0, 30 * time.Minute},
+		"resolution of a minute": {time.Minute, 3 * time.Hour},
+	} {
 		t.Run(name, func(t *testing.T) {
 			began := time.Now()
-			q := redisdelaytest.New(t, redisdelaytest.Options{Resolution: res})
+			q := redisdelaytest.New(t, redisdelaytest.Options{Resolution: c.resolution})
 			ticks := recordTicks(t, q, "jobs")
-			runScheduler(t, q, nil, schedule.Schedule{Name: "minutely", Spec: "* * * * *", Topic: "jobs"})
+			// One subscription of the tick topic: the kit wakes each at every stop.
+			runScheduler(t, q, func(c *schedule.Config) { c.Concurrency = 1 },
+				schedule.Schedule{Name: "minutely", Spec: "* * * * *", Topic: "jobs"})
 
-			q.Advance(3 * time.Hour)
+			q.Advance(c.over)
 
-			requireTicksAt(t, ticks(), everyFrom(redisdelaytest.DefaultStart.Add(time.Minute), time.Minute, 180))
-			t.Logf("a per-minute schedule over 3 virtual hours: %s of wall time", time.Since(began))
+			requireTicksAt(t, ticks(), everyFrom(redisdelaytest.DefaultStart.Add(time.Minute), time.Minute, int(c.over/time.Minute)))
+			t.Logf("a per-minute schedule over %s of virtual time: %s of wall time", c.over, time.Since(began))
 		})
 	}
 }
