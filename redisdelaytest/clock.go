@@ -24,9 +24,9 @@ func (q *Queue) Advance(d time.Duration) {
 // "check now" to every running subscription and waits until the queue settles (see Settle),
 // so a handler sees the clock at its message's due time, and a message it publishes with a
 // delay falls due at the right stop. A schedule.Scheduler made on the Queue's Publisher is one
-// of the running subscriptions: every tick due by t was acted on and its message handed out. While the test holds a message it took with Receive, the
-// stops are at most a third of its lease apart, so that its heartbeat keeps the lease. A t before
-// Now fails the test.
+// of the running subscriptions: every tick due by t was acted on and its message handed out.
+// While the test holds a message it took with Receive, the stops are at most a third of its
+// lease apart, so that its heartbeat keeps the lease. A t before Now fails the test.
 func (q *Queue) AdvanceTo(t time.Time) {
 	q.t.Helper()
 	q.advancing.Lock()
@@ -57,8 +57,8 @@ func (q *Queue) AdvanceTo(t time.Time) {
 // is due and nothing is in flight, except while the test holds a message it took with Receive
 // (the group is then busy, as in production, and only its leases are checked: each extended
 // to a whole lease from now). It also waits for a schedule.Scheduler made on the Queue's
-// Publisher to subscribe, while no other Scheduler runs. A group whose application does not take
-// its messages fails the test after Options.SettleTimeout of wall time, naming the topic,
+// Publisher to subscribe, while no other Scheduler runs. A group whose application does not
+// take its messages fails the test after Options.SettleTimeout of wall time, naming the topic,
 // group and what is pending.
 func (q *Queue) Settle() {
 	q.t.Helper()
