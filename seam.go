@@ -84,10 +84,11 @@ func (s publisherSeam) Client() redis.UniversalClient { return s.p.config.Client
 
 func (s publisherSeam) KeyPrefix() string { return s.p.config.KeyPrefix }
 
-// NewSubscriber returns a Subscriber of the Publisher's client, key prefix, operation timeout
-// and metrics, with unlimited attempts.
+// NewSubscriber returns a Subscriber of the Publisher's client, key prefix, operation timeout,
+// metrics and clock, with unlimited attempts: on the test kit's virtual clock, the kit is told
+// of the Subscriber and its subscriptions (see internal/clock), and drives them.
 func (s publisherSeam) NewSubscriber(o seam.SubscriberOptions, logger watermill.LoggerAdapter) (message.Subscriber, error) {
-	return NewSubscriber(SubscriberConfig{
+	sub, err := NewSubscriber(SubscriberConfig{
 		Client:           s.p.config.Client,
 		KeyPrefix:        s.p.config.KeyPrefix,
 		ConsumerGroup:    o.ConsumerGroup,
@@ -101,6 +102,11 @@ func (s publisherSeam) NewSubscriber(o seam.SubscriberOptions, logger watermill.
 		WorkerHeartbeat:  o.WorkerHeartbeat,
 		kind:             WorkerKind(o.Kind),
 	}, logger)
+	if err != nil {
+		return nil, err
+	}
+	sub.clock, sub.watch = s.p.clock, s.p.clock.Made(o.ConsumerGroup)
+	return sub, nil
 }
 
 // inspectorSeam is an Inspector as package schedule sees it.

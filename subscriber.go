@@ -38,6 +38,8 @@ type Subscriber struct {
 	clock clock.Clock
 	// worker is this Subscriber's worker record (see workers.go).
 	worker *worker
+	// watch tells a watched clock (the test kit's, through a Scheduler) of the subscriptions.
+	watch clock.Watch
 
 	mu     sync.Mutex // guards closed, closedAt and wg.Add
 	closed bool
@@ -176,14 +178,9 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		return nil, ErrSubscriberClosed
+	if err := s.enter(); err != nil {
+		return nil, err
 	}
-	s.wg.Add(s.config.Partitions + 1) // the partitions' subscriptions and the closer of out
-	s.mu.Unlock()
-
 	logger := s.logger.With(watermill.LogFields{"topic": topic})
 	regs, err := s.register(ctx, topic)
 	if errors.Is(err, ErrEvictingRedis) || errors.Is(err, errPartitionsDisagree) {
@@ -194,8 +191,8 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		regs = make([]registration, s.config.Partitions) // each registers in the background
 	}
 	s.startRecord(WorkerSubscription{Topic: topic, Group: s.config.ConsumerGroup})
-	// One context per Subscribe call: it ends with ctx or with Close.
-	ctx, cancel := context.WithCancel(ctx)
+	ended := s.watch.Subscription(topic, s.config.Partitions, s.config.LeaseTimeout)
+	ctx, cancel := context.WithCancel(ctx) // one per Subscribe call: it ends with ctx or with Close
 	stopCancel := context.AfterFunc(s.closing, cancel)
 	out, turn := make(chan *message.Message), make(chan struct{}, 1)
 	var running sync.WaitGroup
@@ -215,9 +212,22 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		stopCancel()
 		cancel()
 		close(out)
+		ended()
 	}()
 	logger.Info("Subscribed", watermill.LogFields{"partitions": s.config.Partitions})
 	return out, nil
+}
+
+// enter counts the goroutines of a new subscription (the partitions' and the closer of its
+// channel) in wg, or returns ErrSubscriberClosed after Close.
+func (s *Subscriber) enter() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return ErrSubscriberClosed
+	}
+	s.wg.Add(s.config.Partitions + 1)
+	return nil
 }
 
 // startRecord records a running subscription in the worker record, and starts the heartbeat
@@ -252,6 +262,7 @@ func (s *Subscriber) Close() error {
 
 	s.wg.Wait()
 	s.wakeHub.Close()
+	s.watch.Close()
 	s.logger.Debug("Subscriber closed", nil)
 	return nil
 }

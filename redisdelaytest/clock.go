@@ -23,9 +23,10 @@ func (q *Queue) Advance(d time.Duration) {
 // finished everything due by t, in due order. At each stop it sets miniredis's time, sends a
 // "check now" to every running subscription and waits until the queue settles (see Settle),
 // so a handler sees the clock at its message's due time, and a message it publishes with a
-// delay falls due at the right stop. While the test holds a message it took with Receive, the
-// stops are at most a third of its lease apart, so that its heartbeat keeps the lease. A t before
-// Now fails the test.
+// delay falls due at the right stop. A schedule.Scheduler made on the Queue's Publisher is one
+// of the running subscriptions: every tick due by t was acted on and its message handed out.
+// While the test holds a message it took with Receive, the stops are at most a third of its
+// lease apart, so that its heartbeat keeps the lease. A t before Now fails the test.
 func (q *Queue) AdvanceTo(t time.Time) {
 	q.t.Helper()
 	q.advancing.Lock()
@@ -55,8 +56,9 @@ func (q *Queue) AdvanceTo(t time.Time) {
 // finished everything due now: for each consumer group with a running subscription, nothing
 // is due and nothing is in flight, except while the test holds a message it took with Receive
 // (the group is then busy, as in production, and only its leases are checked: each extended
-// to a whole lease from now). A group whose application does not take
-// its messages fails the test after Options.SettleTimeout of wall time, naming the topic,
+// to a whole lease from now). It also waits for a schedule.Scheduler made on the Queue's
+// Publisher to subscribe, while no other Scheduler runs. A group whose application does not
+// take its messages fails the test after Options.SettleTimeout of wall time, naming the topic,
 // group and what is pending.
 func (q *Queue) Settle() {
 	q.t.Helper()
@@ -187,7 +189,7 @@ func (q *Queue) settle(due bool) ([]*groupState, map[topicGroup]groupCounts) {
 // when nothing.
 func (q *Queue) pending(groups []*groupState, counts map[topicGroup]groupCounts) (string, error) {
 	now := q.Now()
-	var out []string
+	out := q.notSubscribed()
 	for _, g := range groups {
 		c := counts[g.topicGroup]
 		if !q.busy(g) {
@@ -222,15 +224,16 @@ type groupCounts struct {
 func (q *Queue) counts(groups []*groupState) (map[topicGroup]groupCounts, int, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	byTopic := map[string][]string{}
+	byTopic, partitions := map[string][]string{}, map[string]int{}
 	for _, g := range groups {
 		byTopic[g.topic] = append(byTopic[g.topic], g.group)
+		partitions[g.topic] = max(partitions[g.topic], g.partitions)
 	}
 	out := make(map[topicGroup]groupCounts, len(groups))
 	calls := 0
 	for topic, names := range byTopic {
 		dead := make([]store.Partition, len(names))
-		for n := 0; n < q.opts.Subscriber.Partitions; n++ {
+		for n := 0; n < partitions[topic]; n++ {
 			for k, g := range names {
 				dead[k] = store.Partition{Topic: redisdelay.DefaultDeadLetterTopic(topic, g), N: n}
 			}

@@ -57,6 +57,17 @@
 // Queue.Handle and Queue.Consume. A group that does not finish within Options.SettleTimeout of
 // wall time fails the test with what is pending, by topic and group.
 //
+// # Schedules
+//
+// A schedule.Scheduler made on the Queue's Publisher (schedule.New(schedule.Config{Publisher:
+// q.Publisher()}, nil), then go sched.Run(ctx)) runs on the virtual clock: its subscription of
+// the tick topic counts as a running group, so AdvanceTo stops at each tick, wakes it, and
+// returns once it has acted on every tick due by then and the messages it published were handed
+// out and finished. schedule.New tells the Queue of the Scheduler, and Advance and Settle wait
+// for its Run to subscribe while no other Scheduler runs (failing after SettleTimeout if none
+// does). The kit makes no Scheduler itself and does not import package schedule. See
+// Example_schedule.
+//
 // # Assertions
 //
 // RequireScheduled, RequireCancelled, RequireReceived and RequireNotReceived fail the test with

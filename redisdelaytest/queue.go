@@ -75,6 +75,9 @@ type Queue struct {
 	subscribers map[string]*Subscriber // by consumer group
 	groups      map[topicGroup]*groupState
 	received    map[string][]Delivery // by consumer group, in hand-off order
+	// starting counts, by consumer group, the Subscribers made on the Publisher (a
+	// Scheduler's) that have neither subscribed nor been closed yet.
+	starting map[string]int
 	// events receives a value (without blocking the sender) on each hand-off and each
 	// finished message, for settle; seen counts them.
 	events chan struct{}
@@ -103,6 +106,7 @@ func New(t TB, opts Options) *Queue {
 		subscribers: map[string]*Subscriber{},
 		groups:      map[topicGroup]*groupState{},
 		received:    map[string][]Delivery{},
+		starting:    map[string]int{},
 		events:      make(chan struct{}, 1),
 	}
 	t.Cleanup(q.close)
@@ -154,7 +158,7 @@ func (q *Queue) newPublisher() *redisdelay.Publisher {
 	if err != nil {
 		q.t.Fatalf("redisdelaytest: %v", err)
 	}
-	clock.Inject(pub, clock.Func(q.Now))
+	clock.Inject(pub, clock.Watched(q.Now, q.watch))
 	return pub
 }
 
@@ -232,7 +236,7 @@ func (q *Queue) wakeAll() {
 	defer cancel()
 	var parts []store.Group
 	for _, g := range q.runningGroups() {
-		for n := 0; n < q.opts.Subscriber.Partitions; n++ {
+		for n := 0; n < g.partitions; n++ {
 			parts = append(parts, store.Partition{Topic: g.topic, N: n}.Of(g.group))
 		}
 	}

@@ -69,7 +69,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	if err != nil {
 		return nil, err
 	}
-	g := s.q.subscribed(topic, s.group, s.lease)
+	g := s.q.subscribed(topic, s.group, s.q.opts.Subscriber.Partitions, s.lease)
 	out := make(chan *message.Message)
 	s.wg.Add(1)
 	go func() {
@@ -194,21 +194,22 @@ type topicGroup struct{ topic, group string }
 // groupState is what the Queue knows of the subscriptions of a group on a topic.
 type groupState struct {
 	topicGroup
-	lease   time.Duration
-	running int
+	partitions int
+	lease      time.Duration
+	running    int
 	// held are the messages handed to the application (or being handed) and not yet acked or
 	// nacked; true for those the test took with Receive.
 	held map[*message.Message]bool
 }
 
-// subscribed records a new subscription of group on topic.
-func (q *Queue) subscribed(topic, group string, lease time.Duration) *groupState {
+// subscribed records a new subscription of group on topic, of that many partitions.
+func (q *Queue) subscribed(topic, group string, partitions int, lease time.Duration) *groupState {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	k := topicGroup{topic, group}
 	g := q.groups[k]
 	if g == nil {
-		g = &groupState{topicGroup: k, lease: lease, held: map[*message.Message]bool{}}
+		g = &groupState{topicGroup: k, partitions: partitions, lease: lease, held: map[*message.Message]bool{}}
 		q.groups[k] = g
 	}
 	g.running++

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/redisdelaytest"
 	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
@@ -68,59 +69,54 @@ func TestScheduleTicksAcrossDaylightSaving(t *testing.T) {
 	}
 }
 
-// TestSchedulerPublishesDaylightSavingTicks runs a Scheduler on miniredis's clock through each
-// daylight-saving case: the clock jumps just past each tick, a Scheduler runs until it has
-// acted on it, and the messages published (parked: the topic has no group) carry exactly the
-// promised tick times.
+// TestSchedulerPublishesDaylightSavingTicks runs a Scheduler on the test kit's virtual clock
+// through each daylight-saving case, from its start to its last promised tick: exactly the
+// promised ticks are published, each handed out at its instant and carrying it as its tick
+// time. The clock moves only from tick to tick, so the outcome does not depend on the machine's
+// speed.
 func TestSchedulerPublishesDaylightSavingTicks(t *testing.T) {
 	for _, c := range dstCases {
 		t.Run(c.name, func(t *testing.T) {
-			b := embeddedRedis(t)
-			b.miniredis.SetTime(c.from)
-			e := newSchedulerEnv(t, b)
-			ctx := context.Background()
-			put := e.scheduler(t, nil)
-			_, err := put.Put(ctx, schedule.Schedule{Name: "dst", Spec: c.spec, TimeZone: c.tz, Topic: "jobs"})
+			q := redisdelaytest.New(t, redisdelaytest.Options{Start: c.from})
+			q.Consume("jobs", "app")
+			s := runOnKit(t, q)
+			_, err := s.Put(context.Background(), schedule.Schedule{Name: "dst", Spec: c.spec, TimeZone: c.tz, Topic: "jobs"})
 			require.NoError(t, err)
-			in := e.inspector(t)
-			for i, want := range c.want {
-				tick := utc(want)
-				jumped := time.Now()
-				b.miniredis.SetTime(tick.Add(100 * time.Millisecond))
-				// A Scheduler started after the jump reads the new clock from its first claim.
-				s := e.scheduler(t, func(cfg *schedule.Config) { cfg.Concurrency = 1 })
-				runCtx, stop := context.WithCancel(ctx)
-				done := make(chan error, 1)
-				go func() { done <- s.Run(runCtx) }()
-				require.Eventually(t, func() bool {
-					// miniredis's clock stands still unless set: it moves on with real time from
-					// the jump, so that a lease (of a call cut short by the Scheduler's
-					// OperationTimeout on a loaded machine) expires as it would on Redis.
-					b.miniredis.SetTime(tick.Add(100*time.Millisecond + time.Since(jumped)))
-					info, err := schedule.Get(ctx, in, "dst")
-					if err != nil { // the condition runs in a goroutine of its own: no require here
-						return false
-					}
-					return info.Published == int64(i+1)
-				}, schedWait, 5*time.Millisecond, "tick %s", want)
-				stop()
-				require.NoError(t, <-done)
-				info, err := schedule.Get(ctx, in, "dst")
-				require.NoError(t, err)
-				assert.Equal(t, want, info.LastTick.UTC().Format(time.RFC3339))
-				assert.Zero(t, info.Skipped)
+
+			// To the last tick's message, and past its tick message (due PrearmedTickDelayForTest
+			// later), which the Scheduler records as published.
+			q.AdvanceTo(utc(c.want[len(c.want)-1]).Add(schedule.PrearmedTickDelayForTest))
+
+			var at, tickTimes, wantTickTimes []string
+			for _, d := range q.Received("app") {
+				at = append(at, d.At.UTC().Format(time.RFC3339))
+				tickTimes = append(tickTimes, d.Metadata[redisdelay.TickTimeMetadataKey])
 			}
-			page, err := in.List(ctx, "jobs", redisdelay.ParkedGroup, redisdelay.ListOptions{State: redisdelay.StateDue})
-			require.NoError(t, err)
-			var got []string
-			for _, m := range page.Messages {
-				got = append(got, m.Metadata[redisdelay.TickTimeMetadataKey])
-			}
-			var wantMeta []string
 			for _, w := range c.want {
-				wantMeta = append(wantMeta, utc(w).Format(time.RFC3339Nano))
+				wantTickTimes = append(wantTickTimes, utc(w).Format(time.RFC3339Nano))
 			}
-			assert.Equal(t, wantMeta, got)
+			assert.Equal(t, c.want, at, "handed out at")
+			assert.Equal(t, wantTickTimes, tickTimes, "tick times")
+			info, err := schedule.Get(context.Background(), q.Inspector(), "dst")
+			require.NoError(t, err)
+			assert.Equal(t, int64(len(c.want)), info.Published)
+			assert.Zero(t, info.Skipped)
 		})
 	}
+}
+
+// runOnKit makes a Scheduler on the test kit's Publisher, with one subscription (a case has one
+// schedule), and runs it until the test ends.
+func runOnKit(t *testing.T, q *redisdelaytest.Queue) *schedule.Scheduler {
+	s, err := schedule.New(schedule.Config{Publisher: q.Publisher(), Concurrency: 1}, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		assert.NoError(t, <-done)
+		assert.NoError(t, s.Close())
+	})
+	return s
 }

@@ -73,9 +73,9 @@ func init() {
 // maxCompiled bounds the definitions a Scheduler keeps compiled.
 const maxCompiled = 10_000
 
-// New returns a Scheduler that publishes through config.Publisher. A nil logger means
-// watermill.NopLogger. It makes no Redis call; an invalid config is returned as an error naming
-// the field.
+// New returns a Scheduler that publishes through config.Publisher, with its Subscriber of
+// TickTopic (which Run uses). A nil logger means watermill.NopLogger. It makes no Redis call and
+// starts no goroutine; an invalid config is returned as an error naming the field.
 func New(config Config, logger watermill.LoggerAdapter) (*Scheduler, error) {
 	if config.Publisher == nil {
 		return nil, config.Validate()
@@ -88,14 +88,33 @@ func New(config Config, logger watermill.LoggerAdapter) (*Scheduler, error) {
 	if logger == nil {
 		logger = watermill.NopLogger{}
 	}
-	return &Scheduler{
+	s := &Scheduler{
 		config:    config,
 		logger:    logger.With(watermill.LogFields{"provider": "redisdelay", "component": "scheduler"}),
 		pub:       pub,
 		store:     pub.Store(),
 		tickPart:  store.Partition{Topic: TickTopic},
 		opTimeout: pub.OperationTimeout(),
-	}, nil
+	}
+	// Made now, not in Run: on the test kit's Publisher, the kit learns of the Scheduler before
+	// the test moves the clock, and waits for its Run (redisdelaytest, "Schedules on the test
+	// kit"). Making it costs no Redis call and no goroutine.
+	sub, err := pub.NewSubscriber(seam.SubscriberOptions{
+		ConsumerGroup: TickGroup,
+		Consumer:      config.Consumer,
+		LeaseTimeout:  config.LeaseTimeout,
+		NackDelay:     config.BufferRecheckInterval,
+		// One tick per claim: ticks that fall due together spread over the subscriptions
+		// instead of waiting in one subscription's claimed batch.
+		ClaimBatchSize:  1,
+		Kind:            string(redisdelay.WorkerScheduler),
+		WorkerHeartbeat: config.WorkerHeartbeat,
+	}, s.logger)
+	if err != nil {
+		return nil, fmt.Errorf("schedule: scheduler: %w", err)
+	}
+	s.subscriber = sub
+	return s, nil
 }
 
 // Run acts on the ticks that fall due until ctx ends or Close is called, then returns nil
@@ -129,33 +148,15 @@ func (s *Scheduler) Run(ctx context.Context) error {
 	return nil
 }
 
-// subscribe returns the Scheduler's Subscriber of TickTopic, of the Publisher's layout, made
-// on first use.
+// subscribe returns the Scheduler's Subscriber of TickTopic, of the Publisher's layout (made
+// by New), or ErrClosed after Close.
 func (s *Scheduler) subscribe() (message.Subscriber, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
 		return nil, ErrClosed
 	}
-	if s.subscriber != nil {
-		return s.subscriber, nil
-	}
-	sub, err := s.pub.NewSubscriber(seam.SubscriberOptions{
-		ConsumerGroup: TickGroup,
-		Consumer:      s.config.Consumer,
-		LeaseTimeout:  s.config.LeaseTimeout,
-		NackDelay:     s.config.BufferRecheckInterval,
-		// One tick per claim: ticks that fall due together spread over the subscriptions
-		// instead of waiting in one subscription's claimed batch.
-		ClaimBatchSize:  1,
-		Kind:            string(redisdelay.WorkerScheduler),
-		WorkerHeartbeat: s.config.WorkerHeartbeat,
-	}, s.logger)
-	if err != nil {
-		return nil, fmt.Errorf("schedule: scheduler: %w", err)
-	}
-	s.subscriber = sub
-	return sub, nil
+	return s.subscriber, nil
 }
 
 // Close stops Run and closes the Scheduler's Subscriber; it never closes the Publisher. Calls
@@ -163,12 +164,8 @@ func (s *Scheduler) subscribe() (message.Subscriber, error) {
 func (s *Scheduler) Close() error {
 	s.mu.Lock()
 	s.closed = true
-	sub := s.subscriber
 	s.mu.Unlock()
-	if sub != nil {
-		return sub.Close()
-	}
-	return nil
+	return s.subscriber.Close()
 }
 
 func (s *Scheduler) isClosed() bool {

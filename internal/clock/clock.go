@@ -9,6 +9,11 @@
 // decide when to ask Redis again, and Redis (its TIME, read by every script) decides what is
 // due. The test kit (package redisdelaytest) runs Redis with a virtual clock and wakes the
 // subscriptions itself whenever it moves that clock. SleepPrecisely ends such a wait on time.
+//
+// A virtual clock may watch Subscribers (Watched): a Subscriber made on a Publisher's clock
+// (a schedule.Scheduler's, made through internal/seam) tells it when it is made, when each of
+// its subscriptions starts and ends, and when it is closed, so that the test kit wakes and
+// waits for that Subscriber too.
 package clock
 
 import "time"
@@ -16,6 +21,49 @@ import "time"
 // Clock tells the time. The zero value is the real clock.
 type Clock struct {
 	now func() time.Time
+	// made, when not nil, is told of each Subscriber made on the clock.
+	made func(group string) Watch
+}
+
+// Watch is what a Subscriber made on a watched clock tells of itself. The zero Watch tells
+// nothing.
+type Watch struct {
+	// Subscribed is called when a subscription of topic starts, with the Subscriber's
+	// partitions and lease; the func it returns is called when the subscription has ended.
+	Subscribed func(topic string, partitions int, lease time.Duration) (ended func())
+	// Closed is called when the Subscriber is closed.
+	Closed func()
+}
+
+// Watched returns a Clock that reads now and calls made when a Subscriber of consumer group
+// group is made on it (see Made).
+func Watched(now func() time.Time, made func(group string) Watch) Clock {
+	return Clock{now: now, made: made}
+}
+
+// Made returns the Watch of a Subscriber of group made on c: the zero Watch when c watches
+// nothing.
+func (c Clock) Made(group string) Watch {
+	if c.made == nil {
+		return Watch{}
+	}
+	return c.made(group)
+}
+
+// Subscription tells w that a subscription of topic starts and returns the func to call when
+// it has ended (one that does nothing for the zero Watch).
+func (w Watch) Subscription(topic string, partitions int, lease time.Duration) (ended func()) {
+	if w.Subscribed == nil {
+		return func() {}
+	}
+	return w.Subscribed(topic, partitions, lease)
+}
+
+// Close tells w that its Subscriber is closed.
+func (w Watch) Close() {
+	if w.Closed != nil {
+		w.Closed()
+	}
 }
 
 // Func returns a Clock that reads now.
