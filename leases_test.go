@@ -1,6 +1,7 @@
 package redisdelay
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 )
 
 func TestLeaseBookTracksWhatTheSubscriptionHolds(t *testing.T) {
-	b := newLeaseBook(time.Hour)
+	b := newLeaseBook(time.Hour, new(atomic.Int64))
 	defer b.stop()
 	m := func(id string) *claimed {
 		return &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: id, Attempt: 1}}}
@@ -52,7 +53,7 @@ func TestLeaseBookTracksWhatTheSubscriptionHolds(t *testing.T) {
 }
 
 func TestLeaseBookClearsConfirmedAcksAndStopsTheTimer(t *testing.T) {
-	b := newLeaseBook(time.Hour)
+	b := newLeaseBook(time.Hour, new(atomic.Int64))
 	defer b.stop()
 	x := &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: "x", Attempt: 2}}}
 	b.claimed([]*claimed{x}, time.Now())
