@@ -184,7 +184,7 @@ func (a *app) rootCommand() *cobra.Command {
 		a.topicsCommand(), a.statsCommand(), a.listCommand(), a.showCommand(), a.statusCommand(),
 		a.cancelCommand(), a.rescheduleCommand(), a.runCommand(), a.requeueCommand(),
 		a.purgeCommand(), a.pauseCommand(true), a.pauseCommand(false), a.deleteGroupCommand(),
-		a.schedulesCommand(), a.dashboardCommand(),
+		a.workersCommand(), a.schedulesCommand(), a.dashboardCommand(),
 	)
 	return root
 }
