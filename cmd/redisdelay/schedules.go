@@ -9,6 +9,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 	"unicode/utf8"
@@ -46,6 +47,10 @@ type scheduleView struct {
 	Skipped              int64             `json:"skipped"`
 	Created              *time.Time        `json:"created,omitempty"`
 	Updated              *time.Time        `json:"updated,omitempty"`
+	// Overdue marks a pending tick that no Scheduler acted on within a lease; OverdueReason says
+	// why and what to do (schedule.Info.Overdue).
+	Overdue       bool   `json:"overdue"`
+	OverdueReason string `json:"overdue_reason,omitempty"`
 }
 
 func newScheduleView(info schedule.Info) scheduleView {
@@ -57,6 +62,7 @@ func newScheduleView(info schedule.Info) scheduleView {
 		LastTick: optionalTime(info.LastTick), LastKey: info.LastKey, LastOutcome: string(info.LastOutcome),
 		LastOutcomeAt: optionalTime(info.LastOutcomeAt), Buffered: optionalTime(info.Buffered),
 		Published: info.Published, Skipped: info.Skipped, Created: optionalTime(info.Created), Updated: optionalTime(info.Updated),
+		Overdue: info.Overdue, OverdueReason: info.OverdueReason,
 	}
 	if v.NextTicks == nil {
 		v.NextTicks = []time.Time{}
@@ -75,6 +81,45 @@ func (v scheduleView) zone() string {
 		return "UTC"
 	}
 	return v.TimeZone
+}
+
+// nextTick is the NEXT TICK cell of schedules list: the pending tick, followed by OVERDUE when
+// no Scheduler acted on it within a lease.
+func (v scheduleView) nextTick() string {
+	if v.Overdue {
+		return formatTime(deref(v.Pending)) + " " + overdueMark
+	}
+	return formatTime(deref(v.Pending))
+}
+
+// overdueField is the overdue field of schedules show: "no", or "yes: " and the reason.
+func (v scheduleView) overdueField() string {
+	if !v.Overdue {
+		return "no"
+	}
+	return "yes: " + v.OverdueReason
+}
+
+// overdueMark follows the next tick of an overdue schedule in a table.
+const overdueMark = "OVERDUE"
+
+// printOverdue prints, below the table of schedules list, each reason of the overdue ticks
+// once, with the schedules it applies to.
+func (a *app) printOverdue(schedules []scheduleView) {
+	var reasons []string
+	names := map[string][]string{}
+	for _, s := range schedules {
+		if !s.Overdue {
+			continue
+		}
+		if _, ok := names[s.OverdueReason]; !ok {
+			reasons = append(reasons, s.OverdueReason)
+		}
+		names[s.OverdueReason] = append(names[s.OverdueReason], printable(s.Name))
+	}
+	for _, r := range reasons {
+		fmt.Fprintf(a.stdout, "%s (%s): %s\n", overdueMark, strings.Join(names[r], ", "), printable(r))
+	}
 }
 
 // schedulePageView is one page of schedules; NextAfter is what --after takes for the next.
@@ -122,12 +167,14 @@ func (a *app) schedulesListCommand() *cobra.Command {
 			return a.print(v, func(w *tabwriter.Writer) {
 				row(w, "NAME", "SPEC", "TIME ZONE", "TOPIC", "PAUSED", "NEXT TICK", "LAST TICK", "LAST OUTCOME", "PUBLISHED", "SKIPPED")
 				for _, s := range v.Schedules {
-					row(w, s.Name, s.Spec, s.zone(), s.Topic, strconv.FormatBool(s.Paused), formatTime(deref(s.Pending)),
+					row(w, s.Name, s.Spec, s.zone(), s.Topic, strconv.FormatBool(s.Paused), s.nextTick(),
 						formatTime(deref(s.LastTick)), orDash(s.LastOutcome), itoa(s.Published), itoa(s.Skipped))
 				}
 				if v.NextAfter != "" {
 					fmt.Fprintf(w, "next page: --after %s\n", printable(v.NextAfter))
 				}
+				_ = w.Flush()
+				a.printOverdue(v.Schedules)
 			})
 		},
 	}
@@ -156,7 +203,7 @@ func (a *app) schedulesShowCommand() *cobra.Command {
 					{"name", v.Name}, {"spec", v.Spec}, {"time zone", v.zone()}, {"topic", v.Topic},
 					{"overlap", v.Overlap}, {"catch-up", v.CatchUp}, {"catch-up window", info.Schedule.CatchUpWindow.String()},
 					{"jitter", info.Schedule.Jitter.String()}, {"version", v.Version}, {"paused", strconv.FormatBool(v.Paused)},
-					{"pending tick", zoned(info.Pending, loc)}, {"buffered tick", zoned(info.Buffered, loc)},
+					{"pending tick", zoned(info.Pending, loc)}, {"overdue", v.overdueField()}, {"buffered tick", zoned(info.Buffered, loc)},
 					{"last tick", zoned(info.LastTick, loc)}, {"last key", orDash(v.LastKey)},
 					{"last outcome", orDash(v.LastOutcome)}, {"last outcome at", formatTime(info.LastOutcomeAt)},
 					{"published", itoa(v.Published)}, {"skipped", itoa(v.Skipped)},
