@@ -163,3 +163,38 @@ func (q *queue) countWorkers(pid int) int {
 	}
 	return n
 }
+
+func TestWorkersPagesWithTheCursorAndSaysWhenNoneRuns(t *testing.T) {
+	t.Parallel()
+	q := newQueue(t)
+	r := q.run("", "workers")
+	assert.Equal(t, 0, r.code, r.stderr)
+	assert.Equal(t, "No running Subscriber or Scheduler under the key prefix redisdelay: on this Redis.\n", r.stderr)
+
+	ctx, cancel := context.WithTimeout(context.Background(), runTimeout)
+	defer cancel()
+	for _, g := range []string{"billing", "shipping"} {
+		_, err := q.subscriber(redisdelay.SubscriberConfig{ConsumerGroup: g}).Subscribe(ctx, topic)
+		require.NoError(t, err)
+	}
+	deadline := time.Now().Add(runTimeout)
+	for len(q.workers()) < 2 { // each records itself from a goroutine of its first Subscribe
+		require.True(t, time.Now().Before(deadline), "the Subscribers were not listed")
+	}
+	var first, second workersPageView
+	q.json(&first, "workers", "--limit", "1")
+	require.Len(t, first.Workers, 1)
+	require.NotEmpty(t, first.NextCursor)
+	q.json(&second, "workers", "--limit", "1", "--cursor", first.NextCursor)
+	require.Len(t, second.Workers, 1)
+	groups := []string{first.Workers[0].Subscriptions[0].Group, second.Workers[0].Subscriptions[0].Group}
+	assert.ElementsMatch(t, []string{"billing", "shipping"}, groups)
+	assert.Contains(t, q.ok("workers", "--limit", "1"), "next page: --cursor "+first.NextCursor)
+	var schedulers workersPageView
+	q.json(&schedulers, "workers", "--kind", "scheduler")
+	assert.Empty(t, schedulers.Workers)
+
+	r = q.run("", "workers", "--kind", "robot")
+	assert.Equal(t, 1, r.code)
+	assert.Contains(t, r.stderr, `unknown kind "robot"`)
+}
