@@ -32,6 +32,15 @@ func (t *target) addFlags(cmd *cobra.Command) {
 	cmd.MarkFlagsMutuallyExclusive("key", "group")
 }
 
+// pickGroup fills in t's group when t is a ref and --group was not given (see app.pickGroup);
+// a key names the message in every group.
+func (t *target) pickGroup(ctx context.Context, a *app) error {
+	if t.ref == "" {
+		return nil
+	}
+	return a.pickGroup(ctx, t.topic, &t.group, groupNeed{})
+}
+
 func (t target) String() string {
 	if t.key != "" {
 		return fmt.Sprintf("key %q on topic %q", t.key, t.topic)
@@ -124,6 +133,9 @@ func (a *app) cancelCommand() *cobra.Command {
 		Short: "Cancel a message: by --key in every consumer group, or by --ref in one",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := t.pickGroup(cmd.Context(), a); err != nil {
+				return err
+			}
 			if err := a.confirm(fmt.Sprintf("Cancel %s?", t)); err != nil {
 				return err
 			}
@@ -146,6 +158,9 @@ func (a *app) rescheduleCommand() *cobra.Command {
 		Long:  "Make a message due at --at or --in from now, keeping its attempt count. --in counts on the\nRedis clock.",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := t.pickGroup(cmd.Context(), a); err != nil {
+				return err
+			}
 			var due time.Time
 			if at != "" {
 				var err error
@@ -176,6 +191,9 @@ func (a *app) runCommand() *cobra.Command {
 		Short: "Make a message due at once",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := t.pickGroup(cmd.Context(), a); err != nil {
+				return err
+			}
 			return a.act(cmd.Context(), t, runNowWords, a.in.RunNow)
 		},
 	}
@@ -197,6 +215,9 @@ func (a *app) requeueCommand() *cobra.Command {
 			// Requeue with no refs moves every dead letter: only --all may ask for that.
 			if len(refs) == 0 && !all {
 				return errors.New("give the dead letters to requeue with --ref, or --all")
+			}
+			if err := a.pickGroup(cmd.Context(), topic, &group, groupNeed{}); err != nil {
+				return err
 			}
 			which := fmt.Sprintf("%d dead letters", len(refs))
 			if all {
@@ -227,6 +248,9 @@ func (a *app) purgeCommand() *cobra.Command {
 		Short: "Drop a consumer group's messages in one state",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.pickGroup(cmd.Context(), topic, &group, groupNeed{}); err != nil {
+				return err
+			}
 			if err := a.confirm(fmt.Sprintf("Purge the %s messages of group %s on topic %s?", state, group, topic)); err != nil {
 				return err
 			}
@@ -252,6 +276,9 @@ func (a *app) pauseCommand(pause bool) *cobra.Command {
 		Short: "Resume a paused consumer group",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := a.pickGroup(cmd.Context(), topic, &group, groupNeed{}); err != nil {
+				return err
+			}
 			op, state := a.in.Resume, "resumed"
 			if pause {
 				op, state = a.in.Pause, "paused"
@@ -277,6 +304,10 @@ func (a *app) deleteGroupCommand() *cobra.Command {
 		Short: "Remove a consumer group from a topic with all its messages",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// Removing a group drops its messages: the group is named, never inferred.
+			if err := a.pickGroup(cmd.Context(), topic, &group, groupNeed{explicit: true}); err != nil {
+				return err
+			}
 			if err := a.confirm(fmt.Sprintf("Remove group %s from topic %s?", group, topic)); err != nil {
 				return err
 			}
@@ -289,6 +320,7 @@ func (a *app) deleteGroupCommand() *cobra.Command {
 		},
 	}
 	addGroupFlags(cmd, &topic, &group)
+	cmd.Flags().Lookup("group").Usage = "consumer group to remove (required; without it, the error lists the topic's groups)"
 	return cmd
 }
 

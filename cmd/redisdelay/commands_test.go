@@ -195,7 +195,7 @@ func TestDestructiveCommandsChangeNothingUnlessConfirmed(t *testing.T) {
 	}{
 		{[]string{"cancel", "--topic", topic, "--key", "order-1"}, `Cancel key "order-1" on topic "orders"? [y/N] `},
 		{[]string{"purge", "--topic", topic, "--state", "scheduled"}, "Purge the scheduled messages of group default on topic orders? [y/N] "},
-		{[]string{"remove-group", "--topic", topic}, "Remove group default from topic orders? [y/N] "},
+		{[]string{"remove-group", "--topic", topic, "--group", group}, "Remove group default from topic orders? [y/N] "},
 		{[]string{"requeue", "--topic", topic, "--all"}, "Requeue all dead letters of group default on topic orders? [y/N] "},
 	} {
 		for _, answer := range []string{"n\n", "maybe\n", ""} {

@@ -7,6 +7,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 type topicView struct {
@@ -64,8 +66,11 @@ type statsView struct {
 	NextDue             *time.Time `json:"next_due,omitempty"`
 	Paused              bool       `json:"paused"`
 	// Parked is set on the row of a topic with no consumer group (Group ""): its counts are the
-	// messages that wait for the first group.
+	// messages that wait for the first group. Never on an Internal topic's row.
 	Parked bool `json:"parked,omitempty"`
+	// Internal is set on the rows of the library's own topics (internalTopic): schedule.TickTopic,
+	// whose messages are the schedules' ticks, acted on by Schedulers, not an application's queue.
+	Internal bool `json:"internal,omitempty"`
 }
 
 func (a *app) statsCommand() *cobra.Command {
@@ -125,8 +130,9 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 		views[n] = statsView{
 			Topic: s.Topic, Group: s.Group, Scheduled: s.Scheduled, InCompactTier: s.Compact, Due: s.Due, InFlight: s.InFlight,
 			DeadLetters: s.DeadLetters, OldestDueAgeSeconds: s.OldestDueAge.Seconds(), NextDue: optionalTime(s.NextDue), Paused: s.Paused,
-			Parked: s.Group == redisdelay.ParkedGroup,
+			Internal: internalTopic(s.Topic),
 		}
+		views[n].Parked = s.Group == redisdelay.ParkedGroup && !views[n].Internal
 	}
 	return a.print(views, func(w *tabwriter.Writer) {
 		if len(views) == 0 && len(topics) == 0 {
@@ -138,17 +144,46 @@ func (a *app) printStats(ctx context.Context, topics []string) error {
 			if v.Due > 0 {
 				age = stats[n].OldestDueAge.Round(time.Millisecond).String()
 			}
-			group := v.Group
-			if v.Parked {
+			topic, group := v.Topic, v.Group
+			switch {
+			case v.Internal && v.Group == redisdelay.ParkedGroup:
+				topic, group = v.Topic+" "+internalLabel, noSchedulerLabel
+			case v.Internal:
+				topic = v.Topic + " " + internalLabel
+			case v.Parked:
 				group = parkedLabel
 			}
-			row(w, v.Topic, group, itoa(v.Scheduled), itoa(v.InCompactTier), itoa(v.Due), itoa(v.InFlight), itoa(v.DeadLetters),
+			row(w, topic, group, itoa(v.Scheduled), itoa(v.InCompactTier), itoa(v.Due), itoa(v.InFlight), itoa(v.DeadLetters),
 				age, formatTime(stats[n].NextDue), strconv.FormatBool(v.Paused))
 		}
-		if slices.ContainsFunc(views, func(v statsView) bool { return v.Parked }) {
-			fmt.Fprintln(w, parkedLabel+": the topic has no consumer group; its messages wait for the first (list them with list --parked)")
-		}
+		a.statsNotes(w, views)
 	})
+}
+
+// statsNotes explains below the stats table the labels that its rows use.
+func (a *app) statsNotes(w io.Writer, views []statsView) {
+	if slices.ContainsFunc(views, func(v statsView) bool { return v.Parked }) {
+		fmt.Fprintln(w, parkedLabel+": the topic has no consumer group; its messages wait for the first (list them with list --parked)")
+	}
+	if slices.ContainsFunc(views, func(v statsView) bool { return v.Internal }) {
+		fmt.Fprintln(w, internalLabel+": the topic of the schedules' ticks, which Schedulers (schedule.Scheduler.Run) act on; not a queue of the application")
+	}
+	if slices.ContainsFunc(views, func(v statsView) bool { return v.Internal && v.Group == redisdelay.ParkedGroup }) {
+		fmt.Fprintln(w, noSchedulerLabel+": no Scheduler has ever run under this key prefix: the schedules do not tick until one runs (schedule.Scheduler.Run)")
+	}
+}
+
+// The labels of stats: internalLabel follows the name of an internal topic, noSchedulerLabel
+// stands for the group of the tick topic when no Scheduler has registered on it.
+const (
+	internalLabel    = "(internal)"
+	noSchedulerLabel = "(no Scheduler)"
+)
+
+// internalTopic reports whether topic is one of the library's own: schedule.TickTopic and the
+// dead-letter topic of its Schedulers' group.
+func internalTopic(topic string) bool {
+	return topic == schedule.TickTopic || topic == redisdelay.DefaultDeadLetterTopic(schedule.TickTopic, schedule.TickGroup)
 }
 
 // parkedLabel stands in a table for the group of a topic with no consumer group.

@@ -1,12 +1,15 @@
 // Command redisdelay inspects and operates the queues of the redisdelay Watermill Pub/Sub
-// through a redisdelay.Inspector: it shows topics, consumer groups, statistics and messages,
-// and cancels, reschedules, runs, requeues and purges messages, pauses and resumes groups and
+// through a redisdelay.Inspector: it shows topics, consumer groups, statistics, messages and
+// where every consumer group stands with a key, and cancels, reschedules, runs, requeues and purges messages, pauses and resumes groups and
 // deletes them; it lists and shows periodic schedules and creates, pauses, resumes, triggers,
 // backfills and deletes them.
 //
 //	redisdelay stats --watch
 //	redisdelay list --topic orders --state due
 //	redisdelay run-now --topic orders --key order-42
+//
+// A command that takes --group and is not given it uses the topic's only consumer group; a
+// topic with none or several is an error that lists them (remove-group always needs --group).
 //
 // Tables go to stdout, or one JSON document per invocation with --output json. A value that a
 // table would print with control characters or invalid UTF-8 (which a terminal could take for
@@ -178,10 +181,10 @@ func (a *app) rootCommand() *cobra.Command {
 	f.BoolVarP(&a.yes, "yes", "y", false, "do not ask for confirmation (cancel, requeue, purge, remove-group, schedules backfill and schedules delete ask)")
 	root.MarkFlagsMutuallyExclusive("addr", "cluster")
 	root.AddCommand(
-		a.topicsCommand(), a.statsCommand(), a.listCommand(), a.showCommand(),
+		a.topicsCommand(), a.statsCommand(), a.listCommand(), a.showCommand(), a.statusCommand(),
 		a.cancelCommand(), a.rescheduleCommand(), a.runCommand(), a.requeueCommand(),
 		a.purgeCommand(), a.pauseCommand(true), a.pauseCommand(false), a.deleteGroupCommand(),
-		a.schedulesCommand(), a.dashboardCommand(),
+		a.workersCommand(), a.schedulesCommand(), a.dashboardCommand(),
 	)
 	return root
 }
@@ -387,12 +390,4 @@ func deref(t *time.Time) time.Time {
 		return time.Time{}
 	}
 	return *t
-}
-
-// addGroupFlags adds the required --topic and --group, which defaults to the library's default
-// consumer group.
-func addGroupFlags(cmd *cobra.Command, topic, group *string) {
-	cmd.Flags().StringVar(topic, "topic", "", "topic (required)")
-	cmd.Flags().StringVar(group, "group", redisdelay.DefaultConsumerGroup, "consumer group")
-	_ = cmd.MarkFlagRequired("topic")
 }

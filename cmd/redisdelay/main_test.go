@@ -33,6 +33,7 @@ var binary string
 const runTimeout = 30 * time.Second
 
 func TestMain(m *testing.M) {
+	runWorkerChild() // in a worker process of a test, it runs until killed
 	dir, err := os.MkdirTemp("", "redisdelay-cli-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -87,6 +87,8 @@ func (a *app) listCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if parked {
 				group = redisdelay.ParkedGroup
+			} else if err := a.pickGroup(cmd.Context(), topic, &group, groupNeed{parked: true}); err != nil {
+				return err
 			}
 			page, err := a.in.List(cmd.Context(), topic, group, redisdelay.ListOptions{
 				State: redisdelay.State(state), Cursor: cursor, Limit: limit,
@@ -170,6 +172,8 @@ func (a *app) showCommand() *cobra.Command {
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if parked {
 				group = redisdelay.ParkedGroup
+			} else if err := a.pickGroup(cmd.Context(), topic, &group, groupNeed{parked: true}); err != nil {
+				return err
 			}
 			m, err := a.message(cmd.Context(), topic, group, key, ref, redisdelay.State(state))
 			if err != nil {
