@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -77,4 +78,25 @@ func TestOverviewSaysNoSchedulerIsRunningWhenTicksWaitForOneThatRanBefore(t *tes
 	row := cell(t, res.body, schedule.TickTopic, schedule.TickGroup, "paused")
 	assert.Contains(t, row, "overdue")
 	assert.Contains(t, row, "not acted on: no Scheduler is running. Start one")
+}
+
+func TestSchedulePageListsAPastPendingTickFirstAmongItsNextTicks(t *testing.T) {
+	kit, _, srv := kitDashboard(t)
+	kit.Advance(3*time.Hour + schedule.DefaultLeaseTimeout)
+	info, err := schedule.Get(context.Background(), kit.Inspector(), "hourly")
+	require.NoError(t, err)
+	require.True(t, info.Pending.Before(kit.Now()), "no Scheduler acted on the tick")
+
+	res := get(t, srv.URL+"/schedules/hourly")
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	ticks := regexp.MustCompile(`<tr( data-tick="pending")?><td><time datetime="([^"]+)"`).FindAllStringSubmatch(res.body, -1)
+	require.NotEmpty(t, ticks)
+	assert.NotEmpty(t, ticks[0][1], "the first tick listed is the armed one")
+	assert.Equal(t, info.Pending.UTC().Format(time.RFC3339Nano), ticks[0][2])
+	for i, tick := range ticks[1:] {
+		assert.Empty(t, tick[1], i)
+		at, err := time.Parse(time.RFC3339Nano, tick[2])
+		require.NoError(t, err)
+		assert.True(t, at.After(info.Pending), "tick %d, %s, comes after the armed one", i+1, at)
+	}
 }
