@@ -309,6 +309,17 @@ func runScriptWorkload(t *testing.T, b backend) {
 			letter.Ack()
 		}
 	}
+	// Both Subscribers keep a worker record (worker_beat.lua), read by an Inspector on the
+	// recorded client (workers_list.lua); Close deletes it (worker_gone.lua).
+	waitWorkers(t, newInspector(t, b, 1), "both groups' worker records", 5*time.Second, func(ws []redisdelay.WorkerInfo) bool {
+		seen := map[string]bool{}
+		for _, w := range ws {
+			for _, s := range w.Subscriptions {
+				seen[s.Group] = true
+			}
+		}
+		return seen[groups[0]] && seen[groups[1]]
+	})
 	cancel() // stops the subscriptions, which release whatever they still hold
 	wg.Wait()
 	require.NoError(t, subs[groups[0]].Close())

@@ -52,6 +52,14 @@ const (
 	// spans at most 2^40 µs (about 12.7 days).
 	MinCompactHorizon = time.Minute
 	MaxCompactHorizon = store.MaxHorizon
+	// DefaultWorkerHeartbeat is how often a Subscriber refreshes its worker record when
+	// SubscriberConfig.WorkerHeartbeat is zero; the record expires WorkerRecordLifetimes times
+	// that after its last refresh.
+	DefaultWorkerHeartbeat = 5 * time.Second
+	// WorkerRecordLifetimes is how many heartbeat intervals a worker record outlives its last
+	// refresh on the Redis clock: a worker that died is gone from Inspector.Workers within
+	// that.
+	WorkerRecordLifetimes = 3
 	// DefaultNewGroupWindow is the new-group window when NewGroupWindow is zero.
 	DefaultNewGroupWindow = time.Minute
 	// NewGroupWindowMaxMessages caps the messages a topic partition keeps for its new-group

@@ -95,6 +95,17 @@ type SubscriberConfig struct {
 	// Either way it is reported to Metrics.Expired and logged. Later attempts of a message
 	// claimed in time are delivered whatever their deadline.
 	OnExpired ExpiryAction
+	// WorkerHeartbeat is how often, on the client clock, this Subscriber refreshes its worker
+	// record (see Inspector.Workers): from its first Subscribe until Close, which deletes the
+	// record, one script call per interval for the whole Subscriber, whatever its
+	// subscriptions. The record expires WorkerRecordLifetimes × WorkerHeartbeat after its last
+	// refresh on the Redis clock, so a process that died is gone from Inspector.Workers within
+	// that. DefaultWorkerHeartbeat when zero; at least 10ms; negative keeps no record.
+	WorkerHeartbeat time.Duration
+
+	// kind is the kind of worker this Subscriber records: WorkerSubscriber, or WorkerScheduler
+	// for a Scheduler's Subscriber (set through internal/seam).
+	kind WorkerKind
 }
 
 func (c *SubscriberConfig) setDefaults() {
@@ -137,6 +148,12 @@ func (c *SubscriberConfig) setDefaults() {
 	if c.NewGroupWindow == 0 {
 		c.NewGroupWindow = DefaultNewGroupWindow
 	}
+	if c.WorkerHeartbeat == 0 {
+		c.WorkerHeartbeat = DefaultWorkerHeartbeat
+	}
+	if c.kind == "" {
+		c.kind = WorkerSubscriber
+	}
 }
 
 // Validate reports the first field that is missing or out of range, naming it and its value.
@@ -172,6 +189,9 @@ func (c SubscriberConfig) Validate() error {
 	}
 	if c.NewGroupWindow > 0 && c.NewGroupWindow < time.Millisecond {
 		return fmt.Errorf("redisdelay: SubscriberConfig.NewGroupWindow is %s, want at least 1ms, or negative for none", c.NewGroupWindow)
+	}
+	if c.WorkerHeartbeat > 0 && c.WorkerHeartbeat < 10*time.Millisecond {
+		return fmt.Errorf("redisdelay: SubscriberConfig.WorkerHeartbeat is %s, want at least 10ms, or negative for no worker record", c.WorkerHeartbeat)
 	}
 	if !c.OnExpired.valid() {
 		return fmt.Errorf(`redisdelay: SubscriberConfig.OnExpired is %q, want "dead-letter" (ExpiryActionDeadLetter) or "drop" (ExpiryActionDrop)`, c.OnExpired)

@@ -57,6 +57,7 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 		turn:             turn,
 		limit:            1,
 		claim:            store.ClaimCall{Subscription: store.NewToken(), Token: store.NewToken()},
+		held:             &s.worker.held,
 		retry:            retry,
 	}
 }
@@ -71,7 +72,7 @@ func (s *partitionConsumer) callContext() (context.Context, context.CancelFunc) 
 // releases what it holds when the subscription stops, and stops when the group was removed.
 func (s *partitionConsumer) run(reg registration) {
 	s.epoch, s.windowEnd = reg.epoch, reg.windowEnd
-	s.book = newLeaseBook(s.cfg.LeaseTimeout)
+	s.book = newLeaseBook(s.cfg.LeaseTimeout, s.held)
 	defer s.book.stop()
 	channel := s.store.WakeChannel(s.part)
 	watch := s.wakeHub.Watch(channel)

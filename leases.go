@@ -5,6 +5,7 @@ package redisdelay
 
 import (
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
@@ -89,13 +90,34 @@ type leaseBook struct {
 
 	heartbeat *time.Ticker
 	ackTimer  *time.Timer
+
+	// count is a counter shared with the other books of the Subscriber, for its worker record:
+	// it holds the sum of their held messages; counted is this book's share (see recount).
+	count   *atomic.Int64
+	counted int64
 }
 
-// newLeaseBook returns an empty book whose heartbeat ticks every lease/3.
-func newLeaseBook(lease time.Duration) *leaseBook {
-	b := &leaseBook{heartbeat: time.NewTicker(lease / 3), ackTimer: time.NewTimer(time.Hour)}
+// newLeaseBook returns an empty book whose heartbeat ticks every lease/3 and that keeps its
+// share of count, the messages the Subscriber holds.
+func newLeaseBook(lease time.Duration, count *atomic.Int64) *leaseBook {
+	b := &leaseBook{heartbeat: time.NewTicker(lease / 3), ackTimer: time.NewTimer(time.Hour), count: count}
 	b.ackTimer.Stop()
 	return b
+}
+
+// recount brings the book's share of count up to date after a change of what it holds: one
+// atomic add, no lock, for the worker record's in-flight count.
+func (b *leaseBook) recount() {
+	n := int64(len(b.pending))
+	for _, c := range []*claimed{b.inflight, b.handing} {
+		if c != nil {
+			n++
+		}
+	}
+	if n != b.counted {
+		b.count.Add(n - b.counted)
+		b.counted = n
+	}
 }
 
 // stop stops the timers.
@@ -111,6 +133,7 @@ func (b *leaseBook) claimed(msgs []*claimed, sent time.Time) {
 		b.extendedAt = sent
 	}
 	b.pending = append(b.pending, msgs...)
+	b.recount()
 }
 
 // extended records a successful extension of every held lease, sent at sent.
@@ -147,6 +170,7 @@ func (b *leaseBook) dropLost(c *claimed) {
 	if b.handing == c {
 		b.handing = nil
 	}
+	b.recount()
 }
 
 // acked queues c's ack (the message in flight, or one the subscription finished without
@@ -162,6 +186,7 @@ func (b *leaseBook) acked(c *claimed) {
 		b.ackTimer.Reset(ackDelay)
 	}
 	b.acks = append(b.acks, c)
+	b.recount()
 }
 
 // finished records that c is no longer held by this subscription (nacked or dead-lettered).
@@ -172,6 +197,7 @@ func (b *leaseBook) finished(c *claimed) {
 	if b.handing == c {
 		b.handing = nil
 	}
+	b.recount()
 }
 
 // unsentNack is a nack to send again: the message and the decided delay and changes.
@@ -222,6 +248,7 @@ func (b *leaseBook) held() []*claimed {
 // its lease was lost too.
 func (b *leaseBook) leasesLost(ids []string) (inflight *claimed) {
 	b.pending = slices.DeleteFunc(b.pending, func(c *claimed) bool { return slices.Contains(ids, c.ID) })
+	defer b.recount()
 	if b.handing != nil && slices.Contains(ids, b.handing.ID) {
 		b.handing.lost = true
 	}
@@ -234,4 +261,5 @@ func (b *leaseBook) leasesLost(ids []string) (inflight *claimed) {
 // clear forgets everything, once the subscription released what it held.
 func (b *leaseBook) clear() {
 	b.pending, b.handing, b.inflight, b.acks, b.nacks = nil, nil, nil, nil, nil
+	b.recount()
 }

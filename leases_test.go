@@ -1,6 +1,7 @@
 package redisdelay
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 )
 
 func TestLeaseBookTracksWhatTheSubscriptionHolds(t *testing.T) {
-	b := newLeaseBook(time.Hour)
+	b := newLeaseBook(time.Hour, new(atomic.Int64))
 	defer b.stop()
 	m := func(id string) *claimed {
 		return &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: id, Attempt: 1}}}
@@ -52,7 +53,7 @@ func TestLeaseBookTracksWhatTheSubscriptionHolds(t *testing.T) {
 }
 
 func TestLeaseBookClearsConfirmedAcksAndStopsTheTimer(t *testing.T) {
-	b := newLeaseBook(time.Hour)
+	b := newLeaseBook(time.Hour, new(atomic.Int64))
 	defer b.stop()
 	x := &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: "x", Attempt: 2}}}
 	b.claimed([]*claimed{x}, time.Now())
@@ -67,4 +68,32 @@ func TestLeaseBookClearsConfirmedAcksAndStopsTheTimer(t *testing.T) {
 	b.claimed([]*claimed{{Claimed: store.Claimed{Lease: store.Lease{ID: "y"}}}}, time.Now())
 	b.clear()
 	assert.Empty(t, b.held())
+}
+
+// TestLeaseBooksShareTheCountOfWhatTheSubscriberHolds checks the count behind the worker
+// record's InFlight: the books of a Subscriber's subscriptions add up what each holds (waiting,
+// being handed out, in flight), and nothing once they are cleared.
+func TestLeaseBooksShareTheCountOfWhatTheSubscriberHolds(t *testing.T) {
+	count := new(atomic.Int64)
+	one, two := newLeaseBook(time.Hour, count), newLeaseBook(time.Hour, count)
+	defer one.stop()
+	defer two.stop()
+	m := func(id string) *claimed {
+		return &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: id, Attempt: 1}}}
+	}
+	a, c, d, e := m("a"), m("c"), m("d"), m("e")
+	one.claimed([]*claimed{a, c, d}, time.Now())
+	two.claimed([]*claimed{e}, time.Now())
+	assert.EqualValues(t, 4, count.Load())
+	one.handedOut(one.next())
+	assert.EqualValues(t, 4, count.Load(), "a message handed out is still held")
+	one.acked(a)
+	assert.EqualValues(t, 3, count.Load(), "an acked message is not")
+	one.handedOut(one.next())
+	one.finished(c)
+	assert.EqualValues(t, 2, count.Load(), "nor a nacked one")
+	one.leasesLost([]string{"d"})
+	assert.EqualValues(t, 1, count.Load(), "nor one whose lease was lost")
+	two.clear()
+	assert.Zero(t, count.Load())
 }

@@ -6,6 +6,7 @@ package redisdelay
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -51,6 +52,9 @@ type partitionConsumer struct {
 	turn            chan struct{} // holds a token while a message of the Subscribe call is in flight
 
 	book *leaseBook
+	// held counts the messages the Subscriber's subscriptions hold, for its worker record; the
+	// book keeps it (see leaseBook.recount).
+	held *atomic.Int64
 	// wake is the watch of the group's wake channel. A wake-up that arrives while the
 	// subscription hands messages out is kept in woken (the earliest due time, Unix µs; -1 for
 	// none) for the next sleep; a "check now" (0, which RemoveGroup sends) makes it check its

@@ -98,6 +98,8 @@ func (s publisherSeam) NewSubscriber(o seam.SubscriberOptions, logger watermill.
 		OperationTimeout: s.p.config.OperationTimeout,
 		ClaimBatchSize:   o.ClaimBatchSize,
 		Metrics:          s.p.config.Metrics,
+		WorkerHeartbeat:  o.WorkerHeartbeat,
+		kind:             WorkerKind(o.Kind),
 	}, logger)
 }
 

@@ -36,6 +36,8 @@ type Subscriber struct {
 	// clock reads the delay metadata of nacked messages against; the real clock but in the
 	// test kit (see internal/clock).
 	clock clock.Clock
+	// worker is this Subscriber's worker record (see workers.go).
+	worker *worker
 
 	mu     sync.Mutex // guards closed and wg.Add
 	closed bool
@@ -73,6 +75,7 @@ func NewSubscriber(config SubscriberConfig, logger watermill.LoggerAdapter) (*Su
 		store:       st,
 		wakeHub:     wake.NewHub(config.Client, logger),
 		eviction:    evictionGuard{store: st, allow: config.AllowEvictingRedis, logger: logger},
+		worker:      newWorker(config),
 		closing:     closing,
 		stopClosing: stopClosing,
 	}, nil
@@ -187,6 +190,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 		logger.Error("Cannot register consumer group yet, retrying in the background", err, nil)
 		regs = make([]registration, s.config.Partitions) // each registers in the background
 	}
+	s.startRecord(WorkerSubscription{Topic: topic, Group: s.config.ConsumerGroup})
 	// One context per Subscribe call: it ends with ctx or with Close.
 	ctx, cancel := context.WithCancel(ctx)
 	stopCancel := context.AfterFunc(s.closing, cancel)
@@ -204,6 +208,7 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	go func() {
 		defer s.wg.Done()
 		running.Wait()
+		s.worker.unsubscribed(WorkerSubscription{Topic: topic, Group: s.config.ConsumerGroup})
 		stopCancel()
 		cancel()
 		close(out)
@@ -212,10 +217,27 @@ func (s *Subscriber) Subscribe(ctx context.Context, topic string) (<-chan *messa
 	return out, nil
 }
 
-// Close stops every subscription, releases the messages they hold to their groups, closes every
-// output channel and waits for all goroutines. It never closes the Redis client. It is
-// idempotent and returns nil; releasing is bounded by OperationTimeout, so Close returns in
-// bounded time even while Redis is down (the leases of messages it could not release expire).
+// startRecord records a running subscription in the worker record, and starts the heartbeat
+// that keeps the record at the first one, unless WorkerHeartbeat is negative or the Subscriber
+// is closed.
+func (s *Subscriber) startRecord(sub WorkerSubscription) {
+	if !s.worker.subscribed(sub) || s.config.WorkerHeartbeat < 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.closed {
+		s.wg.Add(1)
+		go s.beat()
+	}
+}
+
+// Close stops every subscription, releases the messages they hold to their groups, deletes the
+// Subscriber's worker record (see Inspector.Workers), closes every output channel and waits for
+// all goroutines. It never closes the Redis client. It is idempotent and returns nil; releasing
+// and the deletion are each bounded by OperationTimeout (a record refresh under way finishes
+// first, within its own OperationTimeout), so Close returns in bounded time even while Redis is
+// down (the leases of messages it could not release expire, and so does the record).
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {

@@ -63,6 +63,12 @@ type Config struct {
 	Concurrency int
 	// Consumer names this instance in its consumer group; random when empty.
 	Consumer string
+	// WorkerHeartbeat is how often a running Scheduler refreshes its worker record, of kind
+	// redisdelay.WorkerScheduler (see redisdelay.Inspector.Workers), as
+	// redisdelay.SubscriberConfig.WorkerHeartbeat: redisdelay.DefaultWorkerHeartbeat when 0,
+	// at least 10ms, negative for no record (its schedules then show overdue ticks as if no
+	// Scheduler ran).
+	WorkerHeartbeat time.Duration
 }
 
 // setDefaults fills in the zero fields; opTimeout is the Publisher's OperationTimeout.
@@ -92,6 +98,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("schedule: Config.LeaseTimeout %s is less than 10ms", c.LeaseTimeout)
 	case c.TickKeyRetention <= c.LeaseTimeout || c.TickKeyRetention <= 2*opTimeout:
 		return fmt.Errorf("schedule: Config.TickKeyRetention %s is not more than LeaseTimeout %s and twice the Publisher's OperationTimeout %s", c.TickKeyRetention, c.LeaseTimeout, opTimeout)
+	case c.WorkerHeartbeat > 0 && c.WorkerHeartbeat < 10*time.Millisecond:
+		return fmt.Errorf("schedule: Config.WorkerHeartbeat %s is less than 10ms (negative keeps no worker record)", c.WorkerHeartbeat)
 	case c.BufferRecheckInterval < time.Millisecond:
 		return fmt.Errorf("schedule: Config.BufferRecheckInterval %s is less than 1ms", c.BufferRecheckInterval)
 	case c.Concurrency < 1:

@@ -46,6 +46,14 @@ type Info struct {
 	Published, Skipped int64
 	// Created and Updated are when it was created and last changed.
 	Created, Updated time.Time
+	// Overdue is set when Pending fell due more than a lease ago on the Redis clock and no
+	// Scheduler has acted on it: the lease is the longest LeaseTimeout of the running
+	// Schedulers' worker records, DefaultLeaseTimeout when none runs (see
+	// docs/schedules.md, "Overdue ticks"). OverdueReason then says why and what to do, in
+	// words, such as "no Scheduler is running for key prefix ...: start one (schedule.New,
+	// then Run)"; "" when not overdue.
+	Overdue       bool
+	OverdueReason string
 }
 
 // infoOf decodes a state hash read at the Redis clock's now.
@@ -93,7 +101,8 @@ var tickPartition = store.Partition{Topic: TickTopic}
 // List returns one page of periodic schedules in name order, read through in (its Redis client
 // and key prefix): at most limit (capped as redisdelay.ListOptions.Limit is) after the name
 // after ("" from the first), and whether more follow. It reads one page in one script call,
-// within in's OperationTimeout.
+// and when a pending tick is past due, one page of the Schedulers' worker records (see
+// Info.Overdue), within in's OperationTimeout.
 func List(ctx context.Context, in *redisdelay.Inspector, after string, limit int) ([]Info, bool, error) {
 	i := seam.InspectorOf(in)
 	ctx, cancel := context.WithTimeout(ctx, i.OperationTimeout())
@@ -110,11 +119,15 @@ func List(ctx context.Context, in *redisdelay.Inspector, after string, limit int
 		}
 		infos = append(infos, info)
 	}
+	if err := markOverdue(ctx, in, infos, time.UnixMicro(nowUs)); err != nil {
+		return nil, false, fmt.Errorf("schedule: list schedules: %w", err)
+	}
 	return infos, more, nil
 }
 
 // Get returns the periodic schedule name, read through in, or an error wrapping
-// redisdelay.ErrNotFound; within in's OperationTimeout.
+// redisdelay.ErrNotFound; within in's OperationTimeout, in one script call and, when its
+// pending tick is past due, one page of the Schedulers' worker records (see Info.Overdue).
 func Get(ctx context.Context, in *redisdelay.Inspector, name string) (Info, error) {
 	i := seam.InspectorOf(in)
 	ctx, cancel := context.WithTimeout(ctx, i.OperationTimeout())
@@ -126,5 +139,13 @@ func Get(ctx context.Context, in *redisdelay.Inspector, name string) (Info, erro
 	if !states[0].Exists() {
 		return Info{}, fmt.Errorf("schedule: get schedule %s: %w", store.Quote(name), redisdelay.ErrNotFound)
 	}
-	return infoOf(states[0], time.UnixMicro(nowUs))
+	info, err := infoOf(states[0], time.UnixMicro(nowUs))
+	if err != nil {
+		return Info{}, err
+	}
+	infos := []Info{info}
+	if err := markOverdue(ctx, in, infos, time.UnixMicro(nowUs)); err != nil {
+		return Info{}, fmt.Errorf("schedule: get schedule %s: %w", store.Quote(name), err)
+	}
+	return infos[0], nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/watermill-redisdelay/redisdelay"
 	"github.com/watermill-redisdelay/redisdelay/internal/seam"
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
@@ -146,7 +147,9 @@ func (s *Scheduler) subscribe() (message.Subscriber, error) {
 		NackDelay:     s.config.BufferRecheckInterval,
 		// One tick per claim: ticks that fall due together spread over the subscriptions
 		// instead of waiting in one subscription's claimed batch.
-		ClaimBatchSize: 1,
+		ClaimBatchSize:  1,
+		Kind:            string(redisdelay.WorkerScheduler),
+		WorkerHeartbeat: s.config.WorkerHeartbeat,
 	}, s.logger)
 	if err != nil {
 		return nil, fmt.Errorf("schedule: scheduler: %w", err)

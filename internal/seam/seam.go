@@ -40,6 +40,12 @@ type SubscriberOptions struct {
 	NackDelay time.Duration
 	// ClaimBatchSize is how many messages one claim takes.
 	ClaimBatchSize int
+	// Kind is the kind of worker the Subscriber records (redisdelay.WorkerKind's value, such as
+	// "scheduler"); "" for a plain subscriber.
+	Kind string
+	// WorkerHeartbeat is SubscriberConfig.WorkerHeartbeat: how often its worker record is
+	// refreshed (0: the default; negative: no record).
+	WorkerHeartbeat time.Duration
 }
 
 // Publisher is what package schedule uses of a *redisdelay.Publisher.

@@ -171,6 +171,15 @@ const DeadLetterInfix = ".dead-letter."
 //	                           published and skipped (counts), created and updated (µs)
 //	P{S}:schedules     zset    every schedule's name, scored 0, read in name order (BYLEX)
 //
+// The records of running workers (Subscribers and Schedulers) share one hash tag of their own,
+// {workers} (see workers.go); a topic named "workers" shares their slot, never a key:
+//
+//	P{workers}         zset    worker member ("kind ID") -> when its record expires (Unix ms)
+//	P{workers}:index   zset    worker member, scored 0, read in member order (BYLEX)
+//	P{workers}:info    hash    worker member -> "expiry lastbeat record" (Unix ms, then JSON)
+//
+// All three expire with the latest record (see worker_beat.lua).
+//
 // Times are on the Redis clock. ID:N in the lease set is the lease's fencing token.
 //
 // The braces make {T} the hash tag, so every key of a topic maps to one Redis Cluster slot. The
@@ -350,4 +359,10 @@ func (k keySpace) set(set Set) string {
 		return k.group(set.Group).lease
 	}
 	return k.topic(set.Group.Partition).parked
+}
+
+// workers are the keys of the workers' records: expiry, index and info (see worker_beat.lua).
+func (k keySpace) workers() []string {
+	tag := k.prefix + "{workers}"
+	return []string{tag, tag + ":index", tag + ":info"}
 }

@@ -110,7 +110,7 @@ func TestScriptHeadersOfEveryScriptMatchTheirBodies(t *testing.T) {
 			assert.NoError(t, checkKeyReads(name, string(src)))
 		}
 	}
-	assert.Equal(t, 31, scripts, "the scripts in lua/")
+	assert.Equal(t, 34, scripts, "the scripts in lua/")
 }
 
 func TestScriptsIncludeOnlyTheFragmentsTheyNeedOnce(t *testing.T) {
