@@ -190,6 +190,7 @@ func (s *server) routes(static fs.FS) http.Handler {
 	mux.HandleFunc("POST "+group+"/message/requeue", s.act(s.requeue))
 	schedule := p + "/schedules/{schedule}"
 	mux.HandleFunc("GET "+p+"/schedules", s.schedules)
+	mux.HandleFunc("GET "+p+"/workers", s.workers)
 	mux.HandleFunc("GET "+schedule, s.schedule)
 	mux.HandleFunc("POST "+schedule+"/pause", s.actSchedule(s.pauseSchedule))
 	mux.HandleFunc("POST "+schedule+"/resume", s.actSchedule(s.resumeSchedule))
@@ -221,7 +222,7 @@ func filesOnly(fsys fs.FS) http.Handler {
 // parsePages parses each page's template together with the layout.
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "group", "message", "schedules", "schedule", "problem"} {
+	for _, name := range []string{"overview", "group", "message", "schedules", "schedule", "workers", "problem"} {
 		t, err := template.New(name).Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: parse template %s: %w", name, err)

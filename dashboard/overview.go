@@ -21,10 +21,15 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, err)
 		return
 	}
+	running, err := s.schedulersRunning(r.Context(), p.Stats)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
 	var rows strings.Builder
 	rows.Grow(len(p.Stats) * 900)
 	for _, st := range p.Stats {
-		s.overviewRow(&rows, st)
+		s.overviewRow(&rows, st, running)
 	}
 	s.render(w, http.StatusOK, "overview", page{Title: "Queues", Body: struct {
 		topicsPage
@@ -40,8 +45,9 @@ func (s *server) overview(w http.ResponseWriter, r *http.Request) {
 // template because html/template, through reflection, takes some 30 µs a row, and the overview
 // of 1,000 topics must render well within 200 ms; so every value passes html.EscapeString here.
 // A cell that needs attention has the class and data-level of its level (see Thresholds), and
-// the row the worst of them.
-func (s *server) overviewRow(b *strings.Builder, st redisdelay.GroupStats) {
+// the row the worst of them. schedulers is whether a Scheduler runs, for the row of the
+// schedules' tick topic (see writeTicksCell).
+func (s *server) overviewRow(b *strings.Builder, st redisdelay.GroupStats, schedulers bool) {
 	lv := s.opts.Thresholds.levels(st)
 	internal := st.Topic == schedule.TickTopic
 	if internal && ticksOverdue(st) {
@@ -73,7 +79,7 @@ func (s *server) overviewRow(b *strings.Builder, st redisdelay.GroupStats) {
 	}
 	writeCountCells(b, st, lv)
 	if internal {
-		writeTicksCell(b, st, lv, s.opts.Prefix+"/schedules")
+		writeTicksCell(b, st, lv, schedulers, s.opts.Prefix)
 	} else {
 		writePausedCell(b, st, lv)
 	}

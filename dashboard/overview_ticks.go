@@ -7,7 +7,9 @@ package dashboard
 // queue that waits, parked, for a consumer group.
 
 import (
+	"context"
 	"html"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -22,10 +24,21 @@ func ticksOverdue(st redisdelay.GroupStats) bool {
 	return st.Due > 0 && st.OldestDueAge >= schedule.DefaultLeaseTimeout
 }
 
+// schedulersRunning reports whether a Scheduler runs, from one page of one worker record of
+// the Schedulers (redisdelay.Inspector.Workers), when stats hold the tick topic's row; false
+// without a Redis call otherwise.
+func (s *server) schedulersRunning(ctx context.Context, stats []redisdelay.GroupStats) (bool, error) {
+	if !slices.ContainsFunc(stats, func(st redisdelay.GroupStats) bool { return st.Topic == schedule.TickTopic }) {
+		return false, nil
+	}
+	page, err := s.in.Workers(ctx, redisdelay.WorkersOptions{Kind: redisdelay.WorkerScheduler, Limit: 1})
+	return len(page.Workers) > 0, err
+}
+
 // writeTicksCell writes the delivery cell of the tick topic's row: "internal", with an overdue
-// mark and the fix in words when ticks wait for a Scheduler. schedules is the schedules page's
-// URL.
-func writeTicksCell(b *strings.Builder, st redisdelay.GroupStats, lv groupLevels, schedules string) {
+// mark and the fix in words when ticks wait for a Scheduler. running is whether a Scheduler
+// runs (see schedulersRunning); prefix is Options.Prefix.
+func writeTicksCell(b *strings.Builder, st redisdelay.GroupStats, lv groupLevels, running bool, prefix string) {
 	var v strings.Builder
 	l := levelNone
 	armed := st.Scheduled + st.Due + st.InFlight
@@ -34,28 +47,27 @@ func writeTicksCell(b *strings.Builder, st redisdelay.GroupStats, lv groupLevels
 		l = levelAlarm
 		v.WriteString(`<span class="badge alarm" data-overdue="ticks">overdue</span> `)
 		v.WriteString(html.EscapeString(plural(st.Due, "tick") + " due " + shortDuration(st.OldestDueAge) + " ago and not acted on: "))
-		if st.Group == redisdelay.ParkedGroup {
-			v.WriteString("no Scheduler has run on this Redis and key prefix. ")
+		if running {
+			v.WriteString(`a Scheduler is running but has not acted on them: check its logs for errors (see <a href="` + html.EscapeString(prefix+"/workers") + `">workers</a>).`)
 		} else {
-			v.WriteString("no Scheduler is running. ")
+			v.WriteString("no Scheduler is running. " + startScheduler)
 		}
-		v.WriteString(startScheduler)
 	case st.Paused:
 		l = lv.Paused
 		v.WriteString(`<span class="badge ` + string(lv.Paused) + `">paused</span> Schedulers claim no tick until the group ` + schedule.TickGroup + ` is resumed`)
-	case st.Group == redisdelay.ParkedGroup && armed > 0:
+	case armed > 0 && !running:
 		l = levelWarn
-		v.WriteString("internal: the schedules' ticks; no Scheduler has run here yet. ")
+		v.WriteString("internal: the schedules' ticks; no Scheduler is running, so none will be acted on. ")
 		v.WriteString(startScheduler)
 	default:
 		v.WriteString("internal: the schedules' ticks")
 	}
-	v.WriteString(` · <a href="` + html.EscapeString(schedules) + `">schedules</a>`)
-	writeCell(b, "", "paused", l, v.String())
+	v.WriteString(` · <a href="` + html.EscapeString(prefix+"/schedules") + `">schedules</a>`)
+	writeCell(b, "hint", "paused", l, v.String())
 }
 
 // startScheduler says how to start a Scheduler, in HTML.
-const startScheduler = `Start one: <code>schedule.New(schedule.Config{Publisher: pub}, logger)</code>, then <code>Run(ctx)</code>.`
+const startScheduler = `Start one (<code>schedule.New</code>, then <code>Run</code>).`
 
 // plural returns "n thing" or "n things".
 func plural(n int64, thing string) string {

@@ -2,6 +2,7 @@ package dashboard_test
 
 import (
 	"context"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -40,7 +41,7 @@ func TestOverviewLabelsTheTickTopicInternalAndSaysToStartAScheduler(t *testing.T
 	res := get(t, srv.URL+"/")
 	require.Equal(t, http.StatusOK, res.status, res.body)
 	row := cell(t, res.body, schedule.TickTopic, redisdelay.ParkedGroup, "paused")
-	assert.Contains(t, row, "internal: the schedules' ticks; no Scheduler has run here yet. Start one: <code>schedule.New(")
+	assert.Contains(t, row, "internal: the schedules' ticks; no Scheduler is running, so none will be acted on. Start one (<code>schedule.New</code>, then <code>Run</code>).")
 	assert.NotContains(t, row, "waits for a first group", "not a parked queue")
 	assert.NotContains(t, row, "overdue")
 	assert.Equal(t, "1", cell(t, res.body, schedule.TickTopic, redisdelay.ParkedGroup, "scheduled"), "the armed tick")
@@ -52,32 +53,72 @@ func TestOverviewLabelsTheTickTopicInternalAndSaysToStartAScheduler(t *testing.T
 	res = get(t, srv.URL+"/")
 	row = cell(t, res.body, schedule.TickTopic, redisdelay.ParkedGroup, "paused")
 	assert.Contains(t, row, `<span class="badge alarm" data-overdue="ticks">overdue</span> 1 tick due`)
-	assert.Contains(t, row, "no Scheduler has run on this Redis and key prefix. Start one")
+	assert.Contains(t, row, "not acted on: no Scheduler is running. Start one")
 	cellLevel, rowLevel := level(t, res.body, schedule.TickTopic, redisdelay.ParkedGroup, "paused")
 	assert.Equal(t, "alarm", cellLevel)
 	assert.Equal(t, "alarm", rowLevel)
 }
 
-func TestOverviewSaysNoSchedulerIsRunningWhenTicksWaitForOneThatRanBefore(t *testing.T) {
+// schedulerRecords waits until in has n worker records of Schedulers.
+func schedulerRecords(t *testing.T, in *redisdelay.Inspector, n int) {
+	require.Eventually(t, func() bool {
+		page, err := in.Workers(context.Background(), redisdelay.WorkersOptions{Kind: redisdelay.WorkerScheduler, Limit: 10})
+		return err == nil && len(page.Workers) == n
+	}, 10*time.Second, 10*time.Millisecond, "%d Scheduler records", n)
+}
+
+func TestOverviewTickRowSaysWhetherASchedulerRuns(t *testing.T) {
 	kit, sch, srv := kitDashboard(t)
-	// A Scheduler that ran registered its consumer group on the tick topic, then stopped.
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- sch.Run(ctx) }()
-	require.Eventually(t, func() bool {
-		st, err := kit.Inspector().Stats(context.Background(), schedule.TickTopic)
-		return err == nil && len(st) == 1 && st[0].Group == schedule.TickGroup
-	}, 10*time.Second, 10*time.Millisecond)
-	cancel()
-	require.NoError(t, <-done)
+	schedulerRecords(t, kit.Inspector(), 1)
 
 	res := get(t, srv.URL+"/")
 	assert.Equal(t, `internal: the schedules' ticks · <a href="/schedules">schedules</a>`, cell(t, res.body, schedule.TickTopic, schedule.TickGroup, "paused"))
+	cellLevel, _ := level(t, res.body, schedule.TickTopic, schedule.TickGroup, "paused")
+	assert.Empty(t, cellLevel)
+
+	// The Scheduler is closed: its record goes, and the overview says so before a tick is late.
+	// (Ending Run's context alone keeps the record until Close.)
+	require.NoError(t, sch.Close())
+	require.NoError(t, <-done)
+	cancel()
+	schedulerRecords(t, kit.Inspector(), 0)
+	res = get(t, srv.URL+"/")
+	assert.Contains(t, cell(t, res.body, schedule.TickTopic, schedule.TickGroup, "paused"), "no Scheduler is running, so none will be acted on. Start one")
+	cellLevel, _ = level(t, res.body, schedule.TickTopic, schedule.TickGroup, "paused")
+	assert.Equal(t, "warn", cellLevel)
+
 	kit.Advance(time.Hour + schedule.DefaultLeaseTimeout + time.Second)
 	res = get(t, srv.URL+"/")
 	row := cell(t, res.body, schedule.TickTopic, schedule.TickGroup, "paused")
 	assert.Contains(t, row, "overdue")
 	assert.Contains(t, row, "not acted on: no Scheduler is running. Start one")
+}
+
+func TestSchedulesPagesMarkAnOverdueTickWithTheFixInWords(t *testing.T) {
+	kit, _, srv := kitDashboard(t)
+	list := get(t, srv.URL+"/schedules")
+	require.Equal(t, http.StatusOK, list.status, list.body)
+	assert.NotContains(t, scheduleCell(t, list.body, "hourly", "next-tick"), "overdue")
+	assert.False(t, strings.Contains(list.body, `id="overdue"`), "nothing is overdue yet")
+
+	kit.Advance(time.Hour + schedule.DefaultLeaseTimeout + time.Second)
+	info, err := schedule.Get(context.Background(), kit.Inspector(), "hourly")
+	require.NoError(t, err)
+	require.True(t, info.Overdue)
+	require.NotEmpty(t, info.OverdueReason)
+	reason := html.EscapeString(info.OverdueReason)
+
+	list = get(t, srv.URL+"/schedules")
+	assert.Contains(t, scheduleCell(t, list.body, "hourly", "next-tick"), "overdue")
+	assert.True(t, strings.Contains(list.body, `<p class="overdue-reason">`+reason+`</p>`), "the list says why: %s", info.OverdueReason)
+	page := get(t, srv.URL+"/schedules/hourly")
+	require.Equal(t, http.StatusOK, page.status, page.body)
+	assert.True(t, strings.Contains(page.body, `<span id="overdue-reason">`+reason+`</span>`), "the page says why")
+	assert.Regexp(t, `<dd id="pending"><time[^>]*>[^<]*</time> <span class="muted">[^<]*</span> <span class="badge alarm" data-overdue="tick"`, page.body)
+	assert.Regexp(t, `<tr data-tick="pending">.*armed <span class="badge alarm" data-overdue="tick">overdue</span>`, page.body)
 }
 
 func TestSchedulePageListsAPastPendingTickFirstAmongItsNextTicks(t *testing.T) {

@@ -29,10 +29,13 @@ type scheduleRow struct {
 
 // schedulesView is what the schedules page shows.
 type schedulesView struct {
-	Rows        []scheduleRow
-	Next, First string
-	Hidden      int    // schedules on this page whose topic is not on the dashboard
-	ReadOnly    string // why the schedule pages take no action; "" when they do
+	Rows    []scheduleRow
+	Overdue []scheduleRow // those of Rows whose pending tick is overdue (schedule.Info.Overdue)
+	// OverdueReasons are the distinct schedule.Info.OverdueReason of Overdue, in order.
+	OverdueReasons []string
+	Next, First    string
+	Hidden         int    // schedules on this page whose topic is not on the dashboard
+	ReadOnly       string // why the schedule pages take no action; "" when they do
 }
 
 // tickView is one coming tick: its instant, its wall time in the schedule's time zone, and
@@ -135,6 +138,12 @@ func (s *server) schedules(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		v.Rows = append(v.Rows, s.row(info))
+		if info.Overdue {
+			v.Overdue = append(v.Overdue, s.row(info))
+			if !slices.Contains(v.OverdueReasons, info.OverdueReason) {
+				v.OverdueReasons = append(v.OverdueReasons, info.OverdueReason)
+			}
+		}
 	}
 	if more && len(infos) > 0 {
 		v.Next = s.schedulesURL(infos[len(infos)-1].Schedule.Name, nil)
