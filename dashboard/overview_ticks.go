@@ -24,15 +24,25 @@ func ticksOverdue(st redisdelay.GroupStats) bool {
 	return st.Due > 0 && st.OldestDueAge >= schedule.DefaultLeaseTimeout
 }
 
-// schedulersRunning reports whether a Scheduler runs, from one page of one worker record of
-// the Schedulers (redisdelay.Inspector.Workers), when stats hold the tick topic's row; false
-// without a Redis call otherwise.
+// schedulerRecordsPage is how many Scheduler records the overview reads to tell whether one
+// runs: one bounded page, as schedule.List reads to explain an overdue tick.
+const schedulerRecordsPage = 100
+
+// schedulersRunning reports whether a Scheduler runs, when stats hold the tick topic's row
+// (false without a Redis call otherwise): from one page of the Schedulers' worker records
+// (redisdelay.Inspector.Workers), a Scheduler runs while its record shows its subscription to
+// the tick topic (its Run runs), as schedule.Info.Overdue counts them; a page with none that
+// has more records after it counts as running, since the overview does not read on.
 func (s *server) schedulersRunning(ctx context.Context, stats []redisdelay.GroupStats) (bool, error) {
 	if !slices.ContainsFunc(stats, func(st redisdelay.GroupStats) bool { return st.Topic == schedule.TickTopic }) {
 		return false, nil
 	}
-	page, err := s.in.Workers(ctx, redisdelay.WorkersOptions{Kind: redisdelay.WorkerScheduler, Limit: 1})
-	return len(page.Workers) > 0, err
+	page, err := s.in.Workers(ctx, redisdelay.WorkersOptions{Kind: redisdelay.WorkerScheduler, Limit: schedulerRecordsPage})
+	ticks := redisdelay.WorkerSubscription{Topic: schedule.TickTopic, Group: schedule.TickGroup}
+	running := page.NextCursor != "" || slices.ContainsFunc(page.Workers, func(w redisdelay.WorkerInfo) bool {
+		return slices.Contains(w.Subscriptions, ticks)
+	})
+	return running, err
 }
 
 // writeTicksCell writes the delivery cell of the tick topic's row: "internal", with an overdue
