@@ -143,3 +143,14 @@ func TestSchedulePageListsAPastPendingTickFirstAmongItsNextTicks(t *testing.T) {
 		assert.True(t, at.After(info.Pending), "tick %d, %s, comes after the armed one", i+1, at)
 	}
 }
+
+func TestTheTickTopicsPageSaysItIsInternal(t *testing.T) {
+	_, _, srv := kitDashboard(t)
+	overview := get(t, srv.URL+"/")
+	res := get(t, srv.URL+link(t, overview.body, "/topic/"+schedule.TickTopic+"/parked"))
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	assert.True(t, strings.Contains(res.body, `<p class="note" id="internal">An internal topic: the schedules' ticks`), "the page says what the topic is")
+	assert.True(t, strings.Contains(res.body, `<span class="badge" data-internal="ticks">internal</span>`), "marked internal")
+	assert.False(t, strings.Contains(res.body, "no consumer group</span>"), "not a parked queue")
+	assert.True(t, strings.Contains(res.body, `See the <a href="/schedules">schedules</a> and the running <a href="/workers">workers</a>.`), "links to both")
+}

@@ -118,3 +118,23 @@ func TestWorkersPageSaysWhenNothingRunsAndRefusesABadCursor(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, bad.status, bad.body)
 	assert.NotContains(t, bad.body, "<not a cursor>")
 }
+
+func TestWorkersPageListsOnlyTheSubscriptionsOfTheDashboardsTopics(t *testing.T) {
+	q := newQueue(t)
+	sub := q.subscriber("billing", 0)
+	for _, topic := range []string{"orders", "secret-ledger"} {
+		_, err := sub.Subscribe(context.Background(), topic)
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		w := q.workers(redisdelay.WorkerSubscriber, 1)[0]
+		return len(w.Subscriptions) == 2
+	}, 10*time.Second, 10*time.Millisecond)
+	id := q.workers(redisdelay.WorkerSubscriber, 1)[0].ID
+	srv := q.serve(dashboard.Options{Topics: []string{"orders"}})
+
+	res := get(t, srv.URL+"/workers")
+	require.Equal(t, http.StatusOK, res.status, res.body)
+	assert.Equal(t, "orders · billing and 1 more", workerCell(t, res.body, id, "subscriptions"))
+	assert.NotContains(t, res.body, "secret-ledger")
+}
