@@ -28,7 +28,8 @@ type SubscriberConfig struct {
 	// topic receives every message published after it registered (fan-out); the subscribers of
 	// one group compete for its messages. Empty means DefaultConsumerGroup.
 	ConsumerGroup string
-	// Consumer names this subscriber in logs; a random UUID when empty.
+	// Consumer names this subscriber in logs and in its worker record (see Inspector.Workers);
+	// a random UUID when empty.
 	Consumer string
 	// LeaseTimeout is how long a claimed message stays invisible to the other consumers of its
 	// group. While a message is held, the subscriber extends its lease every LeaseTimeout/3;

@@ -3,7 +3,8 @@ package redisdelay
 // The Inspector: its config, its constructor, and the helpers its operations share (running
 // calls concurrently, resolving refs to members, where a group's dead letters wait). Its
 // operations live in files by job: topics.go, inspector_group.go, inspector_key.go,
-// inspector_list.go, paging.go, inspector_ref.go, inspector_bulk.go, inspector_forecast.go.
+// inspector_list.go, paging.go, inspector_ref.go, inspector_bulk.go, inspector_forecast.go,
+// inspector_workers.go.
 //
 // Everything the Inspector does uses O(1) or O(log N) commands per topic and group (plus O(M) for
 // M listed or moved messages, a list cursor O(log² N)); nothing uses KEYS or SCAN, skips an

@@ -39,8 +39,11 @@ type Subscriber struct {
 	// worker is this Subscriber's worker record (see workers.go).
 	worker *worker
 
-	mu     sync.Mutex // guards closed and wg.Add
+	mu     sync.Mutex // guards closed, closedAt and wg.Add
 	closed bool
+	// closedAt is when Close was called: the deletion of the worker record ends within
+	// OperationTimeout of it (see workerGone).
+	closedAt time.Time
 	// closing ends when Close is called; every subscription's context derives from it.
 	closing     context.Context
 	stopClosing context.CancelFunc
@@ -235,16 +238,15 @@ func (s *Subscriber) startRecord(sub WorkerSubscription) {
 // Close stops every subscription, releases the messages they hold to their groups, deletes the
 // Subscriber's worker record (see Inspector.Workers), closes every output channel and waits for
 // all goroutines. It never closes the Redis client. It is idempotent and returns nil; releasing
-// and the deletion are each bounded by OperationTimeout (a record refresh under way finishes
-// first, within its own OperationTimeout), so Close returns in bounded time even while Redis is
-// down (the leases of messages it could not release expire, and so does the record).
+// and the deletion are bounded by OperationTimeout, so Close returns in bounded time even while
+// Redis is down (the leases of messages it could not release expire, and so does the record).
 func (s *Subscriber) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
 		return nil
 	}
-	s.closed = true
+	s.closed, s.closedAt = true, time.Now()
 	s.stopClosing()
 	s.mu.Unlock()
 

@@ -202,11 +202,15 @@ func (s *Subscriber) beat() {
 	}
 }
 
-// workerGone deletes the worker record, within OperationTimeout, over a client of its own when
-// the application closed the Redis client first (see store.Store.Reopened); a record it cannot
-// delete expires by itself.
+// workerGone deletes the worker record, within OperationTimeout of Close (a refresh under way
+// when Close came, which started before it, ends within its own OperationTimeout), over a
+// client of its own when the application closed the Redis client first (see
+// store.Store.Reopened); a record it cannot delete expires by itself.
 func (s *Subscriber) workerGone() {
-	ctx, cancel := context.WithTimeout(context.Background(), s.config.OperationTimeout)
+	s.mu.Lock()
+	deadline := s.closedAt.Add(s.config.OperationTimeout)
+	s.mu.Unlock()
+	ctx, cancel := context.WithDeadline(context.Background(), deadline)
 	defer cancel()
 	_, err := s.store.WorkerGone(ctx, s.worker.member())
 	if errors.Is(err, redis.ErrClosed) {

@@ -106,31 +106,70 @@ func TestARunningSubscriberIsListedWithItsSubscriptionsAndWhatItHolds(t *testing
 	})
 }
 
+// killedSubscriber starts a Subscriber of prefix on a client of its own, waits for its record
+// and closes the client under it: its heartbeat can neither refresh nor delete the record, as
+// after a SIGKILL. It returns the record.
+func killedSubscriber(t *testing.T, b backend, in *redisdelay.Inspector, prefix string, heartbeat time.Duration) redisdelay.WorkerInfo {
+	t.Helper()
+	client := newClientLike(b)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, KeyPrefix: prefix, Consumer: "killed", WorkerHeartbeat: heartbeat}, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() })
+	subscribe(t, sub, newTopic())
+	var killed redisdelay.WorkerInfo
+	waitWorkers(t, in, "the record", 5*time.Second, func(ws []redisdelay.WorkerInfo) bool {
+		for _, w := range ws {
+			if w.Consumer == "killed" {
+				killed = w
+				return true
+			}
+		}
+		return false
+	})
+	require.NoError(t, client.Close())
+	return killed
+}
+
 func TestAWorkerThatStopsRefreshingExpiresWithItsKeys(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		prefix := "w" + watermill.NewShortUUID() + ":"
 		in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client, KeyPrefix: prefix}, nil)
 		require.NoError(t, err)
-		// A Subscriber on a client of its own, closed under it: its heartbeat can no longer
-		// refresh nor delete the record, as after a SIGKILL.
-		client := newClientLike(b)
-		sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, KeyPrefix: prefix, WorkerHeartbeat: 100 * time.Millisecond}, nil)
-		require.NoError(t, err)
-		subscribe(t, sub, newTopic())
-		ws := waitWorkers(t, in, "the record", 5*time.Second, func(ws []redisdelay.WorkerInfo) bool { return len(ws) == 1 })
-		require.NotEmpty(t, workerKeys(t, b, prefix))
-		require.NoError(t, client.Close())
-
-		if b.miniredis != nil { // miniredis expires keys only when told that time passed
-			b.miniredis.FastForward(time.Second)
-		}
+		killed := killedSubscriber(t, b, in, prefix, 100*time.Millisecond)
+		require.Len(t, workerKeys(t, b, prefix), 3)
 		waitWorkers(t, in, "the record to expire", 5*time.Second, func(ws []redisdelay.WorkerInfo) bool { return len(ws) == 0 })
-		if b.miniredis == nil {
-			assert.False(t, time.Now().Before(ws[0].Expires.Add(-50*time.Millisecond)), "gone before its expiry %s", ws[0].Expires)
+		if b.miniredis != nil {
+			// miniredis expires keys only when told that time passed: Workers left the expired
+			// record out by the Redis clock alone.
+			require.Len(t, workerKeys(t, b, prefix), 3)
+			b.miniredis.FastForward(time.Second)
+		} else {
+			assert.False(t, time.Now().Before(killed.Expires.Add(-50*time.Millisecond)), "gone before its expiry %s", killed.Expires)
 		}
 		require.Eventually(t, func() bool { return len(workerKeys(t, b, prefix)) == 0 }, 5*time.Second, 10*time.Millisecond,
 			"the keys expire with the last record: %v", workerKeys(t, b, prefix))
-		_ = sub.Close()
+	})
+}
+
+func TestARefreshDropsTheRecordsThatExpired(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		prefix := "w" + watermill.NewShortUUID() + ":"
+		in, err := redisdelay.NewInspector(redisdelay.InspectorConfig{Client: b.client, KeyPrefix: prefix}, nil)
+		require.NoError(t, err)
+		// The live record outlasts the killed one, so the keys stay: the live Subscriber's
+		// refreshes drop the killed one's entries.
+		live := newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) { c.KeyPrefix, c.WorkerHeartbeat = prefix, 200*time.Millisecond })
+		subscribe(t, live, newTopic())
+		killedSubscriber(t, b, in, prefix, 50*time.Millisecond)
+		info := workerKeys(t, b, prefix)[2]
+		require.True(t, strings.HasSuffix(info, "{workers}:info"), info)
+		require.Eventually(t, func() bool { return b.client.HLen(context.Background(), info).Val() == 1 }, 5*time.Second, 10*time.Millisecond,
+			"the killed record's entry is dropped")
+		ws := workersOf(t, in, redisdelay.WorkersOptions{})
+		require.Len(t, ws, 1)
+		assert.NotEqual(t, "killed", ws[0].Consumer)
+		require.NoError(t, live.Close())
+		assert.Empty(t, workerKeys(t, b, prefix), "the last Close leaves no key")
 	})
 }
 
