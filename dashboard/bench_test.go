@@ -17,8 +17,9 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/dashboard"
 )
 
-// BenchmarkOverview1000Topics renders the overview of 1,000 topics with two consumer groups
-// each (2,000 rows) from a throw-away redis-server; the target is 200 ms per page.
+// BenchmarkOverview1000Topics renders the first page of the overview of 1,000 topics with two
+// consumer groups each (a page of 50 topics, 100 rows) from a throw-away redis-server; the
+// target is 200 ms per page.
 func BenchmarkOverview1000Topics(b *testing.B) {
 	const topics = 1000
 	q := newQueue(b)
@@ -47,13 +48,13 @@ func BenchmarkOverview1000Topics(b *testing.B) {
 	for range b.N {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, req)
-		if rec.Code != http.StatusOK || strings.Count(rec.Body.String(), "<tr data-topic=") != topics*len(groups) {
+		if rec.Code != http.StatusOK || strings.Count(rec.Body.String(), "<tr data-topic=") != 50*len(groups) {
 			b.Fatalf("overview: status %d, %d rows", rec.Code, strings.Count(rec.Body.String(), "<tr data-topic="))
 		}
 	}
 	b.ReportMetric(float64(b.Elapsed().Microseconds())/1e3/float64(b.N), "ms/op")
 
-	// For comparison, the Inspector's share: Stats alone, as often.
+	// For comparison, what a view cost before the overview had pages: Stats of every topic.
 	b.StopTimer()
 	start := time.Now()
 	for range b.N {

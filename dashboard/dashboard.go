@@ -1,7 +1,9 @@
 // Package dashboard serves a web dashboard of redisdelay queues, built on a
-// redisdelay.Inspector: an overview of every topic and consumer group, a page per group that
-// lists its messages by state, a page per message with its payload and metadata, and the
-// periodic schedules: one page of them and a page per schedule with its next ticks. With
+// redisdelay.Inspector: an overview of the topics and their consumer groups, 50 topics per
+// page, a page per group that lists its messages by state, a page per message with its payload
+// and metadata, the periodic schedules (one page of them, and a page per schedule with its next
+// ticks, an overdue one marked), and the running Subscribers and Schedulers (one page of their
+// worker records). With
 // Options.AllowActions it also pauses and resumes groups and cancels, reschedules, runs now and
 // requeues messages; given Options.Scheduler too, it pauses, resumes, triggers and deletes
 // schedules.
@@ -24,7 +26,8 @@ package dashboard
 
 // This file owns the dashboard's configuration (Options) and its construction: New checks the
 // Options, parses the templates and mounts every route. The checks every request passes are in
-// security.go; the pages are in overview.go, group.go, message.go and schedule.go, the actions
+// security.go; the pages are in overview.go (its paging in overview_page.go, the tick topic's
+// row in overview_ticks.go), group.go, message.go, schedule.go and workers.go, the actions
 // in actions.go and schedule.go.
 
 import (
@@ -190,6 +193,7 @@ func (s *server) routes(static fs.FS) http.Handler {
 	mux.HandleFunc("POST "+group+"/message/requeue", s.act(s.requeue))
 	schedule := p + "/schedules/{schedule}"
 	mux.HandleFunc("GET "+p+"/schedules", s.schedules)
+	mux.HandleFunc("GET "+p+"/workers", s.workers)
 	mux.HandleFunc("GET "+schedule, s.schedule)
 	mux.HandleFunc("POST "+schedule+"/pause", s.actSchedule(s.pauseSchedule))
 	mux.HandleFunc("POST "+schedule+"/resume", s.actSchedule(s.resumeSchedule))
@@ -221,7 +225,7 @@ func filesOnly(fsys fs.FS) http.Handler {
 // parsePages parses each page's template together with the layout.
 func parsePages() (map[string]*template.Template, error) {
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"overview", "group", "message", "schedules", "schedule", "problem"} {
+	for _, name := range []string{"overview", "group", "message", "schedules", "schedule", "workers", "problem"} {
 		t, err := template.New(name).Funcs(templateFuncs).ParseFS(templateFiles, "templates/layout.html", "templates/"+name+".html")
 		if err != nil {
 			return nil, fmt.Errorf("dashboard: parse template %s: %w", name, err)

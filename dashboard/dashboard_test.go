@@ -126,6 +126,11 @@ func (q *queue) first(topic, group string, state redisdelay.State) redisdelay.Me
 func (q *queue) serve(opts dashboard.Options) *httptest.Server {
 	h, err := dashboard.New(q.in, opts)
 	require.NoError(q.t, err)
+	return q.serveHandler(h)
+}
+
+// serveHandler serves h for the test.
+func (q *queue) serveHandler(h http.Handler) *httptest.Server {
 	srv := httptest.NewServer(h)
 	q.t.Cleanup(srv.Close)
 	return srv

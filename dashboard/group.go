@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
 // pageSize is how many messages a group page lists.
@@ -80,6 +81,10 @@ type groupView struct {
 	PauseURL, ResumeURL                  string
 	Forecast                             forecastView
 	Live                                 live
+	// Internal is set on the pages of the schedules' tick topic (schedule.TickTopic), which link
+	// to the Schedules and Workers pages.
+	Internal                 bool
+	SchedulesURL, WorkersURL string
 }
 
 // group renders a group's stats, its due-time forecast, one page of its messages in one state,
@@ -171,6 +176,8 @@ func (s *server) groupView(r *http.Request, topic, group string, current stateTa
 		PauseURL: self + "/pause", ResumeURL: self + "/resume", Live: s.live(r),
 	}
 	v.Actions = s.mayAct(r) && !v.Parked
+	v.Internal = topic == schedule.TickTopic
+	v.SchedulesURL, v.WorkersURL = s.schedulesURL("", nil), s.workersURL("")
 	v.Tabs = s.groupTabs(topic, group, d.Stats, v.Levels, state, span)
 	v.Messages = s.listedMessages(topic, group, state, d.List.Messages)
 	if d.List.NextCursor != "" {

@@ -4,45 +4,55 @@ package dashboard
 // row each, written by hand for speed.
 
 import (
-	"context"
 	"html"
 	"html/template"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
-// overview renders every topic and group with its Stats and lateness.
+// overview renders one page of topics (see topicsPage) with their groups' Stats and lateness.
 func (s *server) overview(w http.ResponseWriter, r *http.Request) {
-	stats, missing, err := s.stats(r.Context())
+	p, err := s.topicsPage(r.Context(), r)
+	if err != nil {
+		s.fail(w, err)
+		return
+	}
+	running, err := s.schedulersRunning(r.Context(), p.Stats)
 	if err != nil {
 		s.fail(w, err)
 		return
 	}
 	var rows strings.Builder
-	rows.Grow(len(stats) * 900)
-	for _, st := range stats {
-		s.overviewRow(&rows, st)
+	rows.Grow(len(p.Stats) * 900)
+	for _, st := range p.Stats {
+		s.overviewRow(&rows, st, running)
 	}
 	s.render(w, http.StatusOK, "overview", page{Title: "Queues", Body: struct {
+		topicsPage
 		Rows       template.HTML
-		Missing    []string
 		Lateness   bool
 		Thresholds Thresholds
 		Live       live
-	}{template.HTML(rows.String()), missing, s.opts.Lateness != nil, s.opts.Thresholds, s.live(r)}})
+		PageSize   int
+	}{p, template.HTML(rows.String()), s.opts.Lateness != nil, s.opts.Thresholds, s.live(r), overviewPageSize}})
 }
 
 // overviewRow writes one group's row of the overview to b. It is written here rather than in the
 // template because html/template, through reflection, takes some 30 µs a row, and the overview
 // of 1,000 topics must render well within 200 ms; so every value passes html.EscapeString here.
 // A cell that needs attention has the class and data-level of its level (see Thresholds), and
-// the row the worst of them.
-func (s *server) overviewRow(b *strings.Builder, st redisdelay.GroupStats) {
+// the row the worst of them. schedulers is whether a Scheduler runs, for the row of the
+// schedules' tick topic (see writeTicksCell).
+func (s *server) overviewRow(b *strings.Builder, st redisdelay.GroupStats, schedulers bool) {
 	lv := s.opts.Thresholds.levels(st)
+	internal := st.Topic == schedule.TickTopic
+	if internal && ticksOverdue(st) {
+		lv.Row = levelAlarm
+	}
 	b.WriteString(`<tr data-topic="`)
 	b.WriteString(html.EscapeString(st.Topic))
 	b.WriteString(`" data-group="`)
@@ -52,17 +62,27 @@ func (s *server) overviewRow(b *strings.Builder, st redisdelay.GroupStats) {
 	}
 	b.WriteString("\">\n<td>")
 	b.WriteString(html.EscapeString(st.Topic))
+	if internal {
+		b.WriteString(` <span class="badge" data-internal="ticks" title="the schedules' ticks">internal</span>`)
+	}
 	b.WriteString("</td>\n<td><a href=\"")
 	b.WriteString(html.EscapeString(s.groupURL(st.Topic, st.Group, nil)))
-	if st.Group == redisdelay.ParkedGroup {
+	switch {
+	case internal && st.Group == redisdelay.ParkedGroup:
+		b.WriteString(`" class="internal">no Scheduler yet</a></td>` + "\n")
+	case st.Group == redisdelay.ParkedGroup:
 		b.WriteString(`" class="parked">no group yet: parked</a></td>` + "\n")
-	} else {
+	default:
 		b.WriteString(`">`)
 		b.WriteString(html.EscapeString(st.Group))
 		b.WriteString("</a></td>\n")
 	}
 	writeCountCells(b, st, lv)
-	writePausedCell(b, st, lv)
+	if internal {
+		writeTicksCell(b, st, lv, schedulers, s.opts.Prefix)
+	} else {
+		writePausedCell(b, st, lv)
+	}
 	s.writeLatenessCells(b, st)
 	b.WriteString("</tr>\n")
 }
@@ -127,34 +147,4 @@ func writeCell(b *strings.Builder, class, stat string, l level, v string) {
 	b.WriteString(`">`)
 	b.WriteString(v)
 	b.WriteString("</td>\n")
-}
-
-// stats returns the Stats of every topic on the dashboard, and the topics of Options.Topics
-// that do not exist (yet).
-func (s *server) stats(ctx context.Context) ([]redisdelay.GroupStats, []string, error) {
-	if s.topics == nil {
-		st, err := s.in.Stats(ctx)
-		return st, nil, err
-	}
-	// Stats fails as a whole for a topic it does not know, so ask only for those that exist.
-	all, err := s.in.Topics(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	var present, missing []string
-	for _, t := range all {
-		if s.topics[t.Topic] {
-			present = append(present, t.Topic)
-		}
-	}
-	for _, t := range s.opts.Topics {
-		if !slices.Contains(present, t) && !slices.Contains(missing, t) {
-			missing = append(missing, t)
-		}
-	}
-	if len(present) == 0 {
-		return nil, missing, nil
-	}
-	st, err := s.in.Stats(ctx, present...)
-	return st, missing, err
 }

@@ -27,6 +27,7 @@ type page struct {
 	Static    string // URL of the static files
 	Home      string // URL of the overview
 	Schedules string // URL of the schedules page
+	Workers   string // URL of the workers page
 	Redis     string // the Redis address, "" when unknown
 	KeyPrefix string
 	Crumbs    []crumb
@@ -47,6 +48,7 @@ func (s *server) render(w http.ResponseWriter, status int, name string, p page) 
 	p.Static = s.opts.Prefix + "/static"
 	p.Home = s.opts.Prefix + "/"
 	p.Schedules = s.opts.Prefix + "/schedules"
+	p.Workers = s.opts.Prefix + "/workers"
 	p.Redis, p.KeyPrefix = s.in.Addr(), s.in.KeyPrefix()
 	buf := buffers.Get().(*bytes.Buffer)
 	defer buffers.Put(buf)

@@ -29,16 +29,21 @@ type scheduleRow struct {
 
 // schedulesView is what the schedules page shows.
 type schedulesView struct {
-	Rows        []scheduleRow
-	Next, First string
-	Hidden      int    // schedules on this page whose topic is not on the dashboard
-	ReadOnly    string // why the schedule pages take no action; "" when they do
+	Rows    []scheduleRow
+	Overdue []scheduleRow // those of Rows whose pending tick is overdue (schedule.Info.Overdue)
+	// OverdueReasons are the distinct schedule.Info.OverdueReason of Overdue, in order.
+	OverdueReasons []string
+	Next, First    string
+	Hidden         int    // schedules on this page whose topic is not on the dashboard
+	ReadOnly       string // why the schedule pages take no action; "" when they do
 }
 
-// tickView is one coming tick: its instant, and its wall time in the schedule's time zone.
+// tickView is one coming tick: its instant, its wall time in the schedule's time zone, and
+// whether it is the armed one (Info.Pending), which may be past when no Scheduler acted on it.
 type tickView struct {
-	At   time.Time
-	Wall string
+	At      time.Time
+	Wall    string
+	Pending bool
 }
 
 // scheduleView is what a schedule page shows.
@@ -133,6 +138,12 @@ func (s *server) schedules(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		v.Rows = append(v.Rows, s.row(info))
+		if info.Overdue {
+			v.Overdue = append(v.Overdue, s.row(info))
+			if !slices.Contains(v.OverdueReasons, info.OverdueReason) {
+				v.OverdueReasons = append(v.OverdueReasons, info.OverdueReason)
+			}
+		}
 	}
 	if more && len(infos) > 0 {
 		v.Next = s.schedulesURL(infos[len(infos)-1].Schedule.Name, nil)
@@ -179,13 +190,7 @@ func (s *server) schedule(w http.ResponseWriter, r *http.Request) {
 	v.Actions = v.ReadOnly == ""
 	v.PauseURL, v.ResumeURL = s.scheduleURL(name, "/pause", nil), s.scheduleURL(name, "/resume", nil)
 	v.TriggerURL, v.DeleteURL = s.scheduleURL(name, "/trigger", nil), s.scheduleURL(name, "/delete", nil)
-	loc, err := time.LoadLocation(info.Schedule.TimeZone) // "" is UTC; the library loaded it already
-	if err != nil {
-		loc = time.UTC
-	}
-	for _, t := range info.NextTicks {
-		v.Ticks = append(v.Ticks, tickView{At: t, Wall: t.In(loc).Format("Mon 2006-01-02 15:04:05 MST")})
-	}
+	v.Ticks = nextTicks(info)
 	v.Payload, v.PayloadKind = formatPayload(info.Schedule.Payload)
 	for _, k := range slices.Sorted(maps.Keys(info.Schedule.Metadata)) {
 		v.Metadata = append(v.Metadata, [2]string{k, info.Schedule.Metadata[k]})
@@ -253,4 +258,27 @@ func (s *server) deleteSchedule(w http.ResponseWriter, r *http.Request, sch *sch
 		return
 	}
 	http.Redirect(w, r, s.schedulesURL("", url.Values{"done": {"schedule-delete"}}), http.StatusSeeOther)
+}
+
+// nextTicks returns the ticks a schedule page lists: the armed tick (Info.Pending), then those
+// of Info.NextTicks after it. NextTicks start after the Redis clock's now, so when the armed
+// tick is past (no Scheduler acted on it yet) it comes first, marked, instead of missing.
+func nextTicks(info schedule.Info) []tickView {
+	loc, err := time.LoadLocation(info.Schedule.TimeZone) // "" is UTC; the library loaded it already
+	if err != nil {
+		loc = time.UTC
+	}
+	view := func(t time.Time, pending bool) tickView {
+		return tickView{At: t, Wall: t.In(loc).Format("Mon 2006-01-02 15:04:05 MST"), Pending: pending}
+	}
+	var out []tickView
+	if !info.Pending.IsZero() {
+		out = append(out, view(info.Pending, true))
+	}
+	for _, t := range info.NextTicks {
+		if t.After(info.Pending) {
+			out = append(out, view(t, false))
+		}
+	}
+	return out
 }
