@@ -36,7 +36,8 @@ func kitDashboard(t *testing.T) (*redisdelaytest.Queue, *schedule.Scheduler, *ht
 }
 
 func TestOverviewLabelsTheTickTopicInternalAndSaysToStartAScheduler(t *testing.T) {
-	kit, _, srv := kitDashboard(t)
+	kit, sch, srv := kitDashboard(t)
+	require.NoError(t, sch.Close()) // no Scheduler runs: one made and never run would hold up Advance
 
 	res := get(t, srv.URL+"/")
 	require.Equal(t, http.StatusOK, res.status, res.body)
@@ -100,7 +101,8 @@ func TestOverviewTickRowSaysWhetherASchedulerRuns(t *testing.T) {
 }
 
 func TestSchedulesPagesMarkAnOverdueTickWithTheFixInWords(t *testing.T) {
-	kit, _, srv := kitDashboard(t)
+	kit, sch, srv := kitDashboard(t)
+	require.NoError(t, sch.Close()) // no Scheduler runs: one made and never run would hold up Advance
 	list := get(t, srv.URL+"/schedules")
 	require.Equal(t, http.StatusOK, list.status, list.body)
 	assert.NotContains(t, scheduleCell(t, list.body, "hourly", "next-tick"), "overdue")
@@ -124,7 +126,8 @@ func TestSchedulesPagesMarkAnOverdueTickWithTheFixInWords(t *testing.T) {
 }
 
 func TestSchedulePageListsAPastPendingTickFirstAmongItsNextTicks(t *testing.T) {
-	kit, _, srv := kitDashboard(t)
+	kit, sch, srv := kitDashboard(t)
+	require.NoError(t, sch.Close()) // no Scheduler runs: one made and never run would hold up Advance
 	kit.Advance(3*time.Hour + schedule.DefaultLeaseTimeout)
 	info, err := schedule.Get(context.Background(), kit.Inspector(), "hourly")
 	require.NoError(t, err)
