@@ -86,7 +86,9 @@ func TestOperatorSeesAnOverdueTickFlaggedWithTheFix(t *testing.T) {
 	t.Cleanup(func() { _ = sch.Close() })
 	_, err = sch.Put(context.Background(), schedule.Schedule{Name: "nightly-report", Spec: "0 3 * * *", Topic: "reports"})
 	require.NoError(t, err)
-	// No Scheduler runs: the 03:00 tick falls due and nobody acts on it.
+	// No Scheduler runs: the 03:00 tick falls due and nobody acts on it. (Closed, so that the
+	// kit does not wait for a Scheduler made on its Publisher and never run.)
+	require.NoError(t, sch.Close())
 	kit.Advance(4 * time.Hour)
 	info, err := schedule.Get(context.Background(), kit.Inspector(), "nightly-report")
 	require.NoError(t, err)
