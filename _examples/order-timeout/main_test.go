@@ -73,9 +73,11 @@ func TestTheExampleLeavesABacklogADeadLetterAndASchedule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer func() { _ = sched.Close() }()
 	if err := putReconcileSchedule(ctx, sched, ex.tl); err != nil {
 		t.Fatal(err)
 	}
+	go func() { _ = sched.Run(ctx) }() // as the example does; the kit waits for a Scheduler made on its Publisher
 
 	start := q.Now()
 	if err := ex.publishMalformedCheck(ctx); err != nil {
