@@ -57,6 +57,7 @@ func sharedCluster(t testing.TB) *redistest.Cluster {
 // says how many tests were skipped for want of redis-server.
 func TestMain(m *testing.M) {
 	runCrashChild()
+	redistest.Announce("the root package's tests, the longest: about 2 minutes with -race on 2 cores")
 	code := m.Run()
 	if shared.cluster != nil {
 		shared.cluster.Close()
@@ -271,7 +272,7 @@ func runScriptWorkload(t *testing.T, b backend) {
 						msg.Nack()
 						continue
 					case msg.UUID == "slow":
-						time.Sleep(lease)
+						time.Sleep(lease) // a handler slower than its lease is the scenario
 					}
 					msg.Ack()
 					done <- delivery{g, topic, msg.UUID}

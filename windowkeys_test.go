@@ -179,7 +179,7 @@ func receivePayload(t *testing.T, ch <-chan *message.Message, want, what string)
 func waitRetentionPassed(t *testing.T, b backend, in *redisdelay.Inspector, topic, key string) {
 	t.Helper()
 	if b.miniredis != nil {
-		time.Sleep(matrixRetention)
+		time.Sleep(matrixRetention) // the retention passes on the client's clock: time passing is the condition
 		b.miniredis.FastForward(matrixRetention)
 	}
 	var st redisdelay.KeyStatus

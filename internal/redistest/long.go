@@ -74,3 +74,15 @@ func longReport() string {
 	return fmt.Sprintf("QUICK RUN of %s: %s; %s=1 runs the long proofs in full (as .ci/run does)\n",
 		pkg, strings.Join(parts, "; "), LongEnv)
 }
+
+// Announce writes one line to the terminal, when there is one, saying that the tests of this
+// test binary start and what they are: go test prints a package's result only when its tests
+// end, and in the order of the packages, so a package that takes minutes leaves the terminal
+// silent meanwhile. Call it from TestMain before m.Run.
+func Announce(what string) {
+	pkg := strings.TrimSuffix(filepath.Base(os.Args[0]), ".test")
+	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
+		defer tty.Close()
+		_, _ = fmt.Fprintf(tty, "RUNNING %s: %s\n", pkg, what)
+	}
+}
