@@ -58,6 +58,8 @@ func sharedCluster(t testing.TB) *redistest.Cluster {
 func TestMain(m *testing.M) {
 	runCrashChild()
 	redistest.Announce("the root package's tests, the longest: about 2 minutes with -race on 2 cores")
+	// Most tests here wait for due times, leases and windows rather than compute.
+	redistest.DefaultParallel(4)
 	code := m.Run()
 	if shared.cluster != nil {
 		shared.cluster.Close()
