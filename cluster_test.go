@@ -57,9 +57,7 @@ func sharedCluster(t testing.TB) *redistest.Cluster {
 // says how many tests were skipped for want of redis-server.
 func TestMain(m *testing.M) {
 	runCrashChild()
-	redistest.Announce("the root package's tests, the longest: about 2 minutes with -race on 2 cores")
-	// Most tests here wait for due times, leases and windows rather than compute.
-	redistest.DefaultParallel(4)
+	redistest.Announce("the root package's tests, the longest: about 3 minutes with -race on 2 idle cores, more on busy ones")
 	code := m.Run()
 	if shared.cluster != nil {
 		shared.cluster.Close()

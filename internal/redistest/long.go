@@ -1,13 +1,10 @@
 package redistest
 
 import (
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -87,18 +84,5 @@ func Announce(what string) {
 	if tty, err := os.OpenFile("/dev/tty", os.O_WRONLY, 0); err == nil {
 		defer tty.Close()
 		_, _ = fmt.Fprintf(tty, "RUNNING %s: %s\n", pkg, what)
-	}
-}
-
-// DefaultParallel makes n the number of parallel tests that run at a time unless -parallel is
-// given (go test's default is GOMAXPROCS), for a package whose tests mostly wait for time (due
-// times, leases, windows) rather than compute. Call it from TestMain before m.Run: it parses
-// the flags.
-func DefaultParallel(n int) {
-	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given && n > runtime.GOMAXPROCS(0) {
-		_ = flag.Set("test.parallel", strconv.Itoa(n))
 	}
 }
