@@ -16,7 +16,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 	"github.com/alicebob/miniredis/v2"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
@@ -58,6 +57,7 @@ func sharedCluster(t testing.TB) *redistest.Cluster {
 // says how many tests were skipped for want of redis-server.
 func TestMain(m *testing.M) {
 	runCrashChild()
+	redistest.Announce("the root package's tests, the longest: about 3 minutes with -race on 2 idle cores, more on busy ones")
 	code := m.Run()
 	if shared.cluster != nil {
 		shared.cluster.Close()
@@ -86,12 +86,11 @@ func newClientLike(b backend) redis.UniversalClient {
 	}
 }
 
-// TestPubSubCluster runs Watermill's universal Pub/Sub test suite, in long mode unless -short
-// is given, against a Redis Cluster through a ClusterClient.
+// TestPubSubCluster runs Watermill's universal Pub/Sub test suite in long mode against a Redis
+// Cluster through a ClusterClient, with REDISDELAY_LONG=1 only: the quick run has TestPubSub.
 func TestPubSubCluster(t *testing.T) {
-	b := clusterBackend(t)
-	ps, cg := universalConstructors(b)
-	tests.TestPubSub(t, universalFeatures, ps, cg)
+	redistest.SkipUnlessLong(t, "Watermill's universal suite in long mode on a Redis Cluster")
+	universalSuite(t, clusterBackend(t))
 }
 
 // TestClusterWakeUpsReachSubscribersOnEveryNode checks that a delayed message published to a
@@ -273,7 +272,7 @@ func runScriptWorkload(t *testing.T, b backend) {
 						msg.Nack()
 						continue
 					case msg.UUID == "slow":
-						time.Sleep(lease)
+						time.Sleep(lease) // a handler slower than its lease is the scenario
 					}
 					msg.Ack()
 					done <- delivery{g, topic, msg.UUID}

@@ -2,6 +2,9 @@
 
 package redisdelay_test
 
-// The chaos build tag runs the model-based test ten times longer:
-// go test -race -tags chaos -run TestModelBasedSequences .
-func init() { modelDefaultOps, modelDefaultSeconds = 100000, 900 }
+// The chaos build tag runs the model-based test ten times longer than REDISDELAY_LONG=1, with or
+// without it: go test -race -tags chaos -run TestModelBasedSequences .
+func init() {
+	modelLongOps, modelLongSeconds = 100000, 900
+	modelQuickOps, modelQuickSeconds = modelLongOps, modelLongSeconds
+}

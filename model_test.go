@@ -17,6 +17,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
 )
 
 // The model-based test drives random sequences of operations (model_ops_test.go) through the
@@ -27,8 +28,11 @@ import (
 //
 // Environment (the chaos build tag raises the defaults, see model_chaos_test.go):
 //
-//	REDISDELAY_MODEL_OPS         operations per backend (default modelDefaultOps)
-//	REDISDELAY_MODEL_SECONDS     no sequence starts after this many seconds (default modelDefaultSeconds)
+//	REDISDELAY_LONG              1 runs the long proof: modelLongOps operations per backend within
+//	                             modelLongSeconds, a shortfall failing (.ci/run sets it); without it
+//	                             the quick run does modelQuickOps within modelQuickSeconds
+//	REDISDELAY_MODEL_OPS         operations per backend (overrides the above)
+//	REDISDELAY_MODEL_SECONDS     no sequence starts after this many seconds (overrides the above)
 //	REDISDELAY_MODEL_SEQ_OPS     operations per sequence (default 250)
 //	REDISDELAY_MODEL_SEED        seed of the first sequence (default: the clock)
 //	REDISDELAY_MODEL_BATCH       0 turns the batch operations off (default on)
@@ -38,14 +42,29 @@ import (
 //	                             separated by ';') instead of random ones, REDISDELAY_MODEL_LEASE its lease
 //	REDISDELAY_MODEL_SHRINK      0 prints the whole failing sequence instead of shrinking it
 //	REDISDELAY_MODEL_REQUIRE_OPS 1 fails a backend that ran fewer operations than asked for within
-//	                             the time budget (.ci/run sets it, with a budget of 600 s)
+//	                             the time budget (REDISDELAY_LONG=1 implies it)
 
-// modelDefaultOps is the default number of operations per backend, and modelDefaultSeconds the
-// time after which no new sequence starts, whichever comes first.
+// modelLongOps is the number of operations per backend of the long proof, and modelLongSeconds
+// the time after which no new sequence starts, whichever comes first; modelQuickOps and
+// modelQuickSeconds are the quick run's: two sequences, one for each worker.
 var (
-	modelDefaultOps     = 10000
-	modelDefaultSeconds = 50
+	modelLongOps      = 10000
+	modelLongSeconds  = 600
+	modelQuickOps     = 500
+	modelQuickSeconds = 50
 )
+
+// modelRunSize returns the operations per backend, the time budget and whether running fewer
+// operations within it fails, from REDISDELAY_LONG and the variables that override it.
+func modelRunSize(t *testing.T) (ops int, budget time.Duration, requireOps bool) {
+	ops, seconds := modelQuickOps, modelQuickSeconds
+	if redistest.Long(t) {
+		ops, seconds, requireOps = modelLongOps, modelLongSeconds, true
+	}
+	ops = envInt("REDISDELAY_MODEL_OPS", ops)
+	budget = time.Duration(envInt("REDISDELAY_MODEL_SECONDS", seconds)) * time.Second
+	return ops, budget, requireOps || os.Getenv("REDISDELAY_MODEL_REQUIRE_OPS") == "1"
+}
 
 // modelDefaultSkip is left out of the default run: nothing. Crashed consumers once were: the
 // model reported, about once in 5,000 operations, a crashed consumer's message delivered again
@@ -830,7 +849,7 @@ func envInt(name string, def int) int {
 // sent to the group, that duplicates follow only a nack or a crash, and that only registries and
 // expiring records are left under the sequence's key prefix.
 func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
-	total := envInt("REDISDELAY_MODEL_OPS", modelDefaultOps)
+	total, budget, requireOps := modelRunSize(t)
 	perSeq := envInt("REDISDELAY_MODEL_SEQ_OPS", 250)
 	seed0 := int64(envInt("REDISDELAY_MODEL_SEED", int(time.Now().UnixNano()%1e9)))
 	cfg := modelConfig{
@@ -853,7 +872,6 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 	for _, name := range strings.Split(skipped, ",") {
 		skip[strings.TrimSpace(name)] = true
 	}
-	budget := time.Duration(envInt("REDISDELAY_MODEL_SECONDS", modelDefaultSeconds)) * time.Second
 	workers := envInt("REDISDELAY_MODEL_WORKERS", 2)
 	if replay != nil {
 		workers = 1
@@ -908,7 +926,7 @@ func TestModelBasedSequencesDeliverWhatTheModelSays(t *testing.T) {
 			time.Since(start).Round(time.Millisecond), cfg.partitions, cfg.batching, workers) // partitions 0: 1 to 3 per sequence
 		if ops < total && replay == nil && failed == nil {
 			report := t.Logf
-			if os.Getenv("REDISDELAY_MODEL_REQUIRE_OPS") == "1" {
+			if requireOps {
 				report = t.Errorf
 			}
 			report("model: backend=%s ran %d of %d operations within the %s budget", b.name, ops, total, budget)

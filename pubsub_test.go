@@ -8,6 +8,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill/pubsub/tests"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
 )
 
 // universalFeatures are the Watermill characteristics this adapter claims.
@@ -32,17 +33,25 @@ func universalConstructors(b backend) (tests.PubSubConstructor, tests.ConsumerGr
 	return func(t *testing.T) (message.Publisher, message.Subscriber) { return cg(t, "") }, cg
 }
 
-// TestPubSub runs Watermill's universal Pub/Sub test suite, in long mode unless -short is given,
-// against a dedicated redis-server.
-func TestPubSub(t *testing.T) {
-	b := realRedis(t)
+// universalSuite runs Watermill's universal Pub/Sub test suite against b: in long mode (5,000
+// to 10,000 messages a test) with REDISDELAY_LONG=1, in short mode (50 to 100) without it.
+func universalSuite(t *testing.T, b backend) {
+	features := universalFeatures
+	features.ForceShort = !redistest.Long(t)
 	ps, cg := universalConstructors(b)
-	tests.TestPubSub(t, universalFeatures, ps, cg)
+	tests.TestPubSub(t, features, ps, cg)
 }
 
-// TestPubSubMiniredis runs the same suite against embedded miniredis.
+// TestPubSub runs Watermill's universal Pub/Sub test suite against a dedicated redis-server: in
+// long mode (up to 10,000 messages a test) with REDISDELAY_LONG=1, in short mode (50 to 100)
+// without it.
+func TestPubSub(t *testing.T) {
+	universalSuite(t, realRedis(t))
+}
+
+// TestPubSubMiniredis runs the suite in long mode against embedded miniredis, with
+// REDISDELAY_LONG=1 only: the quick run has TestPubSub.
 func TestPubSubMiniredis(t *testing.T) {
-	b := embeddedRedis(t)
-	ps, cg := universalConstructors(b)
-	tests.TestPubSub(t, universalFeatures, ps, cg)
+	redistest.SkipUnlessLong(t, "Watermill's universal suite in long mode on miniredis, about 2 min with -race")
+	universalSuite(t, embeddedRedis(t))
 }

@@ -2,11 +2,14 @@ package redisdelay_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/ThreeDotsLabs/watermill"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -110,16 +113,21 @@ func TestSubscribeRacingRemoveGroupReceivesEverythingPublishedAfterIt(t *testing
 
 // TestRemoveGroupDropsWhatRunningSubscriptionsHoldBuffered: a subscription that claimed 100
 // messages at once and hands them out one by one hands out none of them once RemoveGroup has
-// returned (and its wake-up has crossed Pub/Sub: the test allows 50 ms): the removal's wake-up
-// makes it check its leases, which are gone, and its next claim stops it.
+// returned and its wake-up has crossed Pub/Sub: the removal's wake-up makes it check its leases
+// at once (it logs the lease of the message in its handler as lost, within 2 s, long before its
+// 30 s lease's heartbeat would), which are gone, and its next claim stops it.
 func TestRemoveGroupDropsWhatRunningSubscriptionsHoldBuffered(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		in := newInspector(t, b, 1)
-		ch := subscribe(t, newSubscriber(t, b, func(c *redisdelay.SubscriberConfig) {
-			c.ConsumerGroup, c.ClaimBatchSize = "g", 100
-		}), topic)
+		logger := leaseLostLogger{lost: make(chan string, 128)}
+		sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{
+			Client: b.client, NackBackoff: redisdelay.ConstantBackoff(0), ConsumerGroup: "g", ClaimBatchSize: 100,
+		}, logger)
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close() })
+		ch := subscribe(t, sub, topic)
 		// Warm up so that the claim size grows to 100 (it doubles per claim while handlers are
 		// fast), then one claim takes them all.
 		publishDelayed(t, pub, topic, "warm", 127, 0)
@@ -128,10 +136,15 @@ func TestRemoveGroupDropsWhatRunningSubscriptionsHoldBuffered(t *testing.T) {
 		}
 		publishDelayed(t, pub, topic, "held", 100, 0)
 		first := receive(t, ch, 5*time.Second)
-		_, err := in.RemoveGroup(context.Background(), topic, "g")
+		_, err = in.RemoveGroup(context.Background(), topic, "g")
 		require.NoError(t, err)
 		removed := time.Now()
-		time.Sleep(50 * time.Millisecond) // the wake-up's Pub/Sub hop, see above
+		select {
+		case uuid := <-logger.lost:
+			require.Equal(t, first.UUID, uuid, "the lease found lost is the handler's")
+		case <-time.After(2 * time.Second):
+			t.Fatal("the subscription did not check its leases within 2 s of RemoveGroup: no wake-up")
+		}
 		first.Ack()
 		after := 0
 		for closed := false; !closed; {
@@ -148,4 +161,25 @@ func TestRemoveGroupDropsWhatRunningSubscriptionsHoldBuffered(t *testing.T) {
 		t.Logf("%s: %d handed out after RemoveGroup returned; the channel closed after %s", b.name, after, time.Since(removed))
 		assert.Zero(t, after, "messages handed out after RemoveGroup returned")
 	})
+}
+
+// leaseLostLogger is errorLogger that also sends, to lost, the message UUID of each "Lease
+// lost" log, which a subscription writes when it finds the lease of the message in its handler
+// gone.
+type leaseLostLogger struct {
+	errorLogger
+	lost chan string
+}
+
+func (l leaseLostLogger) Info(msg string, fields watermill.LogFields) {
+	if strings.HasPrefix(msg, "Lease lost") {
+		select {
+		case l.lost <- fmt.Sprint(fields["message_uuid"]):
+		default:
+		}
+	}
+}
+
+func (l leaseLostLogger) With(fields watermill.LogFields) watermill.LoggerAdapter {
+	return leaseLostLogger{errorLogger: errorLogger{fields: l.fields.Add(fields)}, lost: l.lost}
 }

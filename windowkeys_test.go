@@ -41,7 +41,10 @@ var (
 )
 
 const (
-	matrixRetention = 700 * time.Millisecond
+	// matrixRetention is long enough for both groups to receive, ack and drain the first
+	// message within it, with -race on 2 busy cores (700 ms was not, with 4 tests at a time),
+	// so that the second publish finds the key still taken.
+	matrixRetention = 1500 * time.Millisecond
 	matrixMaxWait   = 1300 * time.Millisecond
 )
 
@@ -94,7 +97,7 @@ func (c windowKeyCase) want() (redisdelay.Outcome, string) {
 	}
 }
 
-// windowKeyCases is the whole matrix: 5 policies × window open/ended/off × retention 0/0.7 s ×
+// windowKeyCases is the whole matrix: 5 policies × window open/ended/off × retention 0/1.5 s ×
 // due/acked.
 func windowKeyCases() []windowKeyCase {
 	var cases []windowKeyCase
@@ -179,7 +182,7 @@ func receivePayload(t *testing.T, ch <-chan *message.Message, want, what string)
 func waitRetentionPassed(t *testing.T, b backend, in *redisdelay.Inspector, topic, key string) {
 	t.Helper()
 	if b.miniredis != nil {
-		time.Sleep(matrixRetention)
+		time.Sleep(matrixRetention) // the retention passes on the client's clock: time passing is the condition
 		b.miniredis.FastForward(matrixRetention)
 	}
 	var st redisdelay.KeyStatus

@@ -85,11 +85,13 @@ func skip(t testing.TB, reason string) {
 }
 
 // ReportSkips prints one line saying how many tests of this test binary were skipped because
-// redis-server or redis-cli is missing, and why; it prints nothing when none was. Call it from
+// redis-server or redis-cli is missing, and why, and one naming the long proofs that were left
+// out or ran short for want of REDISDELAY_LONG=1 (see LongEnv); it prints nothing when there is
+// neither. Call it from
 // TestMain after m.Run. go test shows what a passing package prints only with -v, so the line
 // goes to the terminal (/dev/tty) when there is one, and to stderr otherwise.
 func ReportSkips() {
-	line := skipReport()
+	line := skipReport() + longReport()
 	if line == "" {
 		return
 	}
