@@ -81,12 +81,16 @@ func TestMain(m *testing.M) {
 }
 
 // forEachBackend runs f as a parallel subtest against a real redis-server, miniredis and a
-// Redis Cluster of 3 masters and 3 replicas.
+// Redis Cluster of 3 masters and 3 replicas with REDISDELAY_LONG=1 (as CI does), and against
+// redistest.OneBackend only in the quick run.
 func forEachBackend(t *testing.T, f func(t *testing.T, b backend)) {
 	for _, be := range []struct {
 		name  string
 		start func(*testing.T) backend
 	}{{"redis", realRedis}, {"miniredis", embeddedRedis}, {"cluster", clusterBackend}} {
+		if one := redistest.OneBackend(); one != "" && be.name != one {
+			continue // the quick run: one backend (REDISDELAY_LONG=1 runs them all)
+		}
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			f(t, be.start(t))

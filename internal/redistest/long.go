@@ -3,6 +3,7 @@ package redistest
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -38,10 +39,30 @@ func SkipUnlessLong(t testing.TB, why string) {
 	t.Skipf("a long proof (%s): %s=1 runs it", why, LongEnv)
 }
 
-// longTests holds the names of the top-level tests that ran short or were left out.
+// OneBackend is, in the quick run, the one backend of the tests written against every backend
+// (a redis-server, miniredis and a Redis Cluster): "redis" when redis-server is on the PATH or
+// REDISDELAY_REQUIRE_REDIS=1, else "miniredis"; it records that for ReportSkips. With
+// REDISDELAY_LONG=1 it is "": they run against every backend.
+func OneBackend() string {
+	if os.Getenv(LongEnv) == "1" {
+		return ""
+	}
+	name := "miniredis"
+	if _, err := exec.LookPath("redis-server"); err == nil || os.Getenv(RequireEnv) == "1" {
+		name = "redis"
+	}
+	long.mu.Lock()
+	defer long.mu.Unlock()
+	long.backend = name
+	return name
+}
+
+// longTests holds the names of the top-level tests that ran short or were left out, and the
+// one backend of the quick run once OneBackend was asked.
 type longTests struct {
 	mu              sync.Mutex
 	left, shortened []string
+	backend         string
 }
 
 var long longTests
@@ -60,10 +81,13 @@ func (l *longTests) record(list *[]string, t testing.TB) {
 func longReport() string {
 	long.mu.Lock()
 	defer long.mu.Unlock()
-	if len(long.left) == 0 && len(long.shortened) == 0 {
+	if len(long.left) == 0 && len(long.shortened) == 0 && long.backend == "" {
 		return ""
 	}
 	var parts []string
+	if long.backend != "" {
+		parts = append(parts, "ran the tests of every backend on "+long.backend+" only")
+	}
 	if len(long.left) > 0 {
 		parts = append(parts, "left out "+strings.Join(long.left, ", "))
 	}
