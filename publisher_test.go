@@ -11,11 +11,13 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
 
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
 	"github.com/watermill-redisdelay/redisdelay/internal/seam"
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
 func TestPublisherForgetsIdleQueuesPastTheBound(t *testing.T) {
+	redistest.SkipUnlessLong(t, "10,000 publishes on a miniredis, about 20 s of CPU with -race")
 	t.Parallel() // 10,000 publishes on its own miniredis: it runs while other tests wait on time
 	mr := miniredis.RunT(t)
 	client := redis.NewClient(&redis.Options{Addr: mr.Addr()})
