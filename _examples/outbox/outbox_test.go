@@ -156,7 +156,10 @@ func TestOutboxDeliversCommittedMessagesAtTheirDueTimeAndRolledBackOnesNever(t *
 	e := newOutboxEnv(t)
 	ctx := context.Background()
 	const backlog, live = 1000, 200
-	const d = 2 * time.Second
+	// The live orders' delay: long enough that each check is still scheduled when the loop below
+	// reads its due time, after all 200 were placed, on a loaded machine too (with 2 s, a check
+	// was delivered and acked before the loop reached it).
+	const d = 6 * time.Second
 
 	// A backlog, written while no forwarder runs, measures the forwarder's throughput.
 	began := map[string]time.Time{} // by key
