@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
 )
 
 // The model-based test of periodic schedules drives random sequences of schedule operations
@@ -36,8 +37,8 @@ import (
 //
 // Environment:
 //
-//	REDISDELAY_SCHED_MODEL_OPS      operations in all (default schedModelDefaultOps)
-//	REDISDELAY_SCHED_MODEL_SECONDS  no sequence starts after this many seconds (default schedModelDefaultSeconds)
+//	REDISDELAY_SCHED_MODEL_OPS      operations in all (default schedModelDefaultOps; a third in the quick run)
+//	REDISDELAY_SCHED_MODEL_SECONDS  no sequence starts after this many seconds (default schedModelDefaultSeconds; a third in the quick run)
 //	REDISDELAY_SCHED_MODEL_SEQ_OPS  operations per sequence (default 40)
 //	REDISDELAY_SCHED_MODEL_SEED     seed of the first sequence (default: the clock)
 //	REDISDELAY_SCHED_MODEL_REPLAY   runs this list of operations (as printed by a failure, one a line
@@ -152,10 +153,14 @@ func shrinkSM(t *testing.T, seed int64, ops []smOp, want string, maxRuns int) ([
 // never early, that nothing else was, that schedule.Info's state and counts agree with the
 // model, and at the end that deleting every schedule leaves none of their keys.
 func TestScheduleModelSequencesPublishWhatTheModelSays(t *testing.T) {
-	total := envInt("REDISDELAY_SCHED_MODEL_OPS", schedModelDefaultOps)
+	defaultOps, defaultSeconds := schedModelDefaultOps, schedModelDefaultSeconds
+	if !redistest.Long(t) { // the quick run: a third of it
+		defaultOps, defaultSeconds = schedModelDefaultOps/3, schedModelDefaultSeconds/3
+	}
+	total := envInt("REDISDELAY_SCHED_MODEL_OPS", defaultOps)
 	perSeq := envInt("REDISDELAY_SCHED_MODEL_SEQ_OPS", 40)
 	seed0 := int64(envInt("REDISDELAY_SCHED_MODEL_SEED", int(time.Now().UnixNano()%1e9)))
-	budget := time.Duration(envInt("REDISDELAY_SCHED_MODEL_SECONDS", schedModelDefaultSeconds)) * time.Second
+	budget := time.Duration(envInt("REDISDELAY_SCHED_MODEL_SECONDS", defaultSeconds)) * time.Second
 	var replay []smOp
 	if text := os.Getenv("REDISDELAY_SCHED_MODEL_REPLAY"); text != "" {
 		var err error

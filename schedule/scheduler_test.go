@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/watermill-redisdelay/redisdelay"
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
 	"github.com/watermill-redisdelay/redisdelay/schedule"
 )
 
@@ -339,6 +340,9 @@ func TestSchedulesOnAPartitionedTopic(t *testing.T) {
 		name  string
 		start func(*testing.T) backend
 	}{{"redis", realRedis}, {"cluster", clusterBackend}} {
+		if one := redistest.OneBackend(); one != "" && be.name != one {
+			continue // the quick run: one backend (REDISDELAY_LONG=1 runs both)
+		}
 		t.Run(be.name, func(t *testing.T) {
 			t.Parallel()
 			e := newSchedulerEnv(t, be.start(t))

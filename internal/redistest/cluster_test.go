@@ -43,6 +43,7 @@ func TestSkippedTestsAreCountedForTheSummaryLine(t *testing.T) {
 // TestClusterStartsAndFailsOver checks the helper itself: six nodes, three masters each with a
 // replica, a working ClusterClient, and a replica that takes over after its master is killed.
 func TestClusterStartsAndFailsOver(t *testing.T) {
+	SkipUnlessLong(t, "a Cluster failover, the helper the failover proofs use")
 	start := time.Now()
 	c := StartCluster(t, ClusterOptions{})
 	t.Logf("cluster ready in %s: %v", time.Since(start).Round(time.Millisecond), c.Addrs())

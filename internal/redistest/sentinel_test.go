@@ -12,6 +12,7 @@ import (
 // through the sentinels, and after the master is killed the sentinels promote the replica and
 // the same client writes to it.
 func TestSentinelStartsAndFailsOver(t *testing.T) {
+	SkipUnlessLong(t, "a Sentinel failover, the helper the failover proofs use")
 	start := time.Now()
 	s := StartSentinel(t, SentinelOptions{})
 	t.Logf("sentinel setup ready in %s", time.Since(start).Round(time.Millisecond))
