@@ -44,7 +44,9 @@ type Info struct {
 	// Published and Skipped count its ticks published and skipped (late, overlapping) since it
 	// was created.
 	Published, Skipped int64
-	// Created and Updated are when it was created and last changed.
+	// Created and Updated are when it was created and last changed: the Redis clock's now
+	// from which Put computed its first tick, or, updated, its next one, which is the first
+	// after that time (the tick may have fallen due by the time Put stored the schedule).
 	Created, Updated time.Time
 	// Overdue is set when Pending fell due more than a lease ago on the Redis clock and no
 	// Scheduler has acted on it: the lease is the longest LeaseTimeout of the running

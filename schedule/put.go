@@ -60,7 +60,7 @@ func (s *Scheduler) Put(ctx context.Context, sch Schedule) (PutOutcome, error) {
 	}
 	var outcome string
 	err = s.withTickGroups(ctx, func(ctx context.Context, groups []string) (err error) {
-		outcome, _, err = s.store.PutSchedule(ctx, s.tickPart, c.Name, def, ver, first.UnixMilli(), firstMsg, s.pub.Call(), groups)
+		outcome, _, err = s.store.PutSchedule(ctx, s.tickPart, c.Name, def, ver, nowUs, first.UnixMilli(), firstMsg, s.pub.Call(), groups)
 		return err
 	})
 	if err != nil {

@@ -221,6 +221,7 @@ func killTicks(t *testing.T, policy schedule.OverlapPolicy, lease, period time.D
 	audit.mu.Lock()
 	assert.Empty(t, audit.early, "ticks received before their time")
 	audit.mu.Unlock()
+	assert.Zero(t, audit.before(first), "ticks received before the first after Created, %s", first)
 	assert.Equal(t, int64(received), info.Published, "Published counts the ticks received")
 	assert.Equal(t, int64(counted-received), info.Skipped, "Skipped counts the ticks not received")
 }
@@ -266,6 +267,19 @@ func (a *tickAudit) count(first, upTo time.Time) (ticks, received, missing, dupl
 		received += min(a.got[tick.UnixMilli()], 1)
 	}
 	return ticks, received, missing, duplicates
+}
+
+// before counts the ticks received before first.
+func (a *tickAudit) before(first time.Time) int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for tick := range a.got {
+		if tick < first.UnixMilli() {
+			n++
+		}
+	}
+	return n
 }
 
 // killActing SIGKILLs, until end, the child that reports being handed a tick message's first

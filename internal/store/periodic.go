@@ -33,15 +33,18 @@ func (st ScheduleState) Exists() bool { return len(st.Fields) > 0 }
 // PutSchedule runs periodic_put.lua: it stores definition def of schedule name with version ver
 // and, unless the definition is unchanged or the schedule paused, publishes first, the first
 // tick message (nil: the spec has no future tick, whose nominal time firstMs is then ignored), to
-// the tick partition for groups. It returns "created", "updated" or "unchanged" and the
-// version in force, or *StaleGroupsError with the current groups (nothing written).
-func (s Store) PutSchedule(ctx context.Context, tick Partition, name, def, ver string, firstMs int64, first *Outgoing, call Call, groups []string) (string, string, error) {
+// the tick partition for groups. atUs (Unix µs, the Redis clock) is the now the caller
+// computed the first tick from: it is recorded as the schedule's created (new) or updated
+// time, so that the first tick is the first after it. It returns "created", "updated" or
+// "unchanged" and the version in force, or *StaleGroupsError with the current groups (nothing
+// written).
+func (s Store) PutSchedule(ctx context.Context, tick Partition, name, def, ver string, atUs, firstMs int64, first *Outgoing, call Call, groups []string) (string, string, error) {
 	next := ""
 	var msgs []Outgoing
 	if first != nil {
 		next, msgs = strconv.FormatInt(firstMs, 10), []Outgoing{*first}
 	}
-	keys, args := s.publishTarget([]string{s.keys.schedule(tick, name), s.keys.scheduleIndex(tick)}, []any{name, def, ver, next}, tick, call, groups, msgs)
+	keys, args := s.publishTarget([]string{s.keys.schedule(tick, name), s.keys.scheduleIndex(tick)}, []any{name, def, ver, next, atUs}, tick, call, groups, msgs)
 	res, err := s.run(ctx, s.client, periodicPutScript, keys, args...)
 	if err != nil {
 		return "", "", err

@@ -5,7 +5,7 @@
 -- message of the old version is stale, see periodic_advance.lua) and arms its first tick,
 -- unless the schedule is paused or the spec has no future tick.
 --
--- fragments: now_us, publish_to
+-- fragments: publish_to
 -- KEYS[1]           schedule  hash    the schedule's state (see keys.go)
 -- KEYS[2]           index     zset    every schedule's name, scored 0 (read BYLEX)
 -- KEYS[3]           call      string  this call's token: holds the reply once it ran
@@ -26,7 +26,10 @@
 -- ARGV[2]           its definition (JSON)
 -- ARGV[3]           the new version: a random token
 -- ARGV[4]           the first tick's nominal time, Unix ms, or "" when the spec has none
--- ARGV[5..]         the arguments of publish_to: call key lifetime (ms), G, G group names, G wake
+-- ARGV[5]           the Redis clock's now (Unix µs) the caller computed the first tick from,
+--                  recorded as created (new) or updated: the first tick is the first after it
+--                  (this script runs later; its own now may have passed that tick already)
+-- ARGV[6..]         the arguments of publish_to: call key lifetime (ms), G, G group names, G wake
 --                  channels, then the first tick message
 --
 -- Returns {1, "created" | "updated" | "unchanged", version}, or {0, group...} when the view of
@@ -37,16 +40,16 @@ local old = redis.call('HGET', h, 'def')
 if old == ARGV[2] then return {1, 'unchanged', redis.call('HGET', h, 'ver')} end
 local paused = redis.call('HGET', h, 'paused') == '1'
 if not paused and ARGV[4] ~= '' then
-  local result = publish_to(3, 5)
+  local result = publish_to(3, 6)
   if result[1] ~= 1 then return result end
   redis.call('HSET', h, 'next', ARGV[4])
 else
   redis.call('HDEL', h, 'next')
 end
-local now = now_us()
-redis.call('HSET', h, 'def', ARGV[2], 'ver', ARGV[3], 'updated', now)
+local at = ARGV[5]
+redis.call('HSET', h, 'def', ARGV[2], 'ver', ARGV[3], 'updated', at)
 redis.call('HDEL', h, 'buffered')
-if not old then redis.call('HSET', h, 'created', now) end
+if not old then redis.call('HSET', h, 'created', at) end
 redis.call('ZADD', index, 0, ARGV[1])
 if old then return {1, 'updated', ARGV[3]} end
 return {1, 'created', ARGV[3]}
