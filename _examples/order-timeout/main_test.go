@@ -123,14 +123,16 @@ func TestTheExampleLeavesABacklogADeadLetterAndASchedule(t *testing.T) {
 }
 
 // TestTheExampleRunsOnMiniredisAndLeavesWhatItPromises runs the whole example, as go run does,
-// on the embedded miniredis with a short delay: runExample returns nil only when every order
-// was settled as the summary demands and readLeftovers found the backlog, the dead letter and
-// the schedule, with the Scheduler and the router wired as in production.
+// on the embedded miniredis with the example's own 2-second delay: runExample returns nil only
+// when every order was settled as the summary demands and readLeftovers found the backlog, the
+// dead letter and the schedule, with the Scheduler and the router wired as in production. (A paid
+// order pays halfway through its delay: with 200 ms, a loaded CI machine paid one after its
+// check had run.)
 func TestTheExampleRunsOnMiniredisAndLeavesWhatItPromises(t *testing.T) {
 	t.Setenv("REDIS_ADDR", "")
 	t.Setenv("REDIS_URL", "")
 	var out strings.Builder
-	err := runExample(context.Background(), options{orders: 3, delay: 200 * time.Millisecond, spread: 100 * time.Millisecond, keep: true}, newTimeline(&out))
+	err := runExample(context.Background(), options{orders: 3, delay: 2 * time.Second, spread: 100 * time.Millisecond, keep: true}, newTimeline(&out))
 	if err != nil {
 		t.Fatalf("runExample: %v\n%s", err, out.String())
 	}
