@@ -45,8 +45,10 @@ var (
 	// failover loses them; publishing them again is safe but may deliver them twice.
 	ErrNotDurable = store.ErrNotDurable
 	// ErrOutcomeUnknown is wrapped by a Publish error when the publish script may or may not
-	// have run: the call timed out after the script was sent, or the connection was lost before
-	// its reply arrived. The messages are then either all stored or none is. Publishing them
+	// have run: the call timed out after the script was sent, the connection was lost before
+	// its reply arrived, or the reply was one go-redis tries the command again on (LOADING,
+	// READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, max clients), which may follow a first try
+	// that ran. The messages are then either all stored or none is. Publishing them
 	// again is safe but may deliver them twice. Within one Publish call the adapter never stores
 	// a message twice: a script that the Redis client runs again (go-redis retries a command
 	// whose connection failed) recognises the call's token and stores nothing more.

@@ -92,8 +92,9 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 //     than MaxMessageBytes marshaled); nothing of the batch is stored;
 //   - ErrEvictingRedis when Redis evicts keys (see PublisherConfig.AllowEvictingRedis);
 //   - an error wrapping ErrRedisFull when Redis is at maxmemory; nothing is stored;
-//   - an error wrapping ErrOutcomeUnknown when the call timed out after its script was sent or
-//     the connection was lost before the reply: all of msgs are stored or none is, and
+//   - an error wrapping ErrOutcomeUnknown when the call timed out after its script was sent,
+//     the connection was lost before the reply, or the last reply was one the Redis client tries
+//     again on (LOADING, READONLY, CLUSTERDOWN, ...): all of msgs are stored or none is, and
 //     publishing them again may deliver them twice;
 //   - when OperationTimeout passed while the call waited behind other calls of the topic, an
 //     error wrapping context.DeadlineExceeded that says nothing was stored;

@@ -59,9 +59,9 @@ func isShebangRefused(err error) bool {
 }
 
 // classify wraps ErrRedisFull around an OOM reply, and ErrOutcomeUnknown around an error after
-// which the command may have run: a timeout or a connection lost after sending. Errors that
-// prove the command did not run (a reply error, a refused dial, a closed client or pool) are
-// returned as they are.
+// which the command may have run: a timeout, a connection lost after sending, or a reply that
+// go-redis retries (see retriedReply). Errors that prove the command did not run (any other
+// reply error, a refused dial, a closed client or pool) are returned as they are.
 func classify(err error) error {
 	var reply redis.Error
 	var op *net.OpError
@@ -70,12 +70,25 @@ func classify(err error) error {
 		if strings.HasPrefix(reply.Error(), "OOM") {
 			return fmt.Errorf("%w: %w", ErrRedisFull, err)
 		}
+		if retriedReply(err) {
+			return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+		}
 		return err
 	case errors.Is(err, redis.ErrClosed), errors.Is(err, redis.ErrPoolTimeout),
 		errors.As(err, &op) && op.Op == "dial":
 		return err
 	}
 	return fmt.Errorf("%w: %w", ErrOutcomeUnknown, err)
+}
+
+// retriedReply reports a reply that go-redis answers by trying the command again (LOADING,
+// READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN, max clients): it may be the reply to a later try
+// of a call whose first try was sent on a connection that then broke, and ran. The chaos suite
+// saw it: a Redis SIGKILLed under load ran a publish, its AOF kept it, and the try after the
+// restart was refused with LOADING.
+func retriedReply(err error) bool {
+	return redis.IsLoadingError(err) || redis.IsReadOnlyError(err) || redis.IsMasterDownError(err) ||
+		redis.IsClusterDownError(err) || redis.IsTryAgainError(err) || redis.IsMaxClientsError(err)
 }
 
 // bounded runs f and returns when it does or when ctx is done, whichever comes first.
