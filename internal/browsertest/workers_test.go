@@ -73,6 +73,8 @@ func TestOperatorSeesTheRunningSubscriberAndSchedulerOnTheWorkersPage(t *testing
 
 	// Its subscription links to the group's page.
 	require.NoError(t, chromedp.Do(bctx, chromedp.Click(chromedp.CSS(`tr[data-worker="`+subscriber.ID+`"] td[data-stat="subscriptions"] a`))))
+	// A click does not wait for the page it opens: wait for the group page's tabs first.
+	require.NoError(t, chromedp.Do(bctx, chromedp.WaitVisible(chromedp.CSS(`nav.tabs a.active`))))
 	location, err := chromedp.Run(bctx, chromedp.Location())
 	require.NoError(t, err)
 	assert.Equal(t, srv.URL+"/queues/topic/orders/group/billing", location)
