@@ -61,8 +61,10 @@ local FAR_STEP = 500
 
 -- finish gives the next due time: the due set's earliest, or the compact tier's next bucket
 -- move when that comes first, so that the subscription claims (and moves it) then.
-local function finish(result)
-  local due, move = head(KEYS[1]), head(KEYS[11])
+-- move is the compact tier's earliest move time when the claim has read it (see far_promote).
+local function finish(result, move)
+  local due = head(KEYS[1])
+  if move == false then move = head(KEYS[11]) end
   if move and (due == nil or move < due) then due = move end
   result[2] = due or -1
   result[3] = head(KEYS[2]) or -1
@@ -91,7 +93,7 @@ if record and string.sub(record, 1, #token + 1) == token .. ' ' then
       result[#result + 1] = data[i]
     end
   end
-  return finish(result)
+  return finish(result, false)
 end
 
 local acked = {}
@@ -116,13 +118,13 @@ end
 
 -- A bucket left unfinished holds messages due from its start on: until it is moved, only
 -- messages due before that are claimed, so that claims keep due-time order.
-local unmoved = far_promote(KEYS[1], KEYS[11], now, FAR_STEP)
+local unmoved, move = far_promote(KEYS[1], KEYS[11], now, FAR_STEP)
 local upto = now
 if unmoved and unmoved <= now then upto = '(' .. int(unmoved) end
 
 local result = {now, -1, -1, refused, 0, #expired / 2, now}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'WITHSCORES', 'LIMIT', 0, limit)
-if #due == 0 then return finish(result) end
+if #due == 0 then return finish(result, move) end
 
 local ids, attempts, scores, embedded, moved, malformed = {}, {}, {}, {}, {}, 0
 for i = 1, #due, 2 do
@@ -186,4 +188,4 @@ if #leases > 0 then
 end
 drop(KEYS[3], KEYS[4], vanished, KEYS[7])
 result[5] = #vanished + malformed
-return finish(result)
+return finish(result, move)

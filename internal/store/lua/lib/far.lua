@@ -70,12 +70,15 @@ end
 -- far_promote moves up to limit messages from the buckets of the compact tier (index far) whose
 -- move time has come (scored up to now) into the due set, bucket after bucket, each message at
 -- its due time. Returns the start of the first bucket it left unfinished (every message left
--- in it is due at or after that), or nil when none is left to move now.
+-- in it is due at or after that), or nil when none is left to move now; and the index's
+-- earliest move time once it is done (Unix µs), or nil when the index is empty, so that the
+-- caller need not read it again.
 local function far_promote(due, far, now, limit)
-  local moved, left = 0, nil
+  local moved, left, next_move = 0, nil, nil
   while true do
-    local first = redis.call('ZRANGEBYSCORE', far, '-inf', now, 'LIMIT', 0, 1)
-    if #first == 0 then break end
+    local first = redis.call('ZRANGE', far, 0, 0, 'WITHSCORES')
+    next_move = first[2] and tonumber(first[2])
+    if not next_move or next_move > now then break end
     local start = tonumber(string.match(first[1], ':(%d+)$'))
     if start and moved >= limit then
       left = start
@@ -97,7 +100,7 @@ local function far_promote(due, far, now, limit)
     if n < want then redis.call('ZREM', far, first[1]) end
   end
   if moved > 0 and redis.call('DECRBY', far .. ':n', moved) <= 0 then redis.call('DEL', far .. ':n') end
-  return left
+  return left, next_move
 end
 
 -- far_drain takes up to left messages out of the compact tier whose buckets are named after
