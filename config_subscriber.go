@@ -46,7 +46,10 @@ type SubscriberConfig struct {
 	// zero.
 	ClaimBatchSize int
 	// RecheckInterval is the longest an idle subscription sleeps before it asks Redis again,
-	// a safety net for wake-ups lost while the Pub/Sub connection was down.
+	// a safety net for wake-ups lost while the Pub/Sub connection was down. Each partition of a
+	// subscription rechecks at whole multiples of RecheckInterval after a random phase drawn
+	// when it starts, so an idle one asks exactly every RecheckInterval, and subscriptions that
+	// started or were woken together spread their rechecks evenly over the interval.
 	// DefaultRecheckInterval when zero.
 	RecheckInterval time.Duration
 	// MaxAttempts is how many deliveries a message gets in this consumer group. When the last

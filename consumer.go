@@ -8,7 +8,6 @@ package redisdelay
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill"
@@ -25,9 +24,6 @@ const (
 	// a subscription represent: a slow handler claims few messages at a time, so that its
 	// group's other consumers can take the rest.
 	prefetchWindow = 100 * time.Millisecond
-	// recheckJitter is the share of RecheckInterval by which an idle subscription's recheck comes
-	// earlier, at random.
-	recheckJitter = 0.25
 )
 
 // newPartitionConsumer returns the consumer of one partition of topic for one Subscribe call.
@@ -59,6 +55,7 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 		claim:            store.ClaimCall{Subscription: store.NewToken(), Token: store.NewToken()},
 		held:             &s.worker.held,
 		retry:            retry,
+		recheckPhase:     newRecheckPhase(time.Now(), s.config.RecheckInterval),
 	}
 }
 
@@ -229,8 +226,9 @@ func (s *partitionConsumer) sleep(res store.ClaimResult, readAt time.Time, watch
 		}
 		res.NextDueUs = minDue(res.NextDueUs, due)
 	}
-	// Jitter keeps the rechecks of many idle subscriptions from coming in the same instant.
-	wait := time.Duration(float64(s.cfg.RecheckInterval) * (1 - recheckJitter*rand.Float64()))
+	// The recheck comes at the subscription's own phase, so that subscriptions that claimed
+	// together do not recheck together (see recheck.go).
+	wait := recheckWait(time.Now(), s.recheckPhase, s.cfg.RecheckInterval)
 	for _, next := range []int64{res.NextDueUs, res.NextLeaseUs} {
 		if next >= 0 {
 			wait = min(wait, until(next))

@@ -72,4 +72,7 @@ type partitionConsumer struct {
 	windowEnd time.Time
 	// lateness is the buffer that recordClaim reuses for each claim's lateness.
 	lateness []time.Duration
+	// recheckPhase is the instant, drawn when the consumer starts, from which its idle
+	// rechecks are whole RecheckIntervals apart (see recheckWait).
+	recheckPhase time.Time
 }

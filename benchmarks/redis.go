@@ -180,3 +180,30 @@ func (s redisStats) describe(before redisStats, wall time.Duration) string {
 	}
 	return sb.String()
 }
+
+// commandRates samples INFO stats total_commands_processed once a second for window and
+// returns the average commands/s over the window and the busiest one-second sample's rate,
+// commands/s. Each sample's own INFO is not counted.
+func commandRates(ctx context.Context, c *redis.Client, window time.Duration) (avg, peak float64, err error) {
+	first, err := info(ctx, c, "stats", "total_commands_processed")
+	if err != nil {
+		return 0, 0, err
+	}
+	start := time.Now()
+	prev, prevAt := first, start
+	ticker := time.NewTicker(time.Second)
+	defer ticker.Stop()
+	samples := 0
+	for prevAt.Sub(start) < window-time.Second/2 {
+		<-ticker.C
+		n, err := info(ctx, c, "stats", "total_commands_processed")
+		if err != nil {
+			return 0, 0, err
+		}
+		at := time.Now()
+		peak = max(peak, float64(n-prev-1)/at.Sub(prevAt).Seconds())
+		prev, prevAt = n, at
+		samples++
+	}
+	return float64(prev-first-int64(samples)) / prevAt.Sub(start).Seconds(), peak, nil
+}

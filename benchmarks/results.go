@@ -46,6 +46,7 @@ var figures = []figure{
 	{id: "due_burst_early", title: "due burst early deliveries", unit: "count", lowerBetter: true},
 	{id: "idle_total", title: "idle Redis commands, total", unit: "cmd/s", lowerBetter: true},
 	{id: "idle_per_sub", title: "idle Redis commands per subscriber", unit: "cmd/s", lowerBetter: true},
+	{id: "idle_peak_ratio", title: "idle Redis commands, busiest second / average", unit: "x", lowerBetter: true},
 	{id: "mem_per_msg", title: "memory per scheduled message", unit: "B", lowerBetter: true},
 	{id: "mem_beyond_payload", title: "memory per scheduled msg beyond 100 B payload", unit: "B", lowerBetter: true},
 	{id: "publish_10m_seconds", title: "schedule 10M msgs (-scale-n) a year ahead", unit: "s", lowerBetter: true, oursOnly: true},

@@ -506,19 +506,11 @@ func (b *bench) runIdle(sys system) error {
 
 	ctx := context.Background()
 	w := b.watch() // outside the counted window
-	before, err := info(ctx, b.admin, "stats", "total_commands_processed")
+	cmds, peak, err := commandRates(ctx, b.admin, b.sz.idleWindow)
 	if err != nil {
 		return err
 	}
-	start := time.Now()
-	time.Sleep(b.sz.idleWindow)
-	after, err := info(ctx, b.admin, "stats", "total_commands_processed")
-	if err != nil {
-		return err
-	}
-	took := time.Since(start)
 	w(sys.name() + " idle")
-	cmds := float64(after-before-1) / took.Seconds() // -1: the first INFO itself
 	subs := len(topics) * b.sz.idleSubs
 	var note string
 	switch sys.name() {
@@ -531,7 +523,8 @@ func (b *bench) runIdle(sys system) error {
 	}
 	b.res.set("idle_total", sys.name(), cmds, note)
 	b.res.set("idle_per_sub", sys.name(), cmds/float64(subs), "")
-	progress("  %s: %.1f commands/s total, %.3f per subscriber", sys.name(), cmds, cmds/float64(subs))
+	b.res.set("idle_peak_ratio", sys.name(), peak/cmds, fmt.Sprintf("busiest second %.0f commands, average %.0f/s", peak, cmds))
+	progress("  %s: %.1f commands/s total, %.3f per subscriber, busiest second %.0f (%.2fx the average)", sys.name(), cmds, cmds/float64(subs), peak, peak/cmds)
 	return nil
 }
 
