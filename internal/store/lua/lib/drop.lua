@@ -18,9 +18,10 @@ local function drop(messages, refs, ids, history)
     -- One HMGET, HDEL and HSET for all of them, not one HINCRBY each.
     free = {}
     local left, gone = {}, {}
-    for i, count in ipairs(hmget(refs, fields)) do
+    for i, holders in ipairs(hmget(refs, fields)) do
       local f = fields[i]
-      count = count and tonumber(count) - times[f]
+      local count = nil
+      if holders then count = tonumber(holders) - times[f] end
       if not count then
         free[#free + 1] = f
       elseif count <= 0 then

@@ -76,9 +76,15 @@ end
 local function far_promote(due, far, now, limit)
   local moved, left, next_move = 0, nil, nil
   while true do
-    local first = redis.call('ZRANGE', far, 0, 0, 'WITHSCORES')
-    next_move = first[2] and tonumber(first[2])
-    if not next_move or next_move > now then break end
+    local first = redis.call('ZRANGEBYSCORE', far, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    -- (Not `next_move = first[2] and tonumber(first[2])`: gopher-lua, miniredis's Lua,
+    -- miscompiled that assignment here and went on with an empty reply.)
+    if #first == 0 then
+      next_move = nil
+      break
+    end
+    next_move = tonumber(first[2])
+    if next_move > now then break end
     local start = tonumber(string.match(first[1], ':(%d+)$'))
     if start and moved >= limit then
       left = start
