@@ -140,7 +140,7 @@ type fragment struct {
 }
 
 // fragmentOrder is the order fragments are put together in: each after those it needs.
-var fragmentOrder = []string{"int", "now_us", "next_ids", "split", "position", "member", "each_chunk", "lease_marker", "far", "far_find", "list_row", "hmget", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "seal_batch", "close_batch", "drop_parked", "move_set", "publish_window", "publish_plain", "publish_debounce", "publish_replace", "publish_duplicate", "publish_keyed", "publish_batch", "publish_flush", "publish_far", "publish_to"}
+var fragmentOrder = []string{"int", "now_us", "next_ids", "split", "position", "member", "each_chunk", "lease_marker", "far", "far_find", "list_row", "hmget", "exists_count", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "seal_batch", "close_batch", "drop_parked", "move_set", "publish_window", "publish_plain", "publish_debounce", "publish_replace", "publish_duplicate", "publish_keys", "publish_keyed", "publish_batch", "publish_flush", "publish_far", "publish_to"}
 
 // scriptHeader is what the header of a script declares.
 type scriptHeader struct {

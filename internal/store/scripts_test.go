@@ -144,7 +144,7 @@ func registerFlaggedSource(t *testing.T) string {
 	body, err := luaFiles.ReadFile("lua/register.lua")
 	require.NoError(t, err)
 	var lib strings.Builder
-	for _, name := range []string{"int", "now_us", "next_ids", "split", "each_chunk", "hmget", "head", "wake", "drop", "drop_parked", "move_set"} {
+	for _, name := range []string{"int", "now_us", "next_ids", "split", "each_chunk", "hmget", "exists_count", "head", "wake", "drop", "drop_parked", "move_set"} {
 		f, err := readFragment(name)
 		require.NoError(t, err)
 		lib.WriteString(f.body + "\n")

@@ -1,10 +1,29 @@
--- fragment drop; needs: split, each_chunk, hmget
+-- fragment drop; needs: split, each_chunk, hmget, exists_count
+-- drop_histories starts the retention of the histories of the keys whose fields `free` names
+-- (other fields are ignored): each history expires its retention (ms, its field "") from now.
+-- kept is as drop's; without it, one EXISTS tells whether any of them has a history, in the
+-- common case of none.
+local function drop_histories(history, free, kept)
+  local histories = {}
+  for _, f in ipairs(free) do
+    local key = string.sub(f, 1, 1) == '=' and string.sub(f, 2)
+    if key and (kept == nil or kept[key]) then histories[#histories + 1] = history .. key end
+  end
+  if #histories == 0 then return end
+  if kept == nil and #histories > 1 and exists_count(histories) == 0 then return end
+  for _, h in ipairs(histories) do
+    local retention = redis.call('HGET', h, '')
+    if retention then redis.call('PEXPIRE', h, retention) end
+  end
+end
+
 -- drop ends one group's interest in the messages with the given IDs: each stored message is
 -- deleted once no other group holds it (refs counts the groups while more than one does). When
 -- the message of a key goes, the key is free again; its history (see ended), if it has one,
--- then expires after its retention. history is the prefix of the history keys. An ID given
--- n times ends n holds.
-local function drop(messages, refs, ids, history)
+-- then expires after its retention. history is the prefix of the history keys; kept, when
+-- given, the keys whose history exists (see ended_all), else drop looks. An ID given n times
+-- ends n holds.
+local function drop(messages, refs, ids, history, kept)
   if #ids == 0 then return end
   -- fields: each message's field once; times: how many of the IDs name it.
   local fields, times = {}, {}
@@ -35,11 +54,5 @@ local function drop(messages, refs, ids, history)
     if #left > 0 then each_chunk('HSET', refs, left) end
   end
   if #free > 0 then each_chunk('HDEL', messages, free) end
-  for _, f in ipairs(free) do
-    if string.sub(f, 1, 1) == '=' then
-      local h = history .. string.sub(f, 2)
-      local retention = redis.call('HGET', h, '')
-      if retention then redis.call('PEXPIRE', h, retention) end
-    end
-  end
+  drop_histories(history, free, kept)
 end

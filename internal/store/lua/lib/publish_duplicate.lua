@@ -19,14 +19,13 @@ local function duplicate_due(p, key, id)
 end
 
 -- publish_duplicate settles a message of publish_to's call p whose key is taken by the message
--- in `existing` (its field's value) and returns its outcome letter: d when the policy keeps
--- the existing message (k always; < and > when the new due time score, in Unix µs, is not
--- earlier, or later, than the existing message's; nothing is done once no group holds it
+-- with the ID digits hex (see keys_find) and returns its outcome letter: d when the policy
+-- keeps the existing message (k always; < and > when the new due time score, in Unix µs, is
+-- not earlier, or later, than the existing message's; nothing is done once no group holds it
 -- due), else r, replaced by publish_replace. max_wait (µs) is the new message's max wait, nil
 -- for none (see publish_debounce).
-local function publish_duplicate(p, policy, key, existing, data, score, max_wait)
+local function publish_duplicate(p, policy, key, hex, data, score, max_wait)
   if policy == 'k' then return 'd' end
-  local hex = string.sub(existing, 1, 12)
   local id = hex .. '=' .. key
   local earliest, at = duplicate_due(p, key, id)
   if earliest == nil then return 'd' end

@@ -1,9 +1,11 @@
--- fragment publish_keyed; needs: publish_debounce, publish_duplicate
+-- fragment publish_keyed; needs: publish_keys, publish_debounce, publish_duplicate
 -- A keyed message is never embedded: it lives in the messages hash under "=" and its key, its
 -- ID's 12 hex digits before the marshaled message, so that the key finds it. Its ID is the hex
 -- digits, "=" and the key. While the field exists the key is taken, and while its history key
 -- exists (for the retention after the message is done) too: a message with a taken key is a
--- duplicate, or replaces the message where the policy says so (publish_duplicate).
+-- duplicate, or replaces the message where the policy says so (publish_duplicate). A call
+-- reads its keys once (keys_find) and writes their fields with its other messages
+-- (publish_flush).
 
 -- publish_keyed stores the keyed message with ID id (12 hex digits), data, due time score
 -- (Unix µs) and key spec `spec` of publish_to's call p, and returns its outcome letter (see
@@ -16,18 +18,22 @@ local function publish_keyed(p, spec, id, data, score)
   local eq = string.find(spec, '=', 2, true)
   local retention, max_wait = string.match(string.sub(spec, 2, eq - 1), '^(%d+)/?(%d*)$')
   retention, max_wait = tonumber(retention), policy == '>' and tonumber(max_wait) or nil
-  local key, messages = string.sub(spec, eq + 1), p.messages
-  local existing = redis.call('HGET', messages, '=' .. key)
-  if existing then return publish_duplicate(p, policy, key, existing, data, score, max_wait) end
-  if redis.call('EXISTS', p.history .. key) == 1 then return 'd' end
-  local holders = p.holders
+  local key = string.sub(spec, eq + 1)
+  if not p.taken then keys_find(p) end
+  local taken = p.taken[key]
+  if taken then return publish_duplicate(p, policy, key, taken, data, score, max_wait) end
+  if p.past[key] == nil then p.past[key] = redis.call('EXISTS', p.history .. key) == 1 end
+  if p.past[key] then return 'd' end
+  local holders, hashed = p.holders, p.hashed
+  hashed[#hashed + 1] = '=' .. key
+  hashed[#hashed + 1] = id .. data
   if p.parking and p.ngroups > 0 then
     -- The window's copy, under the plain ID: it never holds the key (see publish_window).
-    redis.call('HSET', messages, '=' .. key, id .. data, id, data)
+    hashed[#hashed + 1] = id
+    hashed[#hashed + 1] = data
     holders, p.copies[key] = p.ngroups, true
-  else
-    redis.call('HSET', messages, '=' .. key, id .. data)
   end
+  p.taken[key] = id
   if holders > 1 then
     local counted = p.counted
     counted[#counted + 1] = '=' .. key

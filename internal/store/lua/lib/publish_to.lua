@@ -16,7 +16,8 @@
 -- They share the call's state p: its keys, p.now (Unix µs), the holders of each message (see
 -- publish_window) and the writes gathered so far (p.scheduled: score/member pairs for every due
 -- set; p.later: those for the compact tier; p.hashed and p.counted: field/value pairs for the
--- messages hash and refs).
+-- messages hash and refs, the keyed messages' fields among them; p.taken and p.past: what the
+-- call knows of its keys, read once, see keys_find).
 --
 -- The topic's keys start at KEYS[k]: call (string, this publish call's token), seq (string),
 -- messages (hash), refs (hash), groups (set), parked (sorted set), the prefix of history keys,
