@@ -16,7 +16,7 @@ taskset -c 1 redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly
 until redis-cli -p "$port" ping >/dev/null 2>&1; do sleep 0.1; done
 for r in $(seq "$rounds"); do
   taskset -c 0 "$work/new" -addr "127.0.0.1:$port" -label new "$@" | tee -a "$work/out"
-  taskset -c 0 "$work/old" -addr "127.0.0.1:$port" -label old -windows none "$@" | tee -a "$work/out"
+  taskset -c 0 "$work/old" -addr "127.0.0.1:$port" -label old "$@" -windows none | tee -a "$work/out"
 done
 cp "$work/out" /tmp/cpuprobe.last
 echo "== medians over $rounds rounds (Redis CPU µs per message; commands per message)"
