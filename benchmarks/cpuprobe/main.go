@@ -37,6 +37,7 @@ var (
 	cases   = flag.String("cases", "plain,plain-100", "cases: "+strings.Join(caseNames(), ","))
 	windows = flag.String("windows", "open,closed", "new-group window states: open, closed")
 	detail  = flag.Bool("detail", false, "also print the commands per message, by command")
+	grind   = flag.String("callgrind", "", "PID:DIR of a redis-server run under valgrind's callgrind (see instructions.sh): also report the instructions Redis ran in script calls per message")
 	payload = []byte(strings.Repeat("x", 100))
 )
 
@@ -123,6 +124,9 @@ func run(ctx context.Context, admin *redis.Client, name, window string, c probeC
 		return err
 	}
 
+	if _, err := instructions(); err != nil {
+		return err
+	}
 	before, err := commandStats(ctx, admin)
 	if err != nil {
 		return err
@@ -134,7 +138,11 @@ func run(ctx context.Context, admin *redis.Client, name, window string, c probeC
 	if err != nil {
 		return err
 	}
-	report(name, window, "publish", before, published)
+	ins, err := instructions()
+	if err != nil {
+		return err
+	}
+	report(name, window, "publish", before, published, ins)
 	if err := consume(ctx, sub, topic, *n/max(c.items, 1)); err != nil {
 		return err
 	}
@@ -146,7 +154,10 @@ func run(ctx context.Context, admin *redis.Client, name, window string, c probeC
 	if err != nil {
 		return err
 	}
-	report(name, window, "claim+ack", published, consumed)
+	if ins, err = instructions(); err != nil {
+		return err
+	}
+	report(name, window, "claim+ack", published, consumed, ins)
 	return nil
 }
 
@@ -246,7 +257,7 @@ var (
 )
 
 // report prints the cost per message of one phase.
-func report(name, window, phase string, before, after stats) {
+func report(name, window, phase string, before, after stats, ins int64) {
 	var calls, usec, cmds float64
 	var by []string
 	for cmd, v := range after {
@@ -265,6 +276,9 @@ func report(name, window, phase string, before, after stats) {
 	m := float64(*n)
 	fmt.Printf("build=%s window=%s case=%s phase=%s msgs=%d script_us_per_msg=%.2f cmds_per_msg=%.2f calls_per_msg=%.3f us_per_call=%.1f\n",
 		*label, window, name, phase, *n, usec/m, cmds/m, calls/m, usec/max(calls, 1))
+	if ins >= 0 {
+		fmt.Printf("build=%s window=%s case=%s phase=%s instructions_per_msg=%.0f\n", *label, window, name, phase, float64(ins)/m)
+	}
 	if *detail {
 		fmt.Printf("  %s\n", strings.Join(by, " "))
 	}

@@ -132,11 +132,13 @@ var (
 // Subscriber, so one process may talk to servers of both kinds.
 type shebangSupport struct{ unsupported atomic.Bool }
 
-// fragment is one file of lua/lib: the names it defines and the fragments it needs.
+// fragment is one file of lua/lib: the names it defines, the fragments it needs, and those it
+// loads: uses only after calling load_fragments() (see lazyCode).
 type fragment struct {
 	body    string
 	defines []string
 	needs   []string
+	loads   []string
 }
 
 // fragmentOrder is the order fragments are put together in: each after those it needs.
@@ -259,24 +261,20 @@ func assembleCode(file, src string) (scriptHeader, string, error) {
 	if err != nil {
 		return h, "", err
 	}
-	var lib strings.Builder
-	for _, name := range fragmentOrder {
-		if included[name] {
-			lib.WriteString(frags[name].body + "\n")
-		}
-	}
+	lib := libCode(included, frags)
 	listed := map[string]bool{}
 	for _, name := range h.fragments {
 		listed[name] = true
 	}
-	inScript, inLib := namesUsed(src), namesUsed(lib.String())
+	inScript, inLib := namesUsed(src), namesUsed(lib)
 	for _, name := range fragmentOrder {
 		used := false
+		_, in := included[name]
 		for _, def := range frags[name].defines {
 			switch {
 			case inScript[def] && !listed[name]:
 				return h, "", fmt.Errorf("script %s uses %s of fragment %q, which its header does not list", file, def, name)
-			case inLib[def] && !included[name]:
+			case inLib[def] && !in:
 				return h, "", fmt.Errorf("script %s: a fragment uses %s of fragment %q, which it does not need", file, def, name)
 			}
 			used = used || inScript[def]
@@ -285,7 +283,7 @@ func assembleCode(file, src string) (scriptHeader, string, error) {
 			return h, "", fmt.Errorf("script %s lists fragment %q in its header, but uses none of its names", file, name)
 		}
 	}
-	return h, lib.String() + src, nil
+	return h, lib + src, nil
 }
 
 // namesUsed returns the names in Lua code outside its comments.
@@ -298,29 +296,90 @@ func namesUsed(code string) map[string]bool {
 }
 
 // includedFragments returns the fragments a script's header lists and, transitively, those
-// they need.
+// they need or load: true for those the script defines on every call, false for those only
+// load_fragments defines (see lazyCode).
 func includedFragments(file string, listed []string, frags map[string]fragment) (map[string]bool, error) {
 	included := map[string]bool{}
-	var add func(name, by string) error
-	add = func(name, by string) error {
+	var add func(name, by string, always bool) error
+	add = func(name, by string, always bool) error {
 		f, ok := frags[name]
 		if !ok {
 			return fmt.Errorf("script %s: unknown fragment %q (needed by %q)", file, name, by)
 		}
-		included[name] = true
+		if was, seen := included[name]; seen && (was || !always) {
+			return nil
+		}
+		included[name] = always
 		for _, n := range f.needs {
-			if err := add(n, name); err != nil {
+			if err := add(n, name, always); err != nil {
+				return err
+			}
+		}
+		for _, n := range f.loads {
+			if err := add(n, name, false); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	for _, name := range listed {
-		if err := add(name, file); err != nil {
+		if err := add(name, file, true); err != nil {
 			return nil, err
 		}
 	}
 	return included, nil
+}
+
+// libCode puts a script's fragments together, in fragmentOrder: those it defines on every call
+// (included true), then, when a fragment loads others, lazyCode.
+func libCode(included map[string]bool, frags map[string]fragment) string {
+	var core strings.Builder
+	var lazy []string
+	loader := false
+	for _, name := range fragmentOrder {
+		always, ok := included[name]
+		switch {
+		case !ok:
+			continue
+		case always:
+			core.WriteString(frags[name].body + "\n")
+		default:
+			lazy = append(lazy, name)
+		}
+		loader = loader || (always && len(frags[name].loads) > 0)
+	}
+	if !loader {
+		return core.String()
+	}
+	return lazyCode(lazy, frags, core.String())
+}
+
+// Lazy fragments. A Redis script runs its whole body on every call, and each function it
+// defines is a closure made anew, bound to every local of the script it uses: the publish
+// script's 44 functions cost a quarter of a one-message call. A fragment that only some calls
+// use (a keyed message's, a batch's, the compact tier's) is listed by its caller after
+// "; loads:" instead of in "needs:", and the caller reaches it through load_fragments(), which
+// defines the lazy fragments on the first call of a script run that needs them and returns a
+// table of their names: load_fragments().publish_keyed(...). Its closure is bound only to the
+// names the lazy fragments take from the others.
+
+// lazyCode returns the fragments in core followed by load_fragments, which defines those in
+// lazy.
+func lazyCode(lazy []string, frags map[string]fragment, core string) string {
+	var code strings.Builder
+	code.WriteString("-- load_fragments defines the fragments only some calls use (see scripts.go).\n")
+	code.WriteString("local load_fragments, lazy_fragments\n")
+	code.WriteString(core)
+	code.WriteString("load_fragments = function()\n  if lazy_fragments then return lazy_fragments end\n")
+	var names []string
+	for _, name := range lazy {
+		code.WriteString(frags[name].body + "\n")
+		for _, def := range frags[name].defines {
+			names = append(names, def+" = "+def)
+		}
+	}
+	code.WriteString("  lazy_fragments = {" + strings.Join(names, ", ") + "}\n  return lazy_fragments\nend\n")
+	return code.String()
 }
 
 // readFragments reads every fragment of lua/lib.
@@ -346,8 +405,12 @@ func readFragment(name string) (fragment, error) {
 		return fragment{}, fmt.Errorf("fragment %s: the first line must be \"-- fragment %s; needs: ...\"", name, name)
 	}
 	f := fragment{body: string(data)}
-	if m[2] != "nothing" {
-		f.needs = strings.Split(m[2], ", ")
+	needs, loads, _ := strings.Cut(m[2], "; loads: ")
+	if needs != "nothing" {
+		f.needs = strings.Split(needs, ", ")
+	}
+	if loads != "" {
+		f.loads = strings.Split(loads, ", ")
 	}
 	for _, d := range definedName.FindAllStringSubmatch(string(data), -1) {
 		f.defines = append(f.defines, d[1])

@@ -187,7 +187,7 @@ func checkKeyReads(file, src string) error {
 	for _, name := range fragmentOrder {
 		code := lineComment.ReplaceAllString(frags[name].body, "")
 		reads := keyIndex.FindAllStringSubmatch(code, -1)
-		if !included[name] || len(reads) == 0 {
+		if _, in := included[name]; !in || len(reads) == 0 {
 			continue
 		}
 		fn := keyBase.FindStringSubmatch(code)

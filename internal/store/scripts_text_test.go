@@ -454,6 +454,11 @@ func TestEveryFragmentDeclaresTheFragmentsItUses(t *testing.T) {
 			assert.Less(t, position[need], position[name], "fragment %s comes before %s, which it needs", name, need)
 			delete(used, need)
 		}
+		for _, load := range frags[name].loads {
+			assert.True(t, used[load], "fragment %s loads %s but uses none of its names", name, load)
+			assert.Contains(t, namesUsed(frags[name].body), "load_fragments", "fragment %s loads %s but never calls load_fragments", name, load)
+			delete(used, load)
+		}
 		for by := range used {
 			t.Errorf("fragment %s uses names of fragment %s, which its first line does not list", name, by)
 		}

@@ -1,4 +1,4 @@
--- fragment publish_flush; needs: int, each_chunk, schedule, publish_batch
+-- fragment publish_flush; needs: int, each_chunk, schedule; loads: publish_batch
 -- publish_flush writes what publish_to's call p gathered: the entries of its open batches and
 -- their pending items (when it had batch items), the messages hash, refs, then p.scheduled to
 -- the parked set while the topic parks its messages (see publish_window) and to every group's
@@ -13,7 +13,7 @@ local function publish_flush(p)
       end
     end
     if #entries > 0 then each_chunk('HSET', p.batches, entries) end
-    batch_write(p)
+    load_fragments().batch_write(p)
   end
   if #p.hashed > 0 then each_chunk('HSET', p.messages, p.hashed) end
   if #p.counted > 0 then each_chunk('HSET', p.refs, p.counted) end

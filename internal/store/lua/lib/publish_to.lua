@@ -1,4 +1,4 @@
--- fragment publish_to; needs: int, now_us, next_ids, stale, publish_window, publish_plain, publish_keyed, publish_batch, publish_flush, publish_far
+-- fragment publish_to; needs: int, now_us, next_ids, stale, publish_window, publish_plain, publish_flush; loads: publish_keyed, publish_batch, publish_far
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic. It is a dispatcher: it reads the call, then hands each message to the fragment of its
 -- kind, and writes what they gathered at the end, so that a message without a key or a batch
@@ -75,6 +75,20 @@ local function publish_score(now, when)
   return math.max(math.min(now + math.max(tonumber(string.sub(when, 1, cap - 1)), 0), latest), now)
 end
 
+-- publish_lazy returns the fragments only some calls use (see load_fragments), once publish_to's
+-- call p has what they need too: each group's keyed hash, compact tier and epoch, and the
+-- tables of the call's keyed messages. A plain call builds none of them.
+local function publish_lazy(p)
+  if not p.keyed then
+    local k, n = p.k, p.ngroups
+    p.keyed, p.far, p.epoch, p.fresh, p.copies = {}, {}, {}, {}, {}
+    for g = 1, n do
+      p.keyed[g], p.far[g], p.epoch[g] = KEYS[k + 9 + n + g], KEYS[k + 9 + 2 * n + g], KEYS[k + 9 + 3 * n + g]
+    end
+  end
+  return load_fragments()
+end
+
 local function publish_to(k, a)
   local done = redis.call('GET', KEYS[k])
   if done then
@@ -84,14 +98,11 @@ local function publish_to(k, a)
   local n = tonumber(ARGV[a + 1])
   local p = {seq = KEYS[k + 1], messages = KEYS[k + 2], refs = KEYS[k + 3], parked = KEYS[k + 5],
     history = KEYS[k + 6], batches = KEYS[k + 7], window = KEYS[k + 8], debounce = KEYS[k + 9],
-    ngroups = n, due = {}, keyed = {}, far = {}, epoch = {}, channel = {}, now = now_us(),
-    scheduled = {}, later = {}, hashed = {}, counted = {}, fresh = {}, copies = {}}
+    k = k, ngroups = n, due = {}, channel = {}, now = now_us(), scheduled = {}, later = {},
+    hashed = {}, counted = {}}
   local refused = publish_ttl(p, ARGV[a]) or stale(KEYS[k + 4], a + 2, n)
   if refused then return refused end
-  for g = 1, n do
-    p.due[g], p.keyed[g], p.far[g] = KEYS[k + 9 + g], KEYS[k + 9 + n + g], KEYS[k + 9 + 2 * n + g]
-    p.epoch[g], p.channel[g] = KEYS[k + 9 + 3 * n + g], ARGV[a + 1 + n + g]
-  end
+  for g = 1, n do p.due[g], p.channel[g] = KEYS[k + 9 + g], ARGV[a + 1 + n + g] end
   p.first = a + 2 + 2 * n
   p.count = (#ARGV - p.first + 1) / 3
   -- A score of now goes as the one string now_s: Redis converts each number argument of a
@@ -110,14 +121,14 @@ local function publish_to(k, a)
     if spec == '' then
       publish_plain(p, id, data, score)
     elseif string.sub(spec, 1, 1) == 'B' then
-      batch_item(p, spec, data, id)
+      publish_lazy(p).batch_item(p, spec, data, id)
     else
       outcomes = outcomes or {}
-      outcomes[i + 1] = publish_keyed(p, spec, id, data, score)
+      outcomes[i + 1] = publish_lazy(p).publish_keyed(p, spec, id, data, score)
     end
   end
   publish_flush(p)
-  if #p.later > 0 then publish_far(p) end
+  if #p.later > 0 then publish_lazy(p).publish_far(p) end
   local reply = string.rep('s', p.count)
   if outcomes then
     for i = 1, p.count do outcomes[i] = outcomes[i] or 's' end

@@ -1,4 +1,4 @@
--- fragment publish_window; needs: drop_parked
+-- fragment publish_window; needs: nothing; loads: drop_parked
 -- With G = 0, no group is registered yet: the messages wait in the parked set, in the
 -- single-group form, until the first group registers and takes the set over (register.lua).
 -- While the new-group window is open (the window key exists, see register.lua), the messages
@@ -28,5 +28,5 @@ local function publish_window(p)
   elseif cap then
     p.parking, p.holders = true, p.ngroups + 1
   end
-  if not p.parking then drop_parked(p.parked, p.messages, p.refs, p.history, PARKED_DROP) end
+  if not p.parking then load_fragments().drop_parked(p.parked, p.messages, p.refs, p.history, PARKED_DROP) end
 end
