@@ -148,7 +148,10 @@ redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due / 2 - 1)
 -- A claimed message lives in the messages hash until its group is done with it.
 if #moved > 0 then each_chunk('HSET', KEYS[3], moved) end
 -- A batch still open closes before its stored value is read (see close_batch).
-for _, id in ipairs(ids) do close_batch(KEYS[9], KEYS[3], id) end
+for _, id in ipairs(ids) do
+  -- Only a batch's ID, its hex digits, "=" and \1, can name an open batch.
+  if string.sub(id, 13, 14) == '=\1' then close_batch(KEYS[9], KEYS[3], id) end
+end
 local data = {}
 if #moved < 2 * #ids then data = stored(KEYS[3], ids) end
 for i = 1, #ids do

@@ -6,8 +6,11 @@
 local function drop_histories(history, free, kept)
   local histories = {}
   for _, f in ipairs(free) do
-    local key = string.sub(f, 1, 1) == '=' and string.sub(f, 2)
-    if key and (kept == nil or kept[key]) then histories[#histories + 1] = history .. key end
+    -- 61 is "=": only a keyed message's field starts with it.
+    if string.byte(f, 1) == 61 then
+      local key = string.sub(f, 2)
+      if kept == nil or kept[key] then histories[#histories + 1] = history .. key end
+    end
   end
   if #histories == 0 then return end
   if kept == nil and #histories > 1 and exists_count(histories) == 0 then return end
@@ -25,17 +28,18 @@ end
 -- ends n holds.
 local function drop(messages, refs, ids, history, kept)
   if #ids == 0 then return end
-  -- fields: each message's field once; times: how many of the IDs name it.
-  local fields, times = {}, {}
-  for _, id in ipairs(ids) do
-    local f = field(id)
-    if not times[f] then fields[#fields + 1], times[f] = f, 0 end
-    times[f] = times[f] + 1
-  end
+  local fields = {}
+  for i, id in ipairs(ids) do fields[i] = field(id) end
   local free = fields
   if redis.call('EXISTS', refs) == 1 then
-    -- One HMGET, HDEL and HSET for all of them, not one HINCRBY each.
-    free = {}
+    -- One HMGET, HDEL and HSET for all of them, not one HINCRBY each; times: how many of
+    -- the IDs name each field, which fields then holds once.
+    local times, unique = {}, {}
+    for _, f in ipairs(fields) do
+      if not times[f] then unique[#unique + 1], times[f] = f, 0 end
+      times[f] = times[f] + 1
+    end
+    fields, free = unique, {}
     local left, gone = {}, {}
     for i, holders in ipairs(hmget(refs, fields)) do
       local f = fields[i]
