@@ -447,10 +447,18 @@ func TestOperatorSeesWarningsAndAlarmsAndTheRefreshedCounts(t *testing.T) {
 	require.NoError(t, chromedp.Do(ctx, chromedp.WaitVisible(`a[data-refresh="pause"]`)))
 	assert.Contains(t, text(t, ctx, "#updated"), "refreshes every")
 
-	// The group page repeats the colours on its tabs and says what needs attention.
+	// The group page repeats the colours on its tabs and says what needs attention. It
+	// refreshes every 200 ms, swapping its content: a read between two swaps can find an
+	// element on its way out, so these wait for the state instead of reading it once.
 	require.NoError(t, chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/topic/emails/group/sender?state=dead-lettered")))
-	assert.Equal(t, alarmBackground, style(t, ctx, `nav.tabs a.active .count`, "background-color"))
-	assert.Contains(t, text(t, ctx, "#dead-letters"), "3 dead letters wait on emails.dead-letter.sender")
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](
+		fmt.Sprintf(`getComputedStyle(document.querySelector("nav.tabs a.active .count")).backgroundColor === %q`, alarmBackground),
+		chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the dead-lettered tab's count is red")
+	_, err = chromedp.Run(ctx, chromedp.Poll[bool](
+		`(document.querySelector("#dead-letters")?.textContent ?? "").includes("3 dead letters wait on emails.dead-letter.sender")`,
+		chromedp.WithPollingTimeout(10*time.Second)))
+	require.NoError(t, err, "the group page says that 3 dead letters wait")
 	noViolations(t, ctx, c)
 }
 
