@@ -63,6 +63,11 @@ const (
 	sentinelRecheck = 30 * time.Second
 )
 
+// replicationLagBound bounds, in the failover test, how long before a master's death a publish
+// it acknowledged may be lost with a replica in sync: the replication lag, with room for a
+// loaded machine.
+const replicationLagBound = 100 * time.Millisecond
+
 // testSentinelFailover runs the failover test with DurableReplicas durable; cutOff opens the
 // window before the kill, else the master dies with its replica in sync.
 func testSentinelFailover(t *testing.T, durable int, cutOff bool) {
@@ -251,8 +256,17 @@ func testSentinelFailover(t *testing.T, durable int, cutOff bool) {
 		assert.True(t, l.ackedInWindow(id, windowStart, promotedAt), "%s was lost but not acknowledged in the window", id)
 	}
 	switch {
+	case !cutOff && durable == 0:
+		// Replication is asynchronous: a master killed with its replica in sync can take along
+		// what it acknowledged in its last instant, its replication lag (docs/guarantees.md,
+		// Failover), never anything older. (CI saw 2 of 2,317 lost, one per publisher.) 100 ms
+		// each side of the kill covers a loaded machine's scheduling, not a lag of seconds.
+		for _, id := range r.lost {
+			assert.True(t, l.ackedInWindow(id, killedAt.Add(-replicationLagBound), killedAt.Add(replicationLagBound)),
+				"%s was lost but acknowledged more than %s before the kill", id, replicationLagBound)
+		}
 	case !cutOff:
-		assert.Empty(t, r.lost, "a master killed with its replica in sync loses nothing it acknowledged")
+		assert.Empty(t, r.lost, "a durable publish is acknowledged only once a replica has it")
 	case durable == 0:
 		assert.Positive(t, len(r.lost), "with the replica cut off, publishes acknowledged in the window are lost")
 	default:
