@@ -299,10 +299,11 @@ func TestOutboxForwarderCrashesNeverDuplicateAKeyedMessageNorMakeOneEarly(t *tes
 	ctx := context.Background()
 	const n = 300
 	// Each crash holds the outbox up for watermill-sql's ResendInterval (100 ms here), so the
-	// forwarder falls behind by seconds. The delay outlasts that: a message that reaches Redis
-	// after its due time is delivered at once, and a replacement that comes after the message
-	// ran can replace nothing.
-	const d = 6 * time.Second
+	// forwarder falls behind by seconds: 60 crashes, 6 s and more on a loaded machine. The
+	// delay outlasts that: a message that reaches Redis after its due time is delivered at
+	// once, and a replacement that comes after the message ran can replace nothing. (With 6 s,
+	// CI once saw the last replacements come after their messages ran.)
+	const d = 15 * time.Second
 	msgs := e.consume(t)
 	out := &crashingPublisher{Publisher: e.pub, crashEvery: 6, seen: map[string]bool{}}
 	stop := e.startForwarder(t, out)
