@@ -142,7 +142,7 @@ type fragment struct {
 }
 
 // fragmentOrder is the order fragments are put together in: each after those it needs.
-var fragmentOrder = []string{"int", "now_us", "next_ids", "split", "position", "member", "each_chunk", "lease_marker", "far", "far_find", "list_row", "hmget", "exists_count", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "seal_batch", "close_batch", "drop_parked", "move_set", "publish_window", "publish_plain", "publish_debounce", "publish_replace", "publish_duplicate", "publish_keys", "publish_keyed", "publish_batch", "publish_flush", "publish_far", "publish_to"}
+var fragmentOrder = []string{"int", "now_us", "next_ids", "born_after", "split", "position", "member", "each_chunk", "lease_marker", "far", "far_find", "list_row", "hmget", "exists_count", "stored", "head", "wake", "schedule", "held", "locate", "drop", "ended", "ack", "stale", "seal_batch", "close_batch", "drop_parked", "move_set", "publish_score", "publish_window", "publish_plain", "publish_debounce", "publish_replace", "publish_duplicate", "publish_keys", "publish_keyed", "publish_batch", "publish_flush", "publish_far", "publish_call", "publish_to"}
 
 // scriptHeader is what the header of a script declares.
 type scriptHeader struct {
@@ -296,34 +296,36 @@ func namesUsed(code string) map[string]bool {
 }
 
 // includedFragments returns the fragments a script's header lists and, transitively, those
-// they need or load: true for those the script defines on every call, false for those only
-// load_fragments defines (see lazyCode).
-func includedFragments(file string, listed []string, frags map[string]fragment) (map[string]bool, error) {
-	included := map[string]bool{}
-	var add func(name, by string, always bool) error
-	add = func(name, by string, always bool) error {
+// they need or load, each with its level: 0 for those the script defines on every call, and n
+// for those only the nth nested loader of load_fragments defines (see lazyCode): a fragment's
+// loads are a level deeper than it, its needs at its level, and a fragment takes the lowest
+// level any path gives it.
+func includedFragments(file string, listed []string, frags map[string]fragment) (map[string]int, error) {
+	included := map[string]int{}
+	var add func(name, by string, level int) error
+	add = func(name, by string, level int) error {
 		f, ok := frags[name]
 		if !ok {
 			return fmt.Errorf("script %s: unknown fragment %q (needed by %q)", file, name, by)
 		}
-		if was, seen := included[name]; seen && (was || !always) {
+		if was, seen := included[name]; seen && was <= level {
 			return nil
 		}
-		included[name] = always
+		included[name] = level
 		for _, n := range f.needs {
-			if err := add(n, name, always); err != nil {
+			if err := add(n, name, level); err != nil {
 				return err
 			}
 		}
 		for _, n := range f.loads {
-			if err := add(n, name, false); err != nil {
+			if err := add(n, name, level+1); err != nil {
 				return err
 			}
 		}
 		return nil
 	}
 	for _, name := range listed {
-		if err := add(name, file, true); err != nil {
+		if err := add(name, file, 0); err != nil {
 			return nil, err
 		}
 	}

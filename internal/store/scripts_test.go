@@ -154,8 +154,8 @@ func registerFlaggedSource(t *testing.T) string {
 
 var (
 	keyIndex = regexp.MustCompile(`KEYS\[([^\]]*)\]`)
-	// keyBase finds a fragment function whose first parameter, k, is the index of the first of
-	// the keys it reads (publish_to).
+	// keyBase finds the fragment functions whose first parameter, k, is the index of the first
+	// of the keys they read (publish_to, publish_call, publish_plain_call).
 	keyBase = regexp.MustCompile(`(?m)^local function (\w+)\(k[,)]`)
 )
 
@@ -184,27 +184,38 @@ func checkKeyReads(file, src string) error {
 	for _, m := range keyIndex.FindAllStringSubmatch(body, -1) {
 		r.add(m[1], "", 0)
 	}
+	// The fragment functions whose first parameter is k pass it on to each other (publish_to to
+	// publish_call and publish_plain_call): the reads of each stand for every call the script
+	// makes to any of them.
+	var kReads [][]string
+	var bases []string
 	for _, name := range fragmentOrder {
 		code := lineComment.ReplaceAllString(frags[name].body, "")
 		reads := keyIndex.FindAllStringSubmatch(code, -1)
-		if _, in := included[name]; !in || len(reads) == 0 {
+		if _, in := included[name]; !in {
 			continue
 		}
-		fn := keyBase.FindStringSubmatch(code)
-		if fn == nil {
+		fns := keyBase.FindAllStringSubmatch(code, -1)
+		if len(fns) == 0 {
 			for _, m := range reads {
 				r.add(m[1], "", 0)
 			}
 			continue
 		}
-		for _, call := range regexp.MustCompile(`\b`+fn[1]+`\(([^,)]*)`).FindAllStringSubmatch(body, -1) {
-			base, err := strconv.Atoi(call[1])
-			for _, m := range reads {
-				if err != nil {
-					r.anywhere = true
-				} else {
-					r.add(m[1], "k", base)
-				}
+		kReads = append(kReads, reads...)
+		for _, fn := range fns {
+			for _, call := range regexp.MustCompile(`\b`+fn[1]+`\(([^,)]*)`).FindAllStringSubmatch(body, -1) {
+				bases = append(bases, call[1])
+			}
+		}
+	}
+	for _, b := range bases {
+		base, err := strconv.Atoi(b)
+		for _, m := range kReads {
+			if err != nil {
+				r.anywhere = true
+			} else {
+				r.add(m[1], "k", base)
 			}
 		}
 	}

@@ -12,7 +12,7 @@
 -- deadline to the microsecond; a replay would then hand out its message too: a duplicate at
 -- worst, never a loss.)
 --
--- fragments: int, now_us, split, member, each_chunk, far, stored, head, drop, ack, close_batch, lease_marker, next_ids
+-- fragments: int, now_us, split, member, each_chunk, far, stored, head, drop, ack, close_batch, lease_marker, born_after
 -- KEYS[1] due       zset    member (see scripts.go) -> due time (µs)
 -- KEYS[2] lease     zset    ID:attempt -> lease deadline (µs)
 -- KEYS[3] messages  hash    field (see scripts.go) -> marshaled message

@@ -1,9 +1,4 @@
--- fragment publish_plain; needs: nothing
--- MAX_EMBEDDED is the most bytes of message a due member holds: with one group, a message is
--- stored in its due member itself, saving a hash entry, unless it is larger (a larger member
--- would make every ZRANGE of the set's head copy it).
-local MAX_EMBEDDED = 1024
-
+-- fragment publish_plain; needs: publish_score
 -- publish_plain gathers the writes of a message without a key for publish_to's call p: its ID
 -- (12 hex digits), data and due time score (Unix µs). It goes to the compact tier (p.later)
 -- when its time bucket moves no earlier than now (see far), else to the due sets

@@ -1,23 +1,13 @@
--- fragment publish_to; needs: int, now_us, next_ids, stale, publish_window, publish_plain, publish_flush; loads: publish_keyed, publish_batch, publish_far
+-- fragment publish_to; needs: int, next_ids, stale, each_chunk, schedule, publish_score; loads: publish_call, publish_far
 -- publish_to stores messages once and schedules each for every consumer group registered on a
--- topic. It is a dispatcher: it reads the call, then hands each message to the fragment of its
--- kind, and writes what they gathered at the end, so that a message without a key or a batch
--- takes the short path (publish_plain, publish_flush) and pays for no other feature:
---
---	publish_window     the parked set: no group yet, or the new-group window open
---	publish_plain      a message without a key: due sets, embedded member or hash, compact tier
---	publish_keyed      a keyed message: stored, or a duplicate (publish_duplicate: keep the
---	                   existing, the earlier or the later due time, with publish_debounce's cap;
---	                   publish_replace writes a replacement)
---	publish_batch      an item of a batch
---	publish_flush      the writes gathered for the due sets, the parked set, the hashes
---	publish_far        the messages for the compact tier (see far)
---
--- They share the call's state p: its keys, p.now (Unix µs), the holders of each message (see
--- publish_window) and the writes gathered so far (p.scheduled: score/member pairs for every due
--- set; p.later: those for the compact tier; p.hashed and p.counted: field/value pairs for the
--- messages hash and refs, the keyed messages' fields among them; p.taken and p.past: what the
--- call knows of its keys, read once, see keys_find).
+-- topic. A plain call takes the short path here and pays for no other feature: a call whose
+-- messages have no key and are no batch items, on a topic with a registered group and no
+-- new-group window or its leftover (see publish_window), without a fence. Every other call goes
+-- to publish_call, which load_fragments defines (see scripts.go) and which handles each message
+-- by its kind; a call with the window open reaches it once the clock and the groups are read.
+-- A plain call's reply is known before its writes, so its call key is written first, with SET
+-- NX GET: one command where a GET before the writes and a SET after them were two. A call that
+-- ran already has taken its IDs again by then: they stay unused, a gap in the topic's IDs.
 --
 -- The topic's keys start at KEYS[k]: call (string, this publish call's token), seq (string),
 -- messages (hash), refs (hash), groups (set), parked (sorted set), the prefix of history keys,
@@ -46,94 +36,95 @@
 -- Returns {1, first ID, outcomes}, outcomes holding one letter per message: s scheduled, d
 -- duplicate (nothing stored), r replaced. Returns {0, group...} when the caller's view of the
 -- groups is stale; nothing is written then, and the caller retries with the listed groups.
+-- HEX_DIGITS are the digits of an ID's last place. publish_plain_call formats an ID's first 11
+-- hex digits once per 16 IDs and adds the last: a string.format per message was a tenth of a
+-- message's time in a batch.
+local HEX_DIGITS = '0123456789abcdef'
 
--- publish_ttl reads the call's first argument, ttl, into p.ttl and p.horizon. Returns {-2} when
--- the call's fence has passed, else nil.
-local function publish_ttl(p, ttl)
-  local fence = string.find(ttl, '<', 1, true)
-  if fence then
-    if p.now > tonumber(string.sub(ttl, fence + 1)) then return {-2} end
-    ttl = string.sub(ttl, 1, fence - 1)
-  end
-  local cut = string.find(ttl, '>', 1, true)
-  if cut then
-    p.horizon = tonumber(string.sub(ttl, cut + 1))
-    ttl = string.sub(ttl, 1, cut - 1)
-  end
-  p.ttl = ttl
-  return nil
-end
-
--- publish_score returns the due time (Unix µs) of a message with schedule `when` (see above)
--- published at now.
-local function publish_score(now, when)
-  if when == '0' then return now end
-  if string.sub(when, 1, 1) == '@' then return math.max(tonumber(string.sub(when, 2)), now) end
-  local cap = string.find(when, '<', 1, true)
-  if not cap then return now + math.max(tonumber(when), 0) end
-  local latest = tonumber(string.sub(when, cap + 1))
-  return math.max(math.min(now + math.max(tonumber(string.sub(when, 1, cap - 1)), 0), latest), now)
-end
-
--- publish_lazy returns the fragments only some calls use (see load_fragments), once publish_to's
--- call p has what they need too: each group's keyed hash, compact tier and epoch, and the
--- tables of the call's keyed messages. A plain call builds none of them.
-local function publish_lazy(p)
-  if not p.keyed then
-    local k, n = p.k, p.ngroups
-    p.keyed, p.far, p.epoch, p.fresh, p.copies = {}, {}, {}, {}, {}
-    for g = 1, n do
-      p.keyed[g], p.far[g], p.epoch[g] = KEYS[k + 9 + n + g], KEYS[k + 9 + 2 * n + g], KEYS[k + 9 + 3 * n + g]
+-- publish_plain_call writes the count messages of publish_to's plain call (from ARGV[first],
+-- their IDs base + 1 .. base + count) on the topic of KEYS[k] with its n groups at now (Unix µs):
+-- as publish_plain and publish_flush do (see there), with the call's state in locals, and
+-- hands the messages for the compact tier (horizon µs, nil without one) to publish_far.
+local function publish_plain_call(k, a, n, now, horizon, first, base, count)
+  local scheduled, hashed, counted, later = {}, nil, nil, nil
+  local s, h, l, now_s, min_score, hex = 0, 0, 0, nil, nil, nil
+  for i = 1, count do
+    local at = first + 3 * i - 3
+    local data, when = ARGV[at], ARGV[at + 1]
+    local score = now
+    if when ~= '0' then score = publish_score(now, when) end
+    local d = (base + i) % 16
+    if i == 1 or d == 0 then hex = string.format('%011x', (base + i - d) / 16) end
+    local digit, m = string.sub(HEX_DIGITS, d + 1, d + 1), nil
+    if n == 1 and #data <= MAX_EMBEDDED then
+      m = hex .. digit .. '|' .. data
+    else
+      m = hex .. digit
+      hashed = hashed or {}
+      hashed[h + 1] = m
+      hashed[h + 2] = data
+      h = h + 2
+      if n > 1 then
+        counted = counted or {}
+        counted[h - 1] = m
+        counted[h] = n
+      end
+    end
+    if horizon and score - score % horizon - horizon >= now then
+      later = later or {}
+      later[l + 1] = score
+      later[l + 2] = m
+      l = l + 2
+    else
+      if score == now then
+        now_s = now_s or int(now)
+        scheduled[s + 1] = now_s
+      else
+        scheduled[s + 1] = score
+      end
+      scheduled[s + 2] = m
+      s = s + 2
+      if min_score == nil or score < min_score then min_score = score end
     end
   end
-  return load_fragments()
+  if hashed then each_chunk('HSET', KEYS[k + 2], hashed) end
+  if counted then each_chunk('HSET', KEYS[k + 3], counted) end
+  for g = 1, n do
+    if s > 0 then schedule(KEYS[k + 9 + g], ARGV[a + 1 + n + g], scheduled, min_score) end
+  end
+  if later then
+    local p = {later = later, ngroups = n, horizon = horizon, due = {}, far = {}, epoch = {}, channel = {}}
+    for g = 1, n do
+      p.due[g], p.far[g], p.epoch[g] = KEYS[k + 9 + g], KEYS[k + 9 + 2 * n + g], KEYS[k + 9 + 3 * n + g]
+      p.channel[g] = ARGV[a + 1 + n + g]
+    end
+    load_fragments().publish_far(p)
+  end
 end
 
 local function publish_to(k, a)
-  local done = redis.call('GET', KEYS[k])
+  local ttl, n = ARGV[a], tonumber(ARGV[a + 1])
+  local first = a + 2 + 2 * n
+  local plain = n > 0 and not string.find(ttl, '<', 1, true)
+  for at = first + 2, #ARGV, 3 do
+    if ARGV[at] ~= '' then plain = false break end
+  end
+  if not plain then return load_fragments().publish_call(k, a) end
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local refused = stale(KEYS[k + 4], a + 2, n)
+  if refused then return refused end
+  if redis.call('EXISTS', KEYS[k + 8], KEYS[k + 5]) > 0 then return load_fragments().publish_call(k, a, now) end
+  local count = (#ARGV - first + 1) / 3
+  local base = next_ids(KEYS[k + 1], count) - count
+  local first_id, reply = string.format('%012x', base + 1), string.rep('s', count)
+  local horizon, cut = nil, string.find(ttl, '>', 1, true)
+  if cut then horizon, ttl = tonumber(string.sub(ttl, cut + 1)), string.sub(ttl, 1, cut - 1) end
+  local done = redis.call('SET', KEYS[k], first_id .. ' ' .. reply, 'NX', 'GET', 'PX', ttl)
   if done then
     local space = string.find(done, ' ', 1, true)
     return {1, string.sub(done, 1, space - 1), string.sub(done, space + 1)}
   end
-  local n = tonumber(ARGV[a + 1])
-  local p = {seq = KEYS[k + 1], messages = KEYS[k + 2], refs = KEYS[k + 3], parked = KEYS[k + 5],
-    history = KEYS[k + 6], batches = KEYS[k + 7], window = KEYS[k + 8], debounce = KEYS[k + 9],
-    k = k, ngroups = n, due = {}, channel = {}, now = now_us(), scheduled = {}, later = {},
-    hashed = {}, counted = {}}
-  local refused = publish_ttl(p, ARGV[a]) or stale(KEYS[k + 4], a + 2, n)
-  if refused then return refused end
-  for g = 1, n do p.due[g], p.channel[g] = KEYS[k + 9 + g], ARGV[a + 1 + n + g] end
-  p.first = a + 2 + 2 * n
-  p.count = (#ARGV - p.first + 1) / 3
-  -- A score of now goes as the one string now_s: Redis converts each number argument of a
-  -- command to text anew (about 0.3 µs of a batch's time per message).
-  p.now_s = int(p.now)
-  publish_window(p)
-  local last_id = next_ids(p.seq, p.count)
-  local first_id = string.format('%012x', last_id - p.count + 1)
-  -- outcomes holds the letters of the keyed messages, once there is one: every other is 's'.
-  local outcomes = nil
-  for i = 0, p.count - 1 do
-    local at = p.first + 3 * i
-    local data, spec = ARGV[at], ARGV[at + 2]
-    local id = string.format('%012x', last_id - p.count + 1 + i)
-    local score = publish_score(p.now, ARGV[at + 1])
-    if spec == '' then
-      publish_plain(p, id, data, score)
-    elseif string.sub(spec, 1, 1) == 'B' then
-      publish_lazy(p).batch_item(p, spec, data, id)
-    else
-      outcomes = outcomes or {}
-      outcomes[i + 1] = publish_lazy(p).publish_keyed(p, spec, id, data, score)
-    end
-  end
-  publish_flush(p)
-  if #p.later > 0 then publish_lazy(p).publish_far(p) end
-  local reply = string.rep('s', p.count)
-  if outcomes then
-    for i = 1, p.count do outcomes[i] = outcomes[i] or 's' end
-    reply = table.concat(outcomes)
-  end
-  redis.call('SET', KEYS[k], first_id .. ' ' .. reply, 'PX', p.ttl)
+  publish_plain_call(k, a, n, now, horizon, first, base, count)
   return {1, first_id, reply}
 end

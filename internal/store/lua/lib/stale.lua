@@ -7,7 +7,9 @@ local function stale(groups, first, n)
   -- One SMEMBERS rather than SCARD and SMISMEMBER: the caller names every group anyway.
   local current = redis.call('SMEMBERS', groups)
   local wrong = #current ~= n
-  if not wrong and n > 0 then
+  if not wrong and n == 1 then
+    wrong = current[1] ~= ARGV[first]
+  elseif not wrong and n > 0 then
     local registered = {}
     for _, g in ipairs(current) do registered[g] = true end
     for i = first, first + n - 1 do

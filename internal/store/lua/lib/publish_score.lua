@@ -1,0 +1,16 @@
+-- fragment publish_score; needs: nothing
+-- MAX_EMBEDDED is the most bytes of message a due member holds: with one group, a message is
+-- stored in its due member itself, saving a hash entry, unless it is larger (a larger member
+-- would make every ZRANGE of the set's head copy it).
+local MAX_EMBEDDED = 1024
+
+-- publish_score returns the due time (Unix µs) of a message with schedule `when` (see publish_to)
+-- published at now.
+local function publish_score(now, when)
+  if when == '0' then return now end
+  if string.sub(when, 1, 1) == '@' then return math.max(tonumber(string.sub(when, 2)), now) end
+  local cap = string.find(when, '<', 1, true)
+  if not cap then return now + math.max(tonumber(when), 0) end
+  local latest = tonumber(string.sub(when, cap + 1))
+  return math.max(math.min(now + math.max(tonumber(string.sub(when, 1, cap - 1)), 0), latest), now)
+end

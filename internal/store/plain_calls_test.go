@@ -1,0 +1,86 @@
+package store
+
+import (
+	"context"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/redistest"
+)
+
+// TestAPlainCallNumbersItsMessagesInOrderPastEverySixteenthID: publish_to's short path formats
+// an ID's first 11 hex digits once per 16 IDs; a call of 40 messages crosses such a boundary at
+// least twice. With one group (messages in their members) and with two (messages in the hash,
+// counted in refs), the claimed IDs are 12 hex digits, one apart, in the order of the call.
+func TestAPlainCallNumbersItsMessagesInOrderPastEverySixteenthID(t *testing.T) {
+	forStoreBackends(t, func(t *testing.T, client *redis.Client) {
+		s := testStore(client)
+		ctx := context.Background()
+		for _, groups := range [][]string{{"one"}, {"one", "two"}} {
+			part := Partition{Topic: "plain-ids-" + strconv.Itoa(len(groups))}
+			epochs := map[string]string{}
+			for _, name := range groups {
+				epoch, _, err := s.RegisterGroup(ctx, part.Of(name), -1, 0)
+				require.NoError(t, err)
+				epochs[name] = epoch
+			}
+			msgs := make([]Outgoing, 40)
+			for i := range msgs {
+				msgs[i] = Outgoing{Data: []byte("m" + strconv.Itoa(i))}
+			}
+			letters, err := s.Publish(ctx, part, testCall(), groups, msgs)
+			require.NoError(t, err)
+			assert.Equal(t, strings.Repeat("s", 40), letters)
+			for _, name := range groups {
+				claimed, err := s.Claim(ctx, part.Of(name), epochs[name], testClaim(), 100, time.Minute, nil)
+				require.NoError(t, err)
+				require.Len(t, claimed.Messages, 40, "group %s of %d", name, len(groups))
+				first, err := strconv.ParseInt(claimed.Messages[0].ID, 16, 64)
+				require.NoError(t, err)
+				for i, c := range claimed.Messages {
+					assert.Equal(t, "m"+strconv.Itoa(i), string(c.Data))
+					assert.Equal(t, strconv.FormatInt(first+int64(i), 16), strings.TrimLeft(c.ID, "0"), "ID %d of group %s", i, name)
+					assert.Len(t, c.ID, 12)
+				}
+			}
+		}
+	})
+}
+
+// TestAPlainCallRunsNoCommandOfAFeatureItDoesNotUse: a call of one message without a key, on a
+// topic with a group and its new-group window closed, runs TIME, SMEMBERS (the groups), EXISTS
+// (the window), INCRBY (its ID), SET (its call key, NX GET: the check that it did not run
+// already), ZRANGEBYSCORE (the head, for the wake-up) and ZADD, and a PUBLISH when it comes
+// first. Run again with the same call key, it stores nothing and answers as the first run did.
+func TestAPlainCallRunsNoCommandOfAFeatureItDoesNotUse(t *testing.T) {
+	client := redistest.Start(t, redistest.Options{}).Client(t)
+	s := testStore(client)
+	ctx := context.Background()
+	part := Partition{Topic: "plain-commands"}
+	_, _, err := s.RegisterGroup(ctx, part.Of(testGroup), -1, 0)
+	require.NoError(t, err)
+	require.NoError(t, client.Del(ctx, s.keys.topic(part).window).Err(), "the window closed")
+	call := testCall()
+	msg := []Outgoing{{Data: []byte("plain"), Delay: time.Hour}}
+	run := commandsRun(t, client, func() {
+		letters, err := s.Publish(ctx, part, call, []string{testGroup}, msg)
+		require.NoError(t, err)
+		assert.Equal(t, "s", letters)
+	})
+	delete(run, "publish")
+	delete(run, "spublish")
+	assert.Equal(t, map[string]int64{"time": 1, "smembers": 1, "exists": 1, "incrby": 1, "set": 1, "zrangebyscore": 1, "zadd": 1}, run)
+
+	due := s.keys.group(part.Of(testGroup)).due
+	before := client.ZRangeWithScores(ctx, due, 0, -1).Val()
+	letters, err := s.Publish(ctx, part, call, []string{testGroup}, msg)
+	require.NoError(t, err)
+	assert.Equal(t, "s", letters)
+	assert.Equal(t, before, client.ZRangeWithScores(ctx, due, 0, -1).Val(), "the call run again stored nothing")
+}
