@@ -20,6 +20,12 @@
 -- messages hash and refs, the keyed messages' fields among them; p.taken and p.past: what the
 -- call knows of its keys, read once, see keys_find).
 
+-- publish_later hands the messages for the compact tier of publish_to's plain call p to
+-- publish_far, which it loads a level deeper than publish_call (see publish_to).
+local function publish_later(p)
+  return load_fragments().publish_far(p)
+end
+
 -- publish_ttl reads the call's first argument, ttl, into p.ttl and p.horizon. Returns {-2} when
 -- the call's fence has passed, else nil.
 local function publish_ttl(p, ttl)

@@ -1,10 +1,13 @@
--- fragment publish_to; needs: int, next_ids, stale, each_chunk, schedule, publish_score; loads: publish_call, publish_far
+-- fragment publish_to; needs: int, next_ids, stale, each_chunk, schedule, publish_score; loads: publish_call
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic. A plain call takes the short path here and pays for no other feature: a call whose
 -- messages have no key and are no batch items, on a topic with a registered group and no
 -- new-group window or its leftover (see publish_window), without a fence. Every other call goes
 -- to publish_call, which load_fragments defines (see scripts.go) and which handles each message
 -- by its kind; a call with the window open reaches it once the clock and the groups are read.
+-- A plain call's messages for the compact tier go to publish_far through publish_later, which
+-- loads it a level deeper (see scripts.go): a call with the window open does not define the
+-- compact tier's functions; a plain call that has such messages defines them all.
 -- A plain call's reply is known before its writes, so its call key is written first, with SET
 -- NX GET: one command where a GET before the writes and a SET after them were two. A call that
 -- ran already has taken its IDs again by then: they stay unused, a gap in the topic's IDs.
@@ -98,7 +101,7 @@ local function publish_plain_call(k, a, n, now, horizon, first, base, count)
       p.due[g], p.far[g], p.epoch[g] = KEYS[k + 9 + g], KEYS[k + 9 + 2 * n + g], KEYS[k + 9 + 3 * n + g]
       p.channel[g] = ARGV[a + 1 + n + g]
     end
-    load_fragments().publish_far(p)
+    load_fragments().publish_later(p)
   end
 end
 
