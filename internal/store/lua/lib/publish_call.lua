@@ -1,8 +1,8 @@
 -- fragment publish_call; needs: int, now_us, next_ids, stale, publish_score, publish_window, publish_plain, publish_flush; loads: publish_keyed, publish_batch, publish_far
 -- publish_call is publish_to for every call that is not plain (see publish_to): it takes the
 -- same keys and arguments and returns the same. With now (Unix µs on the Redis clock), publish_to
--- has read the clock and checked the caller's view of the groups already; publish_call does not
--- again. It is a dispatcher: it reads the call, then hands each message to the fragment of its
+-- has read the clock, checked the caller's view of the groups and seen the window or the parked
+-- set; publish_call does not again. It is a dispatcher: it reads the call, then hands each message to the fragment of its
 -- kind, and writes what they gathered at the end:
 --
 --	publish_window     the parked set: no group yet, or the new-group window open
@@ -67,7 +67,7 @@ local function publish_call(k, a, now)
   local p = {seq = KEYS[k + 1], messages = KEYS[k + 2], refs = KEYS[k + 3], parked = KEYS[k + 5],
     history = KEYS[k + 6], batches = KEYS[k + 7], window = KEYS[k + 8], debounce = KEYS[k + 9],
     k = k, ngroups = n, due = {}, channel = {}, now = now or now_us(), scheduled = {}, later = {},
-    hashed = {}, counted = {}}
+    hashed = {}, counted = {}, seen = now ~= nil}
   local refused = publish_ttl(p, ARGV[a]) or (not now and stale(KEYS[k + 4], a + 2, n))
   if refused then return refused end
   for g = 1, n do p.due[g], p.channel[g] = KEYS[k + 9 + g], ARGV[a + 1 + n + g] end

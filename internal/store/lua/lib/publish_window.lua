@@ -20,8 +20,9 @@ local PARKED_DROP = 100
 local function publish_window(p)
   p.parking, p.holders = p.ngroups == 0, p.ngroups
   if p.ngroups == 0 then return end
-  -- Past a topic's first minute neither key exists: one lookup, not two.
-  if redis.call('EXISTS', p.window, p.parked) == 0 then return end
+  -- Past a topic's first minute neither key exists: one lookup, not two (none when publish_to
+  -- has seen one of them, p.seen).
+  if not p.seen and redis.call('EXISTS', p.window, p.parked) == 0 then return end
   local cap = redis.call('HGET', p.window, '')
   if cap and redis.call('ZCARD', p.parked) + p.count > tonumber(cap) then
     redis.call('DEL', p.window)
