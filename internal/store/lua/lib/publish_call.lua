@@ -57,10 +57,11 @@ local function publish_lazy(p)
   return load_fragments()
 end
 
-local function publish_call(k, a, now)
+local function publish_call(k, a, now, text)
   local done = redis.call('GET', KEYS[k])
   if done then
     local space = string.find(done, ' ', 1, true)
+    if text then return string.sub(done, space + 1) end
     return {1, string.sub(done, 1, space - 1), string.sub(done, space + 1)}
   end
   local n = tonumber(ARGV[a + 1])
@@ -103,5 +104,6 @@ local function publish_call(k, a, now)
     reply = table.concat(outcomes)
   end
   redis.call('SET', KEYS[k], first_id .. ' ' .. reply, 'PX', p.ttl)
+  if text then return reply end
   return {1, first_id, reply}
 end

@@ -37,8 +37,9 @@
 -- nothing more: it holds the first run's reply.
 --
 -- Returns {1, first ID, outcomes}, outcomes holding one letter per message: s scheduled, d
--- duplicate (nothing stored), r replaced. Returns {0, group...} when the caller's view of the
--- groups is stale; nothing is written then, and the caller retries with the listed groups.
+-- duplicate (nothing stored), r replaced; with text true, the outcomes alone. Returns {0,
+-- group...} when the caller's view of the groups is stale; nothing is written then, and the
+-- caller retries with the listed groups.
 -- HEX_DIGITS are the digits of an ID's last place. publish_plain_call formats an ID's first 11
 -- hex digits once per 16 IDs and adds the last: a string.format per message was a tenth of a
 -- message's time in a batch.
@@ -105,19 +106,19 @@ local function publish_plain_call(k, a, n, now, horizon, first, base, count)
   end
 end
 
-local function publish_to(k, a)
+local function publish_to(k, a, text)
   local ttl, n = ARGV[a], tonumber(ARGV[a + 1])
   local first = a + 2 + 2 * n
   local plain = n > 0 and not string.find(ttl, '<', 1, true)
   for at = first + 2, #ARGV, 3 do
     if ARGV[at] ~= '' then plain = false break end
   end
-  if not plain then return load_fragments().publish_call(k, a) end
+  if not plain then return load_fragments().publish_call(k, a, nil, text) end
   local t = redis.call('TIME')
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local refused = stale(KEYS[k + 4], a + 2, n)
   if refused then return refused end
-  if redis.call('EXISTS', KEYS[k + 8], KEYS[k + 5]) > 0 then return load_fragments().publish_call(k, a, now) end
+  if redis.call('EXISTS', KEYS[k + 8], KEYS[k + 5]) > 0 then return load_fragments().publish_call(k, a, now, text) end
   local count = (#ARGV - first + 1) / 3
   local base = next_ids(KEYS[k + 1], count) - count
   local first_id, reply = string.format('%012x', base + 1), string.rep('s', count)
@@ -126,8 +127,10 @@ local function publish_to(k, a)
   local done = redis.call('SET', KEYS[k], first_id .. ' ' .. reply, 'NX', 'GET', 'PX', ttl)
   if done then
     local space = string.find(done, ' ', 1, true)
+    if text then return string.sub(done, space + 1) end
     return {1, string.sub(done, 1, space - 1), string.sub(done, space + 1)}
   end
   publish_plain_call(k, a, n, now, horizon, first, base, count)
+  if text then return reply end
   return {1, first_id, reply}
 end
