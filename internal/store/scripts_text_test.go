@@ -86,7 +86,7 @@ var textNames = map[string]bool{
 	"record": true, "reason": true, "mode": true, "name": true, "first_id": true, "h": true,
 	"group.history": true, "first[1]": true, "b[1]": true, "b": true, "existing": true,
 	"gone": true, "BATCH": true, "messages": true, "parked": true, "f": true, "score_text": true,
-	"seq": true, "p.history": true, "p.debounce": true, "digit": true,
+	"seq": true, "p.history": true, "p.debounce": true, "digit": true, "attempt_text": true,
 }
 
 // hexOnly is a string.format format literal whose only conversions are hexadecimal (%012x).

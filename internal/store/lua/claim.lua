@@ -12,7 +12,7 @@
 -- deadline to the microsecond; a replay would then hand out its message too: a duplicate at
 -- worst, never a loss.)
 --
--- fragments: int, now_us, split, member, each_chunk, far, stored, head, drop, ack, close_batch, lease_marker, born_after
+-- fragments: int, now_us, split, each_chunk, far, stored, head, drop, ack, close_batch, lease_marker, born_after
 -- KEYS[1] due       zset    member (see scripts.go) -> due time (µs)
 -- KEYS[2] lease     zset    ID:attempt -> lease deadline (µs)
 -- KEYS[3] messages  hash    field (see scripts.go) -> marshaled message
@@ -129,7 +129,7 @@ if #due == 0 then return finish(result, move) end
 local ids, attempts, scores, embedded, moved, malformed = {}, {}, {}, {}, {}, 0
 for i = 1, #due, 2 do
   local id, n, message = split(due[i])
-  if n == nil or not string.match(id, '^%x%x%x%x%x%x%x%x%x%x%x%x') then
+  if n == nil or not string.find(id, '^%x%x%x%x%x%x%x%x%x%x%x%x') then
     malformed = malformed + 1
   else
     ids[#ids + 1] = id
@@ -150,7 +150,7 @@ if #moved > 0 then each_chunk('HSET', KEYS[3], moved) end
 -- A batch still open closes before its stored value is read (see close_batch).
 for _, id in ipairs(ids) do
   -- Only a batch's ID, its hex digits, "=" and \1, can name an open batch.
-  if string.sub(id, 13, 14) == '=\1' then close_batch(KEYS[9], KEYS[3], id) end
+  if string.byte(id, 14) == 1 and string.byte(id, 13) == 61 then close_batch(KEYS[9], KEYS[3], id) end
 end
 local data = {}
 if #moved < 2 * #ids then data = stored(KEYS[3], ids) end
@@ -160,14 +160,23 @@ end
 local leases, vanished, keyed = {}, {}, {}
 -- One string for the deadline of every lease: Redis would convert a number argument anew each time.
 local deadline = int(now + lease)
+-- The text of each attempt count, once per claim (a lease's member is its ID, ":" and its
+-- attempt count, see member): the claimed messages share a few counts, mostly 1.
+local counts = {}
 for i, id in ipairs(ids) do
   if data[i] then
+    local attempt_text = counts[attempts[i]]
+    if not attempt_text then
+      attempt_text = int(attempts[i])
+      counts[attempts[i]] = attempt_text
+    end
+    local m = id .. ':' .. attempt_text
     leases[#leases + 1] = deadline
-    leases[#leases + 1] = member(id, attempts[i])
+    leases[#leases + 1] = m
     local key = key_of(id)
     if key then
       keyed[#keyed + 1] = key
-      keyed[#keyed + 1] = member(id, attempts[i])
+      keyed[#keyed + 1] = m
     end
     result[#result + 1] = id
     result[#result + 1] = attempts[i]
