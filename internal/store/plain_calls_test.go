@@ -84,3 +84,42 @@ func TestAPlainCallRunsNoCommandOfAFeatureItDoesNotUse(t *testing.T) {
 	assert.Equal(t, "s", letters)
 	assert.Equal(t, before, client.ZRangeWithScores(ctx, due, 0, -1).Val(), "the call run again stored nothing")
 }
+
+// TestAnAckOfHeldAndLostLeasesEndsOnlyTheHeldOnes: held (held.lua) scores the acked leases 0
+// and counts them; when the count falls short (a lease lost, a member named twice) it reads
+// which are held. An ack of two held leases, one of them twice, and a lease of an attempt
+// that no longer holds its message ends the two, refuses the third, and leaves the message of
+// the third leased with its deadline: no lease keeps the score 0.
+func TestAnAckOfHeldAndLostLeasesEndsOnlyTheHeldOnes(t *testing.T) {
+	forStoreBackends(t, func(t *testing.T, client *redis.Client) {
+		s := testStore(client)
+		ctx := context.Background()
+		part := Partition{Topic: "held-and-lost"}
+		g := part.Of(testGroup)
+		epoch, _, err := s.RegisterGroup(ctx, g, -1, 0)
+		require.NoError(t, err)
+		_, err = s.Publish(ctx, part, testCall(), []string{testGroup}, []Outgoing{{Data: []byte("a")}, {Data: []byte("b")}, {Data: []byte("c")}})
+		require.NoError(t, err)
+		claimed, err := s.Claim(ctx, g, epoch, testClaim(), 10, time.Minute, nil)
+		require.NoError(t, err)
+		require.Len(t, claimed.Messages, 3)
+		a, b, c := claimed.Messages[0].Lease, claimed.Messages[1].Lease, claimed.Messages[2].Lease
+		lost := Lease{ID: c.ID, Attempt: c.Attempt + 1}
+		lease := s.keys.group(g).lease
+		deadline := client.ZScore(ctx, lease, c.member()).Val()
+
+		refused, err := s.Ack(ctx, g, epoch, []Lease{a, lost, b, a})
+		require.NoError(t, err)
+		assert.Equal(t, []string{c.ID}, refused)
+		left := client.ZRangeWithScores(ctx, lease, 0, -1).Val()
+		require.Len(t, left, 2, "c's lease and the epoch's marker: %v", left)
+		assert.Equal(t, c.member(), left[0].Member)
+		assert.Equal(t, deadline, left[0].Score, "c keeps its deadline")
+		assert.Equal(t, []string{"c"}, client.HVals(ctx, s.keys.topic(part).messages).Val(), "a's and b's messages are gone")
+
+		refused, err = s.Ack(ctx, g, epoch, []Lease{c})
+		require.NoError(t, err)
+		assert.Empty(t, refused)
+		assert.EqualValues(t, 1, client.ZCard(ctx, lease).Val(), "the marker alone")
+	})
+}
