@@ -149,8 +149,9 @@ redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due / 2 - 1)
 if #moved > 0 then each_chunk('HSET', KEYS[3], moved) end
 -- A batch still open closes before its stored value is read (see close_batch).
 for _, id in ipairs(ids) do
-  -- Only a batch's ID, its hex digits, "=" and \1, can name an open batch.
-  if string.byte(id, 14) == 1 and string.byte(id, 13) == 61 then close_batch(KEYS[9], KEYS[3], id) end
+  -- Only a batch's ID, its hex digits, "=" and \1, can name an open batch (and a plain ID's
+  -- length tells it is none without a call).
+  if #id > 12 and string.byte(id, 14) == 1 and string.byte(id, 13) == 61 then close_batch(KEYS[9], KEYS[3], id) end
 end
 local data = {}
 if #moved < 2 * #ids then data = stored(KEYS[3], ids) end

@@ -8,7 +8,15 @@ local function ack(lease, messages, refs, group, members, outcome, reason)
   local leased = held(lease, members, group.epoch)
   local done, ids, refused, keys, attempts = {}, {}, {}, {}, {}
   for _, m in ipairs(members) do
-    local id, attempt = split(m)
+    -- A plain ID's member (12 hex digits, ":", its attempt count) needs no attempt count here,
+    -- only a keyed one does (see ended_all): two string calls rather than split's four, each
+    -- about 800 Redis instructions per acked message.
+    local id, attempt = nil, nil
+    if string.byte(m, 13) == 58 then
+      id = string.sub(m, 1, 12)
+    else
+      id, attempt = split(m)
+    end
     if leased[m] then
       done[#done + 1] = m
       ids[#ids + 1] = id
