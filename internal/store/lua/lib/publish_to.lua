@@ -42,8 +42,9 @@
 -- caller retries with the listed groups.
 -- HEX_DIGITS are the digits of an ID's last place. publish_plain_call formats an ID's first 11
 -- hex digits once per 16 IDs and adds the last: a string.format per message was a tenth of a
--- message's time in a batch.
-local HEX_DIGITS = '0123456789abcdef'
+-- message's time in a batch. A table, not a string to cut: a string call costs Redis about
+-- 800 instructions, a message's lookup in the table nothing like it.
+local HEX_DIGITS = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f'}
 
 -- publish_plain_call writes the count messages of publish_to's plain call (from ARGV[first],
 -- their IDs base + 1 .. base + count) on the topic of KEYS[k] with its n groups at now (Unix µs):
@@ -59,7 +60,7 @@ local function publish_plain_call(k, a, n, now, horizon, first, base, count)
     if when ~= '0' then score = publish_score(now, when) end
     local d = (base + i) % 16
     if i == 1 or d == 0 then hex = string.format('%011x', (base + i - d) / 16) end
-    local digit, m = string.sub(HEX_DIGITS, d + 1, d + 1), nil
+    local digit, m = HEX_DIGITS[d + 1], nil
     if n == 1 and #data <= MAX_EMBEDDED then
       m = hex .. digit .. '|' .. data
     else
