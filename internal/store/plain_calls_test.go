@@ -124,3 +124,59 @@ func TestAnAckOfHeldAndLostLeasesEndsOnlyTheHeldOnes(t *testing.T) {
 		assert.EqualValues(t, 1, client.ZCard(ctx, lease).Val(), "the marker alone")
 	})
 }
+
+// TestAPlainCallWithTheWindowOpenParksItsMessagesOnTheShortPath: with the new-group window
+// open and room under its cap, a plain call stays on publish_to's short path: besides a
+// closed-window call's commands it runs HGET (the cap) and ZCARD (the parked set), writes the
+// messages hash and refs with an HSET each and the parked set with a ZADD, and reads no call
+// key with GET. Each message is parked and due under its plain ID at the same due time, stored
+// once in the hash and held twice in refs (the group and the parked set); a message delayed by
+// an hour is due an hour later in both sets. A group that registers within the window receives
+// the messages due now. A call that would take the parked set past the cap goes the long way
+// (publish_call): it closes the window, parks nothing and drops what the window left.
+func TestAPlainCallWithTheWindowOpenParksItsMessagesOnTheShortPath(t *testing.T) {
+	client := redistest.Start(t, redistest.Options{}).Client(t)
+	s := testStore(client)
+	ctx := context.Background()
+	part := Partition{Topic: "plain-window"}
+	keys := s.keys.topic(part)
+	_, _, err := s.RegisterGroup(ctx, part.Of(testGroup), time.Minute, 4)
+	require.NoError(t, err)
+	msgs := []Outgoing{{Data: []byte("now-1")}, {Data: []byte("later"), Delay: time.Hour}, {Data: []byte("now-2")}}
+	run := commandsRun(t, client, func() {
+		letters, err := s.Publish(ctx, part, testCall(), []string{testGroup}, msgs)
+		require.NoError(t, err)
+		assert.Equal(t, "sss", letters)
+	})
+	delete(run, "publish")
+	delete(run, "spublish")
+	assert.Equal(t, map[string]int64{"time": 1, "scard": 1, "sismember": 1, "exists": 1, "hget": 1, "zcard": 1,
+		"incrby": 1, "set": 1, "hset": 2, "zadd": 2, "zrange": 1}, run)
+
+	due := client.ZRangeWithScores(ctx, s.keys.group(part.Of(testGroup)).due, 0, -1).Val()
+	require.Len(t, due, 3)
+	assert.Equal(t, due, client.ZRangeWithScores(ctx, keys.parked, 0, -1).Val(), "parked as due")
+	assert.InDelta(t, time.Hour.Microseconds(), due[2].Score-due[0].Score, float64(time.Second.Microseconds()))
+	stored := client.HGetAll(ctx, keys.messages).Val()
+	refs := client.HGetAll(ctx, keys.refs).Val()
+	for i, want := range []string{"now-1", "now-2", "later"} {
+		id := due[i].Member.(string)
+		assert.Len(t, id, 12, "a plain ID, the message in the hash")
+		assert.Equal(t, want, stored[id])
+		assert.Equal(t, "2", refs[id], "held by the group and the parked set")
+	}
+
+	epoch, _, err := s.RegisterGroup(ctx, part.Of("second"), time.Minute, 4)
+	require.NoError(t, err)
+	claimed, err := s.Claim(ctx, part.Of("second"), epoch, testClaim(), 10, time.Minute, nil)
+	require.NoError(t, err)
+	require.Len(t, claimed.Messages, 2)
+	assert.Equal(t, "now-1", string(claimed.Messages[0].Data))
+	assert.Equal(t, "now-2", string(claimed.Messages[1].Data))
+
+	letters, err := s.Publish(ctx, part, testCall(), []string{testGroup, "second"}, []Outgoing{{Data: []byte("past-the-cap")}, {Data: []byte("too")}})
+	require.NoError(t, err)
+	assert.Equal(t, "ss", letters)
+	assert.Zero(t, client.Exists(ctx, keys.window).Val(), "the cap closed the window")
+	assert.Zero(t, client.ZCard(ctx, keys.parked).Val(), "nothing more parked, and the window's leftover dropped")
+}

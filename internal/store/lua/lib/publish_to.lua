@@ -1,10 +1,12 @@
 -- fragment publish_to; needs: int, next_ids, stale, each_chunk, schedule, publish_score; loads: publish_call
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic. A plain call takes the short path here and pays for no other feature: a call whose
--- messages have no key and are no batch items, on a topic with a registered group and no
--- new-group window or its leftover (see publish_window), without a fence. Every other call goes
--- to publish_call, which load_fragments defines (see scripts.go) and which handles each message
--- by its kind; a call with the window open reaches it once the clock and the groups are read.
+-- messages have no key and are no batch items, on a topic with a registered group, without a
+-- fence, and either without a new-group window or with the window open and room under its cap
+-- (the call then parks its messages as publish_window says; see window_parks). Every other call
+-- goes to publish_call, which load_fragments defines (see scripts.go) and which handles each
+-- message by its kind; a plain call that would reach the window's cap, or that finds the
+-- leftover of a closed window, reaches it once the clock and the groups are read.
 -- A plain call's messages for the compact tier go to publish_far through publish_later, which
 -- loads it a level deeper (see scripts.go): a call with the window open does not define the
 -- compact tier's functions; a plain call that has such messages defines them all.
@@ -46,13 +48,28 @@
 -- 800 instructions, a message's lookup in the table nothing like it.
 local HEX_DIGITS = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f'}
 
+-- window_parks tells whether publish_to's plain call of count messages on the topic of KEYS[k],
+-- which has a new-group window or its leftover (the window or the parked key exists), parks
+-- them: true while the window is open and the parked set stays within its cap (see
+-- publish_window). Else nil: publish_call takes the call, which closes the window at its cap,
+-- or drops a part of a closed window's leftover.
+local function window_parks(k, count)
+  local cap = redis.call('HGET', KEYS[k + 8], '')
+  if cap and redis.call('ZCARD', KEYS[k + 5]) + count <= tonumber(cap) then return true end
+  return nil
+end
+
 -- publish_plain_call writes the count messages of publish_to's plain call (from ARGV[first],
 -- their IDs base + 1 .. base + count) on the topic of KEYS[k] with its n groups at now (Unix µs):
 -- as publish_plain and publish_flush do (see there), with the call's state in locals, and
--- hands the messages for the compact tier (horizon µs, nil without one) to publish_far.
-local function publish_plain_call(k, a, n, now, horizon, first, base, count)
+-- hands the messages for the compact tier (horizon µs, nil without one) to publish_far. With
+-- parking, the parked set holds each message too (publish_window): never embedded, counted in
+-- refs with n + 1 holders.
+local function publish_plain_call(k, a, n, now, horizon, first, base, count, parking)
   local scheduled, hashed, counted, later = {}, nil, nil, nil
   local s, h, l, now_s, min_score, hex = 0, 0, 0, nil, nil, nil
+  local holders = nil -- for refs, as text: Redis would format a number with printf per message
+  if parking then holders = int(n + 1) elseif n > 1 then holders = int(n) end
   for i = 1, count do
     local at = first + 3 * i - 3
     local data, when = ARGV[at], ARGV[at + 1]
@@ -61,7 +78,7 @@ local function publish_plain_call(k, a, n, now, horizon, first, base, count)
     local d = (base + i) % 16
     if i == 1 or d == 0 then hex = string.format('%011x', (base + i - d) / 16) end
     local digit, m = HEX_DIGITS[d + 1], nil
-    if n == 1 and #data <= MAX_EMBEDDED then
+    if not holders and #data <= MAX_EMBEDDED then
       m = hex .. digit .. '|' .. data
     else
       m = hex .. digit
@@ -69,10 +86,10 @@ local function publish_plain_call(k, a, n, now, horizon, first, base, count)
       hashed[h + 1] = m
       hashed[h + 2] = data
       h = h + 2
-      if n > 1 then
+      if holders then
         counted = counted or {}
         counted[h - 1] = m
-        counted[h] = n
+        counted[h] = holders
       end
     end
     if horizon and score - score % horizon - horizon >= now then
@@ -85,7 +102,7 @@ local function publish_plain_call(k, a, n, now, horizon, first, base, count)
         now_s = now_s or int(now)
         scheduled[s + 1] = now_s
       else
-        scheduled[s + 1] = score
+        scheduled[s + 1] = int(score)
       end
       scheduled[s + 2] = m
       s = s + 2
@@ -94,11 +111,13 @@ local function publish_plain_call(k, a, n, now, horizon, first, base, count)
   end
   if hashed then each_chunk('HSET', KEYS[k + 2], hashed) end
   if counted then each_chunk('HSET', KEYS[k + 3], counted) end
+  if parking and s > 0 then each_chunk('ZADD', KEYS[k + 5], scheduled) end
   for g = 1, n do
     if s > 0 then schedule(KEYS[k + 9 + g], ARGV[a + 1 + n + g], scheduled, min_score) end
   end
   if later then
-    local p = {later = later, ngroups = n, horizon = horizon, due = {}, far = {}, epoch = {}, channel = {}}
+    local p = {later = later, ngroups = n, horizon = horizon, due = {}, far = {}, epoch = {}, channel = {},
+      parking = parking, parked = KEYS[k + 5]}
     for g = 1, n do
       p.due[g], p.far[g], p.epoch[g] = KEYS[k + 9 + g], KEYS[k + 9 + 2 * n + g], KEYS[k + 9 + 3 * n + g]
       p.channel[g] = ARGV[a + 1 + n + g]
@@ -119,8 +138,12 @@ local function publish_to(k, a, text)
   local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
   local refused = stale(KEYS[k + 4], a + 2, n)
   if refused then return refused end
-  if redis.call('EXISTS', KEYS[k + 8], KEYS[k + 5]) > 0 then return load_fragments().publish_call(k, a, now, text) end
   local count = (#ARGV - first + 1) / 3
+  local parking = false
+  if redis.call('EXISTS', KEYS[k + 8], KEYS[k + 5]) > 0 then
+    parking = window_parks(k, count)
+    if not parking then return load_fragments().publish_call(k, a, now, text) end
+  end
   local base = next_ids(KEYS[k + 1], count) - count
   local first_id, reply = string.format('%012x', base + 1), string.rep('s', count)
   local horizon, cut = nil, string.find(ttl, '>', 1, true)
@@ -131,7 +154,7 @@ local function publish_to(k, a, text)
     if text then return string.sub(done, space + 1) end
     return {1, string.sub(done, 1, space - 1), string.sub(done, space + 1)}
   end
-  publish_plain_call(k, a, n, now, horizon, first, base, count)
+  publish_plain_call(k, a, n, now, horizon, first, base, count, parking)
   if text then return reply end
   return {1, first_id, reply}
 end
