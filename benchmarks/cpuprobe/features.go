@@ -17,6 +17,7 @@ func probeCases() map[string]probeCase {
 	return map[string]probeCase{
 		"plain":     {perCall: 1, prepare: plain},
 		"plain-100": {perCall: 100, prepare: plain},
+		"delayed":   {perCall: 1, prepare: delayed},
 		"keyed": {perCall: 1, prepare: func(i int, m *message.Message) bool {
 			redisdelay.WithKey(m, fmt.Sprintf("order-%d", i))
 			return true
