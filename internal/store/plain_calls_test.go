@@ -180,3 +180,40 @@ func TestAPlainCallWithTheWindowOpenParksItsMessagesOnTheShortPath(t *testing.T)
 	assert.Zero(t, client.Exists(ctx, keys.window).Val(), "the cap closed the window")
 	assert.Zero(t, client.ZCard(ctx, keys.parked).Val(), "nothing more parked, and the window's leftover dropped")
 }
+
+// TestAcksCountDownTheHoldersOfAMessageOfElevenGroups: drop counts a message's holders down with
+// a table for the counts 1 to 9 and arithmetic beyond it. Published to 11 groups, a message is
+// held 11 times in refs; each group's ack takes one hold (10 is text the table does not hold,
+// 9 and below are), and the last ack deletes the message and its count.
+func TestAcksCountDownTheHoldersOfAMessageOfElevenGroups(t *testing.T) {
+	forStoreBackends(t, func(t *testing.T, client *redis.Client) {
+		s := testStore(client)
+		ctx := context.Background()
+		part := Partition{Topic: "eleven-holders"}
+		keys := s.keys.topic(part)
+		groups := make([]string, 11)
+		epochs := make([]string, 11)
+		for i := range groups {
+			groups[i] = "g" + strconv.Itoa(i)
+			epoch, _, err := s.RegisterGroup(ctx, part.Of(groups[i]), -1, 0)
+			require.NoError(t, err)
+			epochs[i] = epoch
+		}
+		_, err := s.Publish(ctx, part, testCall(), groups, []Outgoing{{Data: []byte("shared")}})
+		require.NoError(t, err)
+		for i, name := range groups {
+			claimed, err := s.Claim(ctx, part.Of(name), epochs[i], testClaim(), 10, time.Minute, nil)
+			require.NoError(t, err)
+			require.Len(t, claimed.Messages, 1)
+			id := claimed.Messages[0].ID
+			assert.Equal(t, strconv.Itoa(11-i), client.HGet(ctx, keys.refs, id).Val(), "before the ack of group %d", i)
+			refused, err := s.Ack(ctx, part.Of(name), epochs[i], []Lease{claimed.Messages[0].Lease})
+			require.NoError(t, err)
+			require.Empty(t, refused)
+			if i < 10 {
+				assert.Equal(t, "shared", client.HGet(ctx, keys.messages, id).Val(), "still held after the ack of group %d", i)
+			}
+		}
+		assert.Zero(t, client.Exists(ctx, keys.messages, keys.refs).Val(), "the last ack deleted the message and its count")
+	})
+}

@@ -1,4 +1,4 @@
--- fragment drop; needs: split, each_chunk, hmget, exists_count
+-- fragment drop; needs: int, split, each_chunk, hmget, exists_count
 -- drop_histories starts the retention of the histories of the keys whose fields `free` names
 -- (other fields are ignored): each history expires its retention (ms, its field "") from now.
 -- kept is as drop's; without it, one EXISTS tells whether any of them has a history, in the
@@ -19,6 +19,11 @@ local function drop_histories(history, free, kept)
     if retention then redis.call('PEXPIRE', h, retention) end
   end
 end
+
+-- holders_text maps a count of holders to its text and back, for the common small counts, once
+-- a call needs it: tonumber and a number argument (which Redis formats with printf) each cost
+-- Redis a few thousand instructions per message, a table lookup next to nothing.
+local holders_text = nil
 
 -- drop ends one group's interest in the messages with the given IDs: each stored message is
 -- deleted once no other group holds it (refs counts the groups while more than one does). When
@@ -41,17 +46,25 @@ local function drop(messages, refs, ids, history, kept)
     end
     fields, free = unique, {}
     local left, gone = {}, {}
+    holders_text = holders_text or {'1', '2', '3', '4', '5', '6', '7', '8', '9',
+      ['1'] = 1, ['2'] = 2, ['3'] = 3, ['4'] = 4, ['5'] = 5, ['6'] = 6, ['7'] = 7, ['8'] = 8, ['9'] = 9}
     for i, holders in ipairs(hmget(refs, fields)) do
       local f = fields[i]
       local count = nil
-      if holders then count = tonumber(holders) - times[f] end
+      if holders then
+        count = holders_text[holders]
+        if not count then count = tonumber(holders) end
+        count = count - times[f]
+      end
       if not count then
         free[#free + 1] = f
       elseif count <= 0 then
         gone[#gone + 1], free[#free + 1] = f, f
       else
+        local text = holders_text[count]
+        if not text then text = int(count) end
         left[#left + 1] = f
-        left[#left + 1] = count
+        left[#left + 1] = text
       end
     end
     if #gone > 0 then each_chunk('HDEL', refs, gone) end
