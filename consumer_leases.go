@@ -29,6 +29,71 @@ func (s *partitionConsumer) confirmAcks() {
 	// When the subscription stopped meanwhile, stop confirms the acks that are still queued.
 }
 
+// ackReply is the outcome of a confirmation that sendAcks sent: its acks, the IDs of those
+// Redis refused, and the call's error.
+type ackReply struct {
+	acks    []*claimed
+	refused []string
+	err     error
+}
+
+// sendAcks sends the queued acks to Redis in a call of their own, on a goroutine, so that a
+// claim due sooner than that call's round trip need not wait for its reply (both reach Redis in
+// the order they were sent, the acks first, on their own connections). The acks leave the book
+// (the next claim does not carry them again) and the reply arrives on ackSent: ackReplied
+// handles it. While one such call is under way, new acks stay queued: ackReplied sends them.
+func (s *partitionConsumer) sendAcks() {
+	if len(s.book.acks) == 0 || s.ackSent != nil {
+		return
+	}
+	acks := s.book.takeAcks()
+	reply := make(chan ackReply, 1)
+	s.ackSent = reply
+	ctx, cancel := s.callContext()
+	part, epoch := s.part, s.epoch
+	go func() {
+		defer cancel()
+		refused, err := s.store.Ack(ctx, part, epoch, leasesOf(acks))
+		reply <- ackReply{acks: acks, refused: refused, err: err}
+	}()
+}
+
+// ackReplied takes in the reply to the acks sendAcks sent, and sends those queued since. Acks
+// whose call failed are queued again, for the next claim, the ack timer or the final release.
+func (s *partitionConsumer) ackReplied(r ackReply) {
+	s.ackSent = nil
+	if r.err != nil {
+		if s.ctx.Err() == nil {
+			s.logger.Error("Ack failed, will retry", r.err, watermill.LogFields{"acks": len(r.acks)})
+		}
+		s.book.ackUnsent(r.acks)
+		return
+	}
+	for _, c := range refusedOf(r.acks, r.refused) {
+		s.logger.Info("Ack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.Attempt})
+	}
+	if s.ctx.Err() == nil {
+		s.sendAcks()
+	}
+}
+
+// awaitAcksSent waits for the reply to the acks sendAcks sent, if any, and takes it in: when it
+// returns, every unconfirmed ack is in the book.
+func (s *partitionConsumer) awaitAcksSent() {
+	if s.ackSent != nil {
+		s.ackReplied(<-s.ackSent)
+	}
+}
+
+// pollAcksSent takes in the reply to the acks sendAcks sent if it has arrived.
+func (s *partitionConsumer) pollAcksSent() {
+	select {
+	case r := <-s.ackSent: // a nil channel (no call under way) is never ready
+		s.ackReplied(r)
+	default:
+	}
+}
+
 // confirmAcksWithin sends the queued acks through st, bounded by ctx; on failure they stay
 // queued.
 func (s *partitionConsumer) confirmAcksWithin(ctx context.Context, st store.Store) error {
@@ -80,6 +145,7 @@ func (s *partitionConsumer) extendLeases() {
 // what it cannot release comes back when its lease expires. When the application closed the Redis client first, it does so over a
 // short-lived client of its own built from the same options (see store.Store.reopened).
 func (s *partitionConsumer) stop() {
+	s.awaitAcksSent()
 	held := s.book.held()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OperationTimeout)
 	defer cancel()

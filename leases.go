@@ -217,12 +217,7 @@ func (b *leaseBook) nackSent() { b.nacks = b.nacks[1:] }
 // acksConfirmed clears the queued acks after Redis processed them and returns those it
 // refused because their lease had been lost (fencing).
 func (b *leaseBook) acksConfirmed(refused []string) []*claimed {
-	var lost []*claimed
-	for _, c := range b.acks {
-		if slices.Contains(refused, c.ID) {
-			lost = append(lost, c)
-		}
-	}
+	lost := refusedOf(b.acks, refused)
 	b.acks = b.acks[:0]
 	b.ackTimer.Stop()
 	return lost
@@ -230,6 +225,33 @@ func (b *leaseBook) acksConfirmed(refused []string) []*claimed {
 
 // ackRetry restarts the ack timer after a confirmation failed; the acks stay queued.
 func (b *leaseBook) ackRetry() { b.ackTimer.Reset(ackDelay) }
+
+// takeAcks removes the queued acks from the book for a confirmation of their own (see
+// partitionConsumer.sendAcks) and stops the ack timer.
+func (b *leaseBook) takeAcks() []*claimed {
+	acks := b.acks
+	b.acks = nil
+	b.ackTimer.Stop()
+	return acks
+}
+
+// ackUnsent queues acks again, before those queued since, after their confirmation failed, and
+// restarts the ack timer.
+func (b *leaseBook) ackUnsent(acks []*claimed) {
+	b.acks = append(acks, b.acks...)
+	b.ackTimer.Reset(ackDelay)
+}
+
+// refusedOf returns the acks among acks that Redis refused (refused holds their IDs).
+func refusedOf(acks []*claimed, refused []string) []*claimed {
+	var lost []*claimed
+	for _, c := range acks {
+		if slices.Contains(refused, c.ID) {
+			lost = append(lost, c)
+		}
+	}
+	return lost
+}
 
 // held returns every message whose lease the subscription keeps: the one in flight first, then
 // the one being handed out, then those waiting to be handed out.

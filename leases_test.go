@@ -70,6 +70,44 @@ func TestLeaseBookClearsConfirmedAcksAndStopsTheTimer(t *testing.T) {
 	assert.Empty(t, b.held())
 }
 
+// TestLeaseBookTakesAcksForACallOfTheirOwnAndQueuesThemAgainFirst: the acks taken for an ack
+// call of their own (partitionConsumer.sendAcks) leave the book, so that the next claim does not
+// carry them, and stop the ack timer; when that call fails they are queued again ahead of those
+// acked meanwhile, with the timer running, and refusedOf tells which of them Redis refused.
+func TestLeaseBookTakesAcksForACallOfTheirOwnAndQueuesThemAgainFirst(t *testing.T) {
+	b := newLeaseBook(time.Hour, new(atomic.Int64))
+	defer b.stop()
+	msg := func(id string) *claimed {
+		return &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: id, Attempt: 1}}}
+	}
+	x, y, z := msg("x"), msg("y"), msg("z")
+	b.claimed([]*claimed{x, y, z}, time.Now())
+	for range 2 {
+		c := b.next()
+		b.handedOut(c)
+		b.acked(c)
+	}
+	sent := b.takeAcks()
+	assert.Equal(t, []*claimed{x, y}, sent)
+	assert.Empty(t, b.acks, "under way, not queued for the next claim")
+	select {
+	case <-b.ackTimer.C:
+		t.Fatal("acks under way leave no ack timer running")
+	case <-time.After(2 * ackDelay):
+	}
+	b.handedOut(b.next())
+	b.acked(z)
+	b.ackUnsent(sent)
+	assert.Equal(t, []*claimed{x, y, z}, b.acks, "the failed call's acks first")
+	b.ackUnsent(b.takeAcks()) // the timer stopped, then queued again with nothing else
+	select {
+	case <-b.ackTimer.C:
+	case <-time.After(10 * ackDelay):
+		t.Fatal("acks queued again restart the ack timer")
+	}
+	assert.Equal(t, []*claimed{y}, refusedOf(sent, []string{"y", "w"}))
+}
+
 // TestLeaseBooksShareTheCountOfWhatTheSubscriberHolds checks the count behind the worker
 // record's InFlight: the books of a Subscriber's subscriptions add up what each holds (waiting,
 // being handed out, in flight), and nothing once they are cleared.

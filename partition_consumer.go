@@ -75,4 +75,7 @@ type partitionConsumer struct {
 	// recheckPhase is the instant, drawn when the consumer starts, from which its idle
 	// rechecks are whole RecheckIntervals apart (see recheckWait).
 	recheckPhase time.Time
+	// ackSent receives the reply to the acks that sendAcks sent; nil while no such call is under
+	// way.
+	ackSent chan ackReply
 }
