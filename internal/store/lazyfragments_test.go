@@ -27,7 +27,7 @@ func TestAPlainPublishDefinesNoFunctionOfAFeatureItDoesNotUse(t *testing.T) {
 		always = append(always, m[1])
 	}
 	assert.ElementsMatch(t, []string{"int", "now_us", "next_ids", "each_chunk", "head", "wake", "schedule",
-		"stale", "publish_score", "window_parks", "publish_plain_call", "publish_to"}, always)
+		"stale", "publish_score", "call_holders", "publish_plain_call", "publish_to"}, always)
 	for _, lazy := range []string{"publish_call", "publish_window", "publish_plain", "publish_flush", "publish_keyed", "publish_duplicate", "publish_replace", "debounce_cap", "batch_item", "publish_far", "far_put", "drop_parked", "drop", "split"} {
 		assert.Contains(t, loaded, "local function "+lazy+"(", "%s is defined only when a call needs it", lazy)
 		assert.Contains(t, loaded, "lazy_fragments."+lazy+" = "+lazy, "load_fragments returns %s", lazy)

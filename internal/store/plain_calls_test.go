@@ -86,6 +86,44 @@ func TestAPlainCallRunsNoCommandOfAFeatureItDoesNotUse(t *testing.T) {
 	assert.Equal(t, before, client.ZRangeWithScores(ctx, due, 0, -1).Val(), "the call run again stored nothing")
 }
 
+// TestAPlainCallBeforeAnyGroupParksItsMessagesOnTheShortPath: on a topic with no group yet, a
+// plain call reads the clock and the groups (SMEMBERS, empty), takes its IDs, writes its call
+// key and adds its messages to the parked set, embedded in their members, in one ZADD: no
+// window lookup, no hash, no refs. The first group to register takes them over and receives
+// them in order, the delayed one at its due time.
+func TestAPlainCallBeforeAnyGroupParksItsMessagesOnTheShortPath(t *testing.T) {
+	client := redistest.Start(t, redistest.Options{}).Client(t)
+	s := testStore(client)
+	ctx := context.Background()
+	part := Partition{Topic: "plain-parked"}
+	keys := s.keys.topic(part)
+	_, err := s.Publish(ctx, part, testCall(), nil, []Outgoing{{Data: []byte("first")}}) // the topic's counter starts
+	require.NoError(t, err)
+	msgs := []Outgoing{{Data: []byte("second")}, {Data: []byte("later"), Delay: time.Hour}, {Data: []byte("third")}}
+	run := commandsRun(t, client, func() {
+		letters, err := s.Publish(ctx, part, testCall(), nil, msgs)
+		require.NoError(t, err)
+		assert.Equal(t, "sss", letters)
+	})
+	assert.Equal(t, map[string]int64{"time": 1, "smembers": 1, "incrby": 1, "set": 1, "zadd": 1}, run)
+	parked := client.ZRange(ctx, keys.parked, 0, -1).Val()
+	require.Len(t, parked, 4)
+	for i, want := range []string{"first", "second", "third", "later"} {
+		assert.Equal(t, want, strings.SplitN(parked[i], "|", 2)[1], "embedded in its member")
+	}
+	assert.Zero(t, client.Exists(ctx, keys.messages, keys.refs).Val())
+
+	epoch, _, err := s.RegisterGroup(ctx, part.Of(testGroup), -1, 0)
+	require.NoError(t, err)
+	claimed, err := s.Claim(ctx, part.Of(testGroup), epoch, testClaim(), 10, time.Minute, nil)
+	require.NoError(t, err)
+	require.Len(t, claimed.Messages, 3)
+	for i, want := range []string{"first", "second", "third"} {
+		assert.Equal(t, want, string(claimed.Messages[i].Data))
+	}
+	assert.Greater(t, claimed.NextDueUs, claimed.ClaimedUs+(time.Hour-time.Second).Microseconds(), "the delayed one is due an hour on")
+}
+
 // TestAnAckOfHeldAndLostLeasesEndsOnlyTheHeldOnes: held (held.lua) scores the acked leases 0
 // and counts them; when the count falls short (a lease lost, a member named twice) it reads
 // which are held. An ack of two held leases, one of them twice, and a lease of an attempt

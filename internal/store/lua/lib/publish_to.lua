@@ -1,12 +1,13 @@
 -- fragment publish_to; needs: int, next_ids, stale, each_chunk, schedule, publish_score; loads: publish_call
 -- publish_to stores messages once and schedules each for every consumer group registered on a
 -- topic. A plain call takes the short path here and pays for no other feature: a call whose
--- messages have no key and are no batch items, on a topic with a registered group, without a
--- fence, and either without a new-group window or with the window open and room under its cap
--- (the call then parks its messages as publish_window says; see window_parks). Every other call
--- goes to publish_call, which load_fragments defines (see scripts.go) and which handles each
--- message by its kind; a plain call that would reach the window's cap, or that finds the
--- leftover of a closed window, reaches it once the clock and the groups are read.
+-- messages have no key and are no batch items, without a fence, on a topic with no group yet
+-- (its messages wait in the parked set), or with groups and either no new-group window or the
+-- window open and room under its cap (the call then parks its messages too, as publish_window
+-- says; see call_holders). Every other call goes to publish_call, which load_fragments defines
+-- (see scripts.go) and which handles each message by its kind; a plain call that would reach
+-- the window's cap, or that finds the leftover of a closed window, reaches it once the clock
+-- and the groups are read.
 -- A plain call's messages for the compact tier go to publish_far through publish_later, which
 -- loads it a level deeper (see scripts.go): a call with the window open does not define the
 -- compact tier's functions; a plain call that has such messages defines them all.
@@ -48,14 +49,20 @@
 -- 800 instructions, a message's lookup in the table nothing like it.
 local HEX_DIGITS = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 'c', 'd', 'e', 'f'}
 
--- window_parks tells whether publish_to's plain call of count messages on the topic of KEYS[k],
--- which has a new-group window or its leftover (the window or the parked key exists), parks
--- them: true while the window is open and the parked set stays within its cap (see
--- publish_window). Else nil: publish_call takes the call, which closes the window at its cap,
--- or drops a part of a closed window's leftover.
-local function window_parks(k, count)
+-- call_holders tells how publish_to's plain call of count messages on the topic of KEYS[k] with
+-- n groups stores them (see publish_window): whether the parked set holds them too (no group
+-- yet, or the new-group window open with room under its cap), and how many holders refs counts
+-- for each, as text (nil for one or none: a small message is then embedded in its member).
+-- Returns nil when publish_call must take the call: the window at its cap, which the call
+-- closes, or the leftover of a closed window, a part of which the call drops.
+local function call_holders(k, n, count)
+  if n == 0 then return true, nil end
+  local holders = nil
+  if n > 1 then holders = int(n) end
+  -- Past a topic's first minute neither key exists: one lookup.
+  if redis.call('EXISTS', KEYS[k + 8], KEYS[k + 5]) == 0 then return false, holders end
   local cap = redis.call('HGET', KEYS[k + 8], '')
-  if cap and redis.call('ZCARD', KEYS[k + 5]) + count <= tonumber(cap) then return true end
+  if cap and redis.call('ZCARD', KEYS[k + 5]) + count <= tonumber(cap) then return true, int(n + 1) end
   return nil
 end
 
@@ -63,13 +70,11 @@ end
 -- their IDs base + 1 .. base + count) on the topic of KEYS[k] with its n groups at now (Unix µs):
 -- as publish_plain and publish_flush do (see there), with the call's state in locals, and
 -- hands the messages for the compact tier (horizon µs, nil without one) to publish_far. With
--- parking, the parked set holds each message too (publish_window): never embedded, counted in
--- refs with n + 1 holders.
-local function publish_plain_call(k, a, n, now, horizon, first, base, count, parking)
+-- parking, the parked set holds each message too; holders is what refs counts of each, as text
+-- (see call_holders: Redis would format a number with printf for each message).
+local function publish_plain_call(k, a, n, now, horizon, first, base, count, parking, holders)
   local scheduled, hashed, counted, later = {}, nil, nil, nil
   local s, h, l, now_s, min_score, hex = 0, 0, 0, nil, nil, nil
-  local holders = nil -- for refs, as text: Redis would format a number with printf per message
-  if parking then holders = int(n + 1) elseif n > 1 then holders = int(n) end
   for i = 1, count do
     local at = first + 3 * i - 3
     local data, when = ARGV[at], ARGV[at + 1]
@@ -129,7 +134,7 @@ end
 local function publish_to(k, a, text)
   local ttl, n = ARGV[a], tonumber(ARGV[a + 1])
   local first = a + 2 + 2 * n
-  local plain = n > 0 and not string.find(ttl, '<', 1, true)
+  local plain = not string.find(ttl, '<', 1, true)
   for at = first + 2, #ARGV, 3 do
     if ARGV[at] ~= '' then plain = false break end
   end
@@ -139,22 +144,20 @@ local function publish_to(k, a, text)
   local refused = stale(KEYS[k + 4], a + 2, n)
   if refused then return refused end
   local count = (#ARGV - first + 1) / 3
-  local parking = false
-  if redis.call('EXISTS', KEYS[k + 8], KEYS[k + 5]) > 0 then
-    parking = window_parks(k, count)
-    if not parking then return load_fragments().publish_call(k, a, now, text) end
-  end
+  local parking, holders = call_holders(k, n, count)
+  if parking == nil then return load_fragments().publish_call(k, a, now, text) end
   local base = next_ids(KEYS[k + 1], count) - count
   local first_id, reply = string.format('%012x', base + 1), string.rep('s', count)
   local horizon, cut = nil, string.find(ttl, '>', 1, true)
   if cut then horizon, ttl = tonumber(string.sub(ttl, cut + 1)), string.sub(ttl, 1, cut - 1) end
+  if n == 0 then horizon = nil end -- the compact tier is a group's: parked messages stay whole
   local done = redis.call('SET', KEYS[k], first_id .. ' ' .. reply, 'NX', 'GET', 'PX', ttl)
   if done then
     local space = string.find(done, ' ', 1, true)
     if text then return string.sub(done, space + 1) end
     return {1, string.sub(done, 1, space - 1), string.sub(done, space + 1)}
   end
-  publish_plain_call(k, a, n, now, horizon, first, base, count, parking)
+  publish_plain_call(k, a, n, now, horizon, first, base, count, parking, holders)
   if text then return reply end
   return {1, first_id, reply}
 end
