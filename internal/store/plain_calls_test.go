@@ -255,3 +255,48 @@ func TestAcksCountDownTheHoldersOfAMessageOfElevenGroups(t *testing.T) {
 		assert.Zero(t, client.Exists(ctx, keys.messages, keys.refs).Val(), "the last ack deleted the message and its count")
 	})
 }
+
+// TestAPlainCallScoresEveryScheduleForm: publish_score reads the three forms of a schedule (a
+// delay, a delay with its latest due time, a due time) on Redis and miniredis. Each message's
+// due time, against the Redis clock read before and after the call: a delay of a minute; a
+// negative delay (due at once); a delay of a minute whose latest due time, 10 s on, cuts it;
+// one whose latest due time has passed (due at once, never before the call); a due time an hour
+// on; a due time that has passed (due at once).
+func TestAPlainCallScoresEveryScheduleForm(t *testing.T) {
+	forStoreBackends(t, func(t *testing.T, client *redis.Client) {
+		s := testStore(client)
+		ctx := context.Background()
+		part := Partition{Topic: "schedule-forms"}
+		_, _, err := s.RegisterGroup(ctx, part.Of(testGroup), -1, 0)
+		require.NoError(t, err)
+		client.Del(ctx, s.keys.topic(part).window)
+		now := time.Now()
+		msgs := []Outgoing{
+			{Data: []byte("delay"), Delay: time.Minute},
+			{Data: []byte("negative"), Delay: -time.Minute},
+			{Data: []byte("cut"), Delay: time.Minute, Latest: now.Add(10 * time.Second)},
+			{Data: []byte("latest-passed"), Delay: time.Minute, Latest: now.Add(-time.Minute)},
+			{Data: []byte("at"), At: now.Add(time.Hour)},
+			{Data: []byte("at-passed"), At: now.Add(-time.Hour)},
+		}
+		before := client.Time(ctx).Val()
+		_, err = s.Publish(ctx, part, testCall(), []string{testGroup}, msgs)
+		require.NoError(t, err)
+		after := client.Time(ctx).Val()
+		due := map[string]float64{}
+		for _, z := range client.ZRangeWithScores(ctx, s.keys.group(part.Of(testGroup)).due, 0, -1).Val() {
+			due[strings.SplitN(z.Member.(string), "|", 2)[1]] = z.Score
+		}
+		us := func(t time.Time) float64 { return float64(t.UnixMicro()) }
+		within := func(name string, low, high float64) {
+			assert.GreaterOrEqual(t, due[name], low, name)
+			assert.LessOrEqual(t, due[name], high, name)
+		}
+		within("delay", us(before.Add(time.Minute)), us(after.Add(time.Minute)))
+		within("negative", us(before), us(after))
+		assert.Equal(t, us(now.Add(10*time.Second)), due["cut"])
+		within("latest-passed", us(before), us(after))
+		assert.Equal(t, us(now.Add(time.Hour)), due["at"])
+		within("at-passed", us(before), us(after))
+	})
+}
