@@ -276,6 +276,7 @@ func (s *partitionConsumer) sleepAtMost(wait time.Duration, watch *wake.Watch, u
 			}
 		case r := <-s.ackSent:
 			s.ackReplied(r)
+			s.sendAcks()
 		case <-s.book.ackTimer.C:
 			s.confirmAcks()
 		case <-s.ctx.Done():

@@ -38,10 +38,13 @@ type ackReply struct {
 }
 
 // sendAcks sends the queued acks to Redis in a call of their own, on a goroutine, so that a
-// claim due sooner than that call's round trip need not wait for its reply (both reach Redis in
-// the order they were sent, the acks first, on their own connections). The acks leave the book
+// claim due sooner than that call's round trip need not wait for its reply. The call is sent
+// first, but on a connection of its own it may reach Redis after the claim: no matter, a claim
+// ends no lease that is held (one that expired meanwhile is claimed again, as when an ack comes
+// late for any reason: at least once). The acks leave the book
 // (the next claim does not carry them again) and the reply arrives on ackSent: ackReplied
-// handles it. While one such call is under way, new acks stay queued: ackReplied sends them.
+// handles it. While one such call is under way, new acks stay queued: for the next claim, or
+// for the next such call once its reply came, when the subscription still sleeps.
 func (s *partitionConsumer) sendAcks() {
 	if len(s.book.acks) == 0 || s.ackSent != nil {
 		return
@@ -58,8 +61,8 @@ func (s *partitionConsumer) sendAcks() {
 	}()
 }
 
-// ackReplied takes in the reply to the acks sendAcks sent, and sends those queued since. Acks
-// whose call failed are queued again, for the next claim, the ack timer or the final release.
+// ackReplied takes in the reply to the acks sendAcks sent. Acks whose call failed are queued
+// again, for the next claim, the ack timer or the final release.
 func (s *partitionConsumer) ackReplied(r ackReply) {
 	s.ackSent = nil
 	if r.err != nil {
@@ -71,9 +74,6 @@ func (s *partitionConsumer) ackReplied(r ackReply) {
 	}
 	for _, c := range refusedOf(r.acks, r.refused) {
 		s.logger.Info("Ack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.Attempt})
-	}
-	if s.ctx.Err() == nil {
-		s.sendAcks()
 	}
 }
 
