@@ -167,12 +167,15 @@ func (s *Server) start() error {
 	s.mu.Lock()
 	s.stopped = false
 	err := s.launch()
-	done := s.done
+	done, pid := s.done, 0
+	if err == nil {
+		pid = s.cmd.Process.Pid
+	}
 	s.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	return s.waitReady(10*time.Second, done)
+	return s.waitReady(10*time.Second, done, pid)
 }
 
 // launch starts the process; s.mu is held.
@@ -205,16 +208,23 @@ func (s *Server) CrashCommand() []string {
 	return []string{"sh", "-c", "kill -9 $(cat " + filepath.Join(s.Dir, "redis.pid") + ")"}
 }
 
-func (s *Server) waitReady(timeout time.Duration, done chan struct{}) error {
+// waitReady waits until the server process pid answers on s.Addr, at most timeout, and fails
+// at once when it exits (done closed). An answer from another process does not count.
+func (s *Server) waitReady(timeout time.Duration, done chan struct{}, pid int) error {
 	c := redis.NewClient(&redis.Options{Addr: s.Addr, MaxRetries: -1, DialTimeout: 200 * time.Millisecond})
 	defer c.Close()
 	deadline := time.Now().Add(timeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-		err := c.Ping(ctx).Err()
+		info, err := c.Info(ctx, "server").Result()
 		cancel()
-		if err == nil {
+		if err == nil && strings.Contains(info, "process_id:"+strconv.Itoa(pid)+"\r\n") {
 			return nil
+		}
+		if err == nil {
+			// Another server answers on the port, which FreePort gave out again (another
+			// node of a cluster started at the same time): this one cannot bind it, and exits.
+			err = fmt.Errorf("another process answers on %s", s.Addr)
 		}
 		select {
 		case <-done:
