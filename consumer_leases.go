@@ -41,10 +41,10 @@ type ackReply struct {
 // claim due sooner than that call's round trip need not wait for its reply. The call is sent
 // first, but on a connection of its own it may reach Redis after the claim: no matter, a claim
 // ends no lease that is held (one that expired meanwhile is claimed again, as when an ack comes
-// late for any reason: at least once). The acks leave the book
-// (the next claim does not carry them again) and the reply arrives on ackSent: ackReplied
-// handles it. While one such call is under way, new acks stay queued: for the next claim, or
-// for the next such call once its reply came, when the subscription still sleeps.
+// late for any reason: at least once). The acks leave the book (the next claim does not carry
+// them again) and the reply arrives on ackSent: ackReplied handles it. While one such call is
+// under way, new acks stay queued: for the next claim, or for the next such call once its
+// reply came, when the subscription still sleeps.
 func (s *partitionConsumer) sendAcks() {
 	if len(s.book.acks) == 0 || s.ackSent != nil {
 		return
@@ -72,9 +72,7 @@ func (s *partitionConsumer) ackReplied(r ackReply) {
 		s.book.ackUnsent(r.acks)
 		return
 	}
-	for _, c := range refusedOf(r.acks, r.refused) {
-		s.logger.Info("Ack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.Attempt})
-	}
+	s.logRefused(refusedOf(r.acks, r.refused))
 }
 
 // awaitAcksSent waits for the reply to the acks sendAcks sent, if any, and takes it in: when it
@@ -110,7 +108,12 @@ func (s *partitionConsumer) confirmAcksWithin(ctx context.Context, st store.Stor
 
 // acksConfirmed tells the book that Redis processed the queued acks and logs the refused ones.
 func (s *partitionConsumer) acksConfirmed(refused []string) {
-	for _, c := range s.book.acksConfirmed(refused) {
+	s.logRefused(s.book.acksConfirmed(refused))
+}
+
+// logRefused logs the acks that Redis refused because their lease had been lost.
+func (s *partitionConsumer) logRefused(refused []*claimed) {
+	for _, c := range refused {
 		s.logger.Info("Ack refused: the lease was lost (it expired and the message was claimed again, or the message was cancelled)", watermill.LogFields{"message_uuid": c.uuid, "attempt": c.Attempt})
 	}
 }
