@@ -9,8 +9,8 @@
 -- the window's cap, or that finds the leftover of a closed window, reaches it once the clock
 -- and the groups are read.
 -- A plain call's messages for the compact tier go to publish_far through publish_later, which
--- loads it a level deeper (see scripts.go): a call with the window open does not define the
--- compact tier's functions; a plain call that has such messages defines them all.
+-- loads it a level deeper (see scripts.go): a call without such messages does not define the
+-- compact tier's functions; a plain call that has some defines them all.
 -- A plain call's reply is known before its writes, so its call key is written first, with SET
 -- NX GET: one command where a GET before the writes and a SET after them were two. A call that
 -- ran already has taken its IDs again by then: they stay unused, a gap in the topic's IDs.
