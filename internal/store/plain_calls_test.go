@@ -165,21 +165,26 @@ func TestAnAckOfHeldAndLostLeasesEndsOnlyTheHeldOnes(t *testing.T) {
 
 // TestAPlainCallWithTheWindowOpenParksItsMessagesOnTheShortPath: with the new-group window
 // open and room under its cap, a plain call stays on publish_to's short path: besides a
-// closed-window call's commands it runs HGET (the cap) and ZCARD (the parked set), writes the
-// messages hash and refs with an HSET each and the parked set with a ZADD, and reads no call
-// key with GET. Each message is parked and due under its plain ID at the same due time, stored
-// once in the hash and held twice in refs (the group and the parked set); a message delayed by
-// an hour is due an hour later in both sets. A group that registers within the window receives
-// the messages due now. A call that would take the parked set past the cap goes the long way
-// (publish_call): it closes the window, parks nothing and drops what the window left.
+// closed-window call's commands it runs HGET (the cap) and ZCARD (the parked set) and writes the
+// parked set with a ZADD, and reads no call key with GET. On a single-group topic each small
+// message is embedded in its member in both sets, at the same due time, and the messages hash
+// and refs are not written; a message larger than MAX_EMBEDDED is stored once in the hash and
+// held twice in refs (the group and the parked set). A message delayed by an hour is due an
+// hour later in both sets. A group that registers within the window receives the messages,
+// the embedded ones under IDs of its own: the first group's claims and acks do not touch them.
+// A call that would take the parked set past the cap goes the long way (publish_call): it
+// closes the window, parks nothing and drops what the window left, and the first group still
+// receives every message.
 func TestAPlainCallWithTheWindowOpenParksItsMessagesOnTheShortPath(t *testing.T) {
 	client := redistest.Start(t, redistest.Options{}).Client(t)
 	s := testStore(client)
 	ctx := context.Background()
 	part := Partition{Topic: "plain-window"}
 	keys := s.keys.topic(part)
-	_, _, err := s.RegisterGroup(ctx, part.Of(testGroup), time.Minute, 4)
+	first := part.Of(testGroup)
+	firstEpoch, _, err := s.RegisterGroup(ctx, first, time.Minute, 5)
 	require.NoError(t, err)
+	large := strings.Repeat("x", 1025)
 	msgs := []Outgoing{{Data: []byte("now-1")}, {Data: []byte("later"), Delay: time.Hour}, {Data: []byte("now-2")}}
 	run := commandsRun(t, client, func() {
 		letters, err := s.Publish(ctx, part, testCall(), []string{testGroup}, msgs)
@@ -189,34 +194,67 @@ func TestAPlainCallWithTheWindowOpenParksItsMessagesOnTheShortPath(t *testing.T)
 	delete(run, "publish")
 	delete(run, "spublish")
 	assert.Equal(t, map[string]int64{"time": 1, "scard": 1, "sismember": 1, "exists": 1, "hget": 1, "zcard": 1,
-		"incrby": 1, "set": 1, "hset": 2, "zadd": 2, "zrange": 1}, run)
+		"incrby": 1, "set": 1, "zadd": 2, "zrange": 1}, run)
 
-	due := client.ZRangeWithScores(ctx, s.keys.group(part.Of(testGroup)).due, 0, -1).Val()
+	due := client.ZRangeWithScores(ctx, s.keys.group(first).due, 0, -1).Val()
 	require.Len(t, due, 3)
 	assert.Equal(t, due, client.ZRangeWithScores(ctx, keys.parked, 0, -1).Val(), "parked as due")
 	assert.InDelta(t, time.Hour.Microseconds(), due[2].Score-due[0].Score, float64(time.Second.Microseconds()))
-	stored := client.HGetAll(ctx, keys.messages).Val()
-	refs := client.HGetAll(ctx, keys.refs).Val()
 	for i, want := range []string{"now-1", "now-2", "later"} {
-		id := due[i].Member.(string)
-		assert.Len(t, id, 12, "a plain ID, the message in the hash")
-		assert.Equal(t, want, stored[id])
-		assert.Equal(t, "2", refs[id], "held by the group and the parked set")
+		assert.Equal(t, "|"+want, due[i].Member.(string)[12:], "embedded after a plain ID")
+	}
+	assert.Zero(t, client.Exists(ctx, keys.messages, keys.refs).Val(), "nothing hashed or counted")
+
+	_, err = s.Publish(ctx, part, testCall(), []string{testGroup}, []Outgoing{{Data: []byte(large)}})
+	require.NoError(t, err)
+	stored := client.HGetAll(ctx, keys.messages).Val()
+	require.Len(t, stored, 1, "the large message alone is hashed")
+	for id, data := range stored {
+		assert.Equal(t, large, data)
+		assert.Equal(t, map[string]string{id: "2"}, client.HGetAll(ctx, keys.refs).Val(), "held by the group and the parked set")
+		assert.NotNil(t, client.ZScore(ctx, keys.parked, id).Val())
 	}
 
-	epoch, _, err := s.RegisterGroup(ctx, part.Of("second"), time.Minute, 4)
+	// The first group claims and acks what is due: the window's copies are left whole.
+	claimed, err := s.Claim(ctx, first, firstEpoch, testClaim(), 10, time.Minute, nil)
 	require.NoError(t, err)
-	claimed, err := s.Claim(ctx, part.Of("second"), epoch, testClaim(), 10, time.Minute, nil)
+	require.Len(t, claimed.Messages, 3)
+	_, err = s.Ack(ctx, first, firstEpoch, leasesOf(claimed.Messages))
 	require.NoError(t, err)
-	require.Len(t, claimed.Messages, 2)
+	assert.EqualValues(t, 4, client.ZCard(ctx, keys.parked).Val())
+
+	second := part.Of("second")
+	epoch, _, err := s.RegisterGroup(ctx, second, time.Minute, 5)
+	require.NoError(t, err)
+	secondDue := client.ZRange(ctx, s.keys.group(second).due, 0, -1).Val()
+	require.Len(t, secondDue, 4)
+	ids := map[string]bool{}
+	for _, m := range append(secondDue, client.ZRange(ctx, keys.parked, 0, -1).Val()...) {
+		ids[m[:12]] = true
+	}
+	assert.Len(t, ids, 7, "the embedded copies under IDs of the second group's own; the large one shared")
+	claimed, err = s.Claim(ctx, second, epoch, testClaim(), 10, time.Minute, nil)
+	require.NoError(t, err)
+	require.Len(t, claimed.Messages, 3)
 	assert.Equal(t, "now-1", string(claimed.Messages[0].Data))
 	assert.Equal(t, "now-2", string(claimed.Messages[1].Data))
+	assert.Equal(t, large, string(claimed.Messages[2].Data))
+	_, err = s.Ack(ctx, second, epoch, leasesOf(claimed.Messages))
+	require.NoError(t, err)
+	largeID := claimed.Messages[2].ID
+	assert.Equal(t, map[string]string{largeID: "1"}, client.HGetAll(ctx, keys.refs).Val(), "acked by both groups, the large message is held by the window alone")
 
 	letters, err := s.Publish(ctx, part, testCall(), []string{testGroup, "second"}, []Outgoing{{Data: []byte("past-the-cap")}, {Data: []byte("too")}})
 	require.NoError(t, err)
 	assert.Equal(t, "ss", letters)
 	assert.Zero(t, client.Exists(ctx, keys.window).Val(), "the cap closed the window")
 	assert.Zero(t, client.ZCard(ctx, keys.parked).Val(), "nothing more parked, and the window's leftover dropped")
+	assert.NotContains(t, client.HKeys(ctx, keys.refs).Val(), largeID, "the large message's last hold ended")
+	assert.NotContains(t, client.HKeys(ctx, keys.messages).Val(), largeID)
+	claimed, err = s.Claim(ctx, first, firstEpoch, testClaim(), 10, time.Minute, nil)
+	require.NoError(t, err)
+	require.Len(t, claimed.Messages, 2)
+	assert.Equal(t, "past-the-cap", string(claimed.Messages[0].Data))
 }
 
 // TestAcksCountDownTheHoldersOfAMessageOfElevenGroups: drop counts a message's holders down with

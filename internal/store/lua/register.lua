@@ -10,13 +10,14 @@
 -- no group (the parked set). With a new-group window (ARGV[3] > 0), the first group opens it:
 -- the window key exists for that long, and until it expires the parked set keeps those messages
 -- and every message published meanwhile (see publish_window), and every group that registers
--- within it receives a copy of each, at its original due time. The parked set then counts as
--- one holder of each message in refs; of a keyed message, it holds the window's copy under the
--- plain ID, never the key (see receive and publish_window), so that the key is free once the
--- registered groups are done with the message. Without a window, or when the parked set holds
--- more than the cap, the first group takes the parked set over (RENAME) and no window opens. A
--- group that registers once the window has closed receives nothing of the past, and drops up
--- to DROP_ON_REGISTER members of what the window left (see drop_parked).
+-- within it receives a copy of each, at its original due time. The parked set holds a small
+-- message of a single-group topic as a copy of its own, embedded in its member; any other
+-- message it counts as one holder of in refs; of a keyed message, it holds the window's copy
+-- under the plain ID, never the key (see receive and publish_window), so that the key is free
+-- once the registered groups are done with the message. Without a window, or when the parked
+-- set holds more than the cap, the first group takes the parked set over (RENAME) and no
+-- window opens. A group that registers once the window has closed receives nothing of the
+-- past, and drops up to DROP_ON_REGISTER members of what the window left (see drop_parked).
 --
 -- fragments: next_ids, split, hmget, each_chunk, head, wake, drop_parked, move_set
 -- KEYS[1] groups    set     registered consumer groups
@@ -57,33 +58,39 @@ local function window_left()
   return left
 end
 
--- receive copies the parked set's members into the group's due set at their scores, and counts
--- the group as one more holder of each message (a message without a refs field has one). An
--- embedded member (ID|message, parked before any group) is stored in the messages hash first,
--- since more than one set holds it now. The window never holds a message key (see publish_window):
--- the first group takes over the parked set's hold of a keyed message parked before it, and
--- the window keeps a copy under the plain ID (window_id); a later group joins a keyed message
--- while its key's field holds it (a group still holds it), and otherwise receives the window's
--- plain copy.
+-- receive copies the parked set's members into the group's due set at their scores. A member
+-- that embeds its message (ID|message: parked before any group, or the window's copy of a
+-- single-group topic's message) is a copy of its own, which no other set holds: the first
+-- group receives it as it is, a later one under a new ID of its own, so that no two groups hold
+-- one ID without refs counting them. Of any other member, the message is in the messages hash,
+-- and the group counts as one more holder of it (a message without a refs field has one). The
+-- window never holds a message key (see publish_window): the first group takes over the parked
+-- set's hold of a keyed message parked before it, and the window keeps a copy under the plain
+-- ID (window_id); a later group joins a keyed message while its key's field holds it (a group
+-- still holds it), and otherwise receives the window's plain copy.
 local function receive(first)
   local entries = redis.call('ZRANGE', parked, 0, -1, 'WITHSCORES')
-  local copies, embedded, plain, hashed, keyed = {}, {}, {}, {}, {}
+  local copies, own, fresh, hashed, keyed = {}, {}, {}, {}, {}
   for i = 1, #entries, 2 do
     local m, score = entries[i], entries[i + 1]
     local id, _, message = split(m)
-    if message then
-      embedded[#embedded + 1] = m
-      plain[#plain + 1] = score
-      plain[#plain + 1] = id
-      hashed[#hashed + 1] = id
-      hashed[#hashed + 1] = message
-      m = id
-    end
     copies[#copies + 1] = score
     copies[#copies + 1] = m
-    if window_id(id) ~= id then keyed[#keyed + 1] = #copies end
+    if message then
+      own[#copies] = message
+      if not first then fresh[#fresh + 1] = #copies end
+    elseif window_id(id) ~= id then
+      keyed[#keyed + 1] = #copies
+    end
   end
   if #copies == 0 then return false end
+  if #fresh > 0 then
+    local last = next_ids(KEYS[8], #fresh)
+    for j, i in ipairs(fresh) do
+      local data = own[i]
+      copies[i] = string.format('%012x', last - #fresh + j) .. '|' .. data
+    end
+  end
   local fields, taken = {}, {}
   for j, i in ipairs(keyed) do fields[j] = field((split(copies[i]))) end
   for j, value in ipairs(#fields > 0 and hmget(messages, fields) or {}) do
@@ -102,7 +109,7 @@ local function receive(first)
   end
   local counting = {}
   for i = 2, #copies, 2 do
-    if not taken[i] then counting[#counting + 1] = field((split(copies[i]))) end
+    if not taken[i] and not own[i] then counting[#counting + 1] = field((split(copies[i]))) end
   end
   local counted = {}
   for i, f in ipairs(#counting > 0 and hmget(refs, counting) or {}) do
@@ -110,10 +117,6 @@ local function receive(first)
     counted[#counted + 1] = (tonumber(f) or 1) + 1
   end
   if #hashed > 0 then each_chunk('HSET', messages, hashed) end
-  if #embedded > 0 then
-    each_chunk('ZREM', parked, embedded)
-    each_chunk('ZADD', parked, plain)
-  end
   if #counted > 0 then each_chunk('HSET', refs, counted) end
   each_chunk('ZADD', due, copies)
   return true

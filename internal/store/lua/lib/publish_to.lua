@@ -51,28 +51,35 @@ local HEX_DIGITS = {'0', '1', '2', '3', '4', '5', '6', '7', '8', '9', 'a', 'b', 
 
 -- call_holders tells how publish_to's plain call of count messages on the topic of KEYS[k] with
 -- n groups stores them (see publish_window): whether the parked set holds them too (no group
--- yet, or the new-group window open with room under its cap), and how many holders refs counts
--- for each, as text (nil for one or none: a small message is then embedded in its member).
--- Returns nil when publish_call must take the call: the window at its cap, which the call
--- closes, or the leftover of a closed window, a part of which the call drops.
+-- yet, or the new-group window open with room under its cap); whether a small message may be
+-- embedded in its members (it has one holder: no group yet, one group, or one group and the
+-- window's copy of its own); and how many holders refs counts for a message in the messages
+-- hash, as text (nil for one or none: Redis would format a number with printf for each
+-- message). Returns nil when publish_call must take the call: the window at its cap, which
+-- the call closes, or the leftover of a closed window, a part of which the call drops.
 local function call_holders(k, n, count)
-  if n == 0 then return true, nil end
-  local holders = nil
-  if n > 1 then holders = int(n) end
+  if n == 0 then return true, true, nil end
   -- Past a topic's first minute neither key exists: one lookup.
-  if redis.call('EXISTS', KEYS[k + 8], KEYS[k + 5]) == 0 then return false, holders end
+  if redis.call('EXISTS', KEYS[k + 8], KEYS[k + 5]) == 0 then
+    if n > 1 then return false, false, int(n) end
+    return false, true, nil
+  end
   local cap = redis.call('HGET', KEYS[k + 8], '')
-  if cap and redis.call('ZCARD', KEYS[k + 5]) + count <= tonumber(cap) then return true, int(n + 1) end
-  return nil
+  if not cap or redis.call('ZCARD', KEYS[k + 5]) + count > tonumber(cap) then return nil end
+  -- One group: a small message is embedded in the group's member and in the window's, each a
+  -- copy of its own; a large one is hashed, its group and the window counted as holders.
+  if n == 1 then return true, true, '2' end
+  return true, false, int(n + 1)
 end
 
 -- publish_plain_call writes the count messages of publish_to's plain call (from ARGV[first],
 -- their IDs base + 1 .. base + count) on the topic of KEYS[k] with its n groups at now (Unix µs):
 -- as publish_plain and publish_flush do (see there), with the call's state in locals, and
 -- hands the messages for the compact tier (horizon µs, nil without one) to publish_far. With
--- parking, the parked set holds each message too; holders is what refs counts of each, as text
--- (see call_holders: Redis would format a number with printf for each message).
-local function publish_plain_call(k, a, n, now, horizon, first, base, count, parking, holders)
+-- parking, the parked set holds each message too, under the group's member; with embed, a
+-- message of at most MAX_EMBEDDED bytes is embedded in it; holders is what refs counts of a
+-- message in the messages hash, as text (see call_holders).
+local function publish_plain_call(k, a, n, now, horizon, first, base, count, parking, embed, holders)
   local scheduled, hashed, counted, later = {}, nil, nil, nil
   local s, h, l, now_s, min_score, hex = 0, 0, 0, nil, nil, nil
   for i = 1, count do
@@ -83,7 +90,7 @@ local function publish_plain_call(k, a, n, now, horizon, first, base, count, par
     local d = (base + i) % 16
     if i == 1 or d == 0 then hex = string.format('%011x', (base + i - d) / 16) end
     local digit, m = HEX_DIGITS[d + 1], nil
-    if not holders and #data <= MAX_EMBEDDED then
+    if embed and #data <= MAX_EMBEDDED then
       m = hex .. digit .. '|' .. data
     else
       m = hex .. digit
@@ -144,7 +151,7 @@ local function publish_to(k, a, text)
   local refused = stale(KEYS[k + 4], a + 2, n)
   if refused then return refused end
   local count = (#ARGV - first + 1) / 3
-  local parking, holders = call_holders(k, n, count)
+  local parking, embed, holders = call_holders(k, n, count)
   if parking == nil then return load_fragments().publish_call(k, a, now, text) end
   local base = next_ids(KEYS[k + 1], count) - count
   local first_id, reply = string.format('%012x', base + 1), string.rep('s', count)
@@ -157,7 +164,7 @@ local function publish_to(k, a, text)
     if text then return string.sub(done, space + 1) end
     return {1, string.sub(done, 1, space - 1), string.sub(done, space + 1)}
   end
-  publish_plain_call(k, a, n, now, horizon, first, base, count, parking, holders)
+  publish_plain_call(k, a, n, now, horizon, first, base, count, parking, embed, holders)
   if text then return reply end
   return {1, first_id, reply}
 end

@@ -3,7 +3,9 @@
 -- single-group form, until the first group registers and takes the set over (register.lua).
 -- While the new-group window is open (the window key exists, see register.lua), the messages
 -- also go to the parked set, so that a group that registers within the window receives them:
--- they are then never embedded, and the parked set counts as one holder in refs. The window
+-- here they are never embedded, and the parked set counts as one holder in refs (publish_to's
+-- short path parks a small message of a single-group topic embedded instead, a copy of its own
+-- that nothing counts; see call_holders and register.lua). The window
 -- never holds a message key: its copy of a keyed message (parked as ID:0) is a copy of the
 -- message under the plain ID, its 12 hex digits (see window_id), counted in refs apart from
 -- the key's field, so that the key is free once the registered groups are done with it; a
