@@ -14,9 +14,8 @@ local function drop_parked(parked, messages, refs, history, n)
     local id, _, message = split(m)
     -- A member that embeds its message is a copy of its own: no set's hold to end.
     if not message then
-      holding[#holding + 1] = m
-      ids[#holding] = window_id(id)
-      local at = #holding
+      local at = #holding + 1
+      holding[at], ids[at] = m, window_id(id)
       if ids[at] ~= id then copies[#copies + 1], keyed[#keyed + 1] = ids[at], at end
     end
   end
