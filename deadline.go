@@ -29,14 +29,15 @@ func deadlineOf(o received, dueUs int64) (deadlineUs int64, ok bool) {
 // expiredAtClaim reports whether a message with options o, claimed for attempt at claimedUs
 // (Unix µs, Redis clock), expired: only a first attempt can (a retry was claimed in time
 // before), and only when its group claimed it after its deadline (one claimed at the deadline
-// is in time). It returns the deadline, and for a first attempt o.badDeadline, a deadline value
-// that cannot be read and was ignored.
+// is in time). A message claimed ahead of its due time (see claimAhead) is checked as of its due
+// time, when it is handed out. It returns the deadline, and for a first attempt o.badDeadline, a
+// deadline value that cannot be read and was ignored.
 func expiredAtClaim(o received, attempt, dueUs, claimedUs int64) (deadlineUs int64, expired bool, err error) {
 	if attempt != 1 {
 		return 0, false, nil
 	}
 	deadlineUs, ok := deadlineOf(o, dueUs)
-	return deadlineUs, ok && claimedUs > deadlineUs, o.badDeadline
+	return deadlineUs, ok && max(claimedUs, dueUs) > deadlineUs, o.badDeadline
 }
 
 // expireIfLate is the deadline check of delivery: it returns true when c, claimed for its first

@@ -290,4 +290,9 @@ func TestExpiryDecision(t *testing.T) {
 			assert.Equal(t, c.bad, err != nil, "%v", err)
 		})
 	}
+	// Claimed ahead of its due time (see claimAhead): checked as of the due time.
+	deadline := at(due - 1)
+	_, expired, err := redisdelay.ExpiredAtClaimForTest(message.Metadata{redisdelay.DeliverByMetadataKey: deadline}, 1, due, due-2_000)
+	require.NoError(t, err)
+	assert.True(t, expired, "a deadline between the claim ahead and the due time has passed when it is handed out")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/ThreeDotsLabs/watermill"
 	"github.com/ThreeDotsLabs/watermill/message"
 
+	"github.com/watermill-redisdelay/redisdelay/internal/clock"
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
@@ -35,6 +36,11 @@ func (s *partitionConsumer) deliverPending() int {
 // deliver sends one message and waits for its Ack or Nack. It returns false, leaving c to be
 // released, when the subscription stops first.
 func (s *partitionConsumer) deliver(c *claimed) bool {
+	// A message claimed ahead of its due time waits for it before anything is done with it:
+	// its deadline check and a dead letter for its spent attempts come at its due time too.
+	if !s.hold(c.holdUntil) {
+		return false
+	}
 	msg := s.delivery(c)
 	if msg == nil {
 		return true // removed or dead-lettered
@@ -64,6 +70,27 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 	s.book.handedOut(c)
 	s.logger.Trace("Message delivered", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.Attempt})
 	return s.awaitOutcome(c, msg)
+}
+
+// hold waits until, on the local clock, for a message claimed ahead of its due time (see
+// claimedOf): its timer wakes clock.PreciseTail early and the rest is slept precisely, as for
+// the claim loop's sleep. It returns false when the subscription stops first.
+func (s *partitionConsumer) hold(until time.Time) bool {
+	wait := time.Until(until)
+	if wait <= 0 {
+		return true
+	}
+	if wait > clock.PreciseTail {
+		timer := time.NewTimer(wait - clock.PreciseTail)
+		defer timer.Stop()
+		select {
+		case <-timer.C:
+		case <-s.ctx.Done():
+			return false
+		}
+	}
+	clock.SleepPrecisely(time.Until(until))
+	return s.ctx.Err() == nil
 }
 
 // delivery decodes c into the message to hand out, with its delivery metadata, and reads its

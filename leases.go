@@ -24,6 +24,9 @@ type claimed struct {
 	uuid      string // the message UUID, once decoded, for logs
 	delivered bool   // handed to the application
 	lost      bool   // its lease was found lost before it was handed out: it never will be
+	// holdUntil is when, on the local clock, a message claimed ahead of its due time may be
+	// handed out (see claimedOf); zero for one claimed once due.
+	holdUntil time.Time
 
 	// opts are the message's options, read once when it is decoded (receivedOptions); nil when
 	// it has none, so that a plain message's claim holds nothing more (see options).
@@ -39,11 +42,14 @@ func (c *claimed) options() received {
 	return *c.opts
 }
 
-// claimedOf wraps the messages of a claim made at claimedUs (Unix µs, Redis clock).
-func claimedOf(msgs []store.Claimed, claimedUs int64) []*claimed {
-	out := make([]*claimed, len(msgs))
-	for i, m := range msgs {
-		out[i] = &claimed{Claimed: m, claimedUs: claimedUs}
+// claimedOf wraps the messages of claim res; rc has observed its reply.
+func claimedOf(res store.ClaimResult, rc *redisClock) []*claimed {
+	out := make([]*claimed, len(res.Messages))
+	for i, m := range res.Messages {
+		out[i] = &claimed{Claimed: m, claimedUs: res.ClaimedUs}
+		if m.DueUs > res.NowUs {
+			out[i].holdUntil = rc.localAt(m.DueUs) // claimed ahead
+		}
 	}
 	return out
 }

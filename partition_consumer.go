@@ -70,6 +70,9 @@ type partitionConsumer struct {
 	// subscription registered while it was open; zero when there is nothing to clean up. From
 	// then on the claim loop drops what the window left (see closeWindow).
 	windowEnd time.Time
+	// redisClock bounds the Redis clock from below, by which a message claimed ahead of its due
+	// time is held until it is due (see claimedOf).
+	redisClock redisClock
 	// lateness is the buffer that recordClaim reuses for each claim's lateness.
 	lateness []time.Duration
 	// recheckPhase is the instant, drawn when the consumer starts, from which its idle

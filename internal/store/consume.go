@@ -38,12 +38,17 @@ type Held struct {
 // the claim's token, so that a claim whose reply was lost is answered again.
 type ClaimCall struct {
 	Subscription, Token string
+	// Ahead is how long before its due time (Redis clock) a message without a key may be
+	// claimed, so that the subscription holds it when it falls due instead of asking Redis
+	// then; zero claims only what is due. A keyed message is never claimed ahead (see
+	// claim.lua). Microseconds are kept.
+	Ahead time.Duration
 }
 
 // ClaimResult is what one claim call returns.
 type ClaimResult struct {
-	NowUs       int64    // Redis clock when the script ran, Unix µs
-	NextDueUs   int64    // earliest due time left in the group, -1 if none
+	NowUs       int64    // Redis clock when the script ran (as it ended with an Ahead), Unix µs
+	NextClaimUs int64    // when to claim next, Unix µs, Redis clock, -1 if never (see claim.lua)
 	NextLeaseUs int64    // earliest lease deadline in the group, -1 if none
 	RefusedAcks []string // IDs whose ack was refused: the lease had been lost
 	Dropped     int64    // due entries dropped: malformed, or their stored message vanished
@@ -116,7 +121,8 @@ func (s Store) CloseWindow(ctx context.Context, p Partition) (int64, time.Durati
 }
 
 // Claim runs claim.lua: it acknowledges acks, then claims up to limit due messages for group g
-// registered as epoch, leased for lease, closing each claimed batch that was still its batch
+// registered as epoch (and messages without a key due within call.Ahead), leased for lease,
+// closing each claimed batch that was still its batch
 // key's open batch. A claim whose token the record holds already ran; it is answered again
 // from the record. It returns an error wrapping ErrGroupRemoved when the group's epoch
 // changed because the group was removed, and one wrapping ErrRegistrationLost when Redis lost
@@ -124,8 +130,8 @@ func (s Store) CloseWindow(ctx context.Context, p Partition) (int64, time.Durati
 // or claimed then.
 func (s Store) Claim(ctx context.Context, g Group, epoch string, call ClaimCall, limit int, lease time.Duration, acks []Lease) (ClaimResult, error) {
 	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
-	args := make([]any, 0, 5+len(acks))
-	args = append(args, limit, lease.Microseconds(), call.Token, g.Name, epoch)
+	args := make([]any, 0, 6+len(acks))
+	args = append(args, limit, lease.Microseconds(), call.Token, g.Name, epoch, call.Ahead.Microseconds())
 	for _, a := range acks {
 		args = append(args, a.member())
 	}
@@ -151,7 +157,7 @@ func claimReply(res []any) (ClaimResult, error) {
 	}
 	r := ClaimResult{
 		NowUs:       asInt(res[0]),
-		NextDueUs:   asInt(res[1]),
+		NextClaimUs: asInt(res[1]),
 		NextLeaseUs: asInt(res[2]),
 		RefusedAcks: asStrings(res[3]),
 		Dropped:     asInt(res[4]),

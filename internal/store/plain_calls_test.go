@@ -121,7 +121,7 @@ func TestAPlainCallBeforeAnyGroupParksItsMessagesOnTheShortPath(t *testing.T) {
 	for i, want := range []string{"first", "second", "third"} {
 		assert.Equal(t, want, string(claimed.Messages[i].Data))
 	}
-	assert.Greater(t, claimed.NextDueUs, claimed.ClaimedUs+(time.Hour-time.Second).Microseconds(), "the delayed one is due an hour on")
+	assert.Greater(t, claimed.NextClaimUs, claimed.ClaimedUs+(time.Hour-time.Second).Microseconds(), "the delayed one is due an hour on")
 }
 
 // TestAnAckOfHeldAndLostLeasesEndsOnlyTheHeldOnes: held (held.lua) scores the acked leases 0

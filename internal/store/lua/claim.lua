@@ -1,23 +1,29 @@
 -- claim.lua: acknowledges a consumer's finished messages, makes messages whose lease expired due
 -- again, and claims up to N due messages for the next attempt, leasing each for the lease
--- timeout. Due messages are claimed in due-time order, ties in publish order.
+-- timeout. Due messages are claimed in due-time order, ties in publish order. A message without a
+-- key may be claimed up to ARGV[6] before its due time, so that its consumer holds it when it
+-- falls due rather than asking Redis then (the consumer hands it out at its due time on the
+-- Redis clock, see Ahead in consume.go); a keyed message only once it is due, so that a
+-- replace, a debounce update or a cancel by key before its due time always finds it waiting.
 --
 -- Each claim carries a token, and the subscription keeps its last claim in a record: the token
 -- and the lease deadline the claim gave. Scripts run one at a time and each reads the clock
 -- anew, so no other script gives the same deadline: the claim's messages are the lease members
 -- scored exactly at it. A claim whose token is in the record already ran and its reply was
 -- lost: it is answered again with those messages still so leased, and nothing is written, so
--- a lost reply costs no attempt. Their due time is then given as the claim time, when they were
--- certainly due. (A consumer of the group with another lease timeout could give the same
--- deadline to the microsecond; a replay would then hand out its message too: a duplicate at
--- worst, never a loss.)
+-- a lost reply costs no attempt. Their due time is then given as the latest the claim could
+-- take (the record's third field, its time and ahead), or the claim time without one: no
+-- earlier than any of them was due. (A consumer of the group with another lease timeout could
+-- give the same deadline to the microsecond; a replay would then hand out its message too: a
+-- duplicate at worst, never a loss.)
 --
 -- fragments: int, now_us, split, each_chunk, far, stored, head, drop, ack, close_batch, lease_marker, born_after
 -- KEYS[1] due       zset    member (see scripts.go) -> due time (µs)
 -- KEYS[2] lease     zset    ID:attempt -> lease deadline (µs)
 -- KEYS[3] messages  hash    field (see scripts.go) -> marshaled message
 -- KEYS[4] refs      hash    field -> groups still holding it
--- KEYS[5] record    string  the subscription's last claim: "token deadline"
+-- KEYS[5] record    string  the subscription's last claim: "token deadline", and " upto" when
+--                           it claimed ahead (the latest due time it could take, µs)
 -- KEYS[6] keyed     hash    the group's keyed messages once claimed: key -> ID:attempt
 -- KEYS[7] history   prefix  of the history keys of keyed messages (see ended in lib)
 -- KEYS[8] paused    string  exists while the group is paused: acks are confirmed, nothing is
@@ -33,17 +39,21 @@
 -- ARGV[3] the claim's token
 -- ARGV[4] the group's name
 -- ARGV[5] the group's epoch when the subscription registered it
--- ARGV[6..] lease members (ID:attempt) the caller acked
+-- ARGV[6] how long before its due time a message without a key may be claimed, µs (0: none)
+-- ARGV[7..] lease members (ID:attempt) the caller acked
 --
 -- Returns {-1} when the group's epoch is not ARGV[5]: the group was removed since (and maybe
 -- registered anew), so nothing is acked or claimed and the subscription stops; {-2} when
 -- Redis lost the data of the registration instead (the ID counter is younger than the epoch,
 -- or gone, see born_after), so nothing is acked or claimed and the subscription registers
--- the group again. Else {now µs, next due µs or -1, next lease deadline µs or -1, {IDs whose ack was refused},
+-- the group again. Else {now µs (as the script ends when ARGV[6] is not 0), next claim µs or
+--          -1, next lease deadline µs or -1, {IDs whose ack was refused},
 --          vanished count, expired lease count, claim time µs, then per claimed message: ID,
 --          attempt, due µs, marshaled message}. The claim time is now, or, for a claim
 --          answered again from its record, the time of the claim that ran (its deadline minus
---          the lease): deliver-by deadlines are checked against it.
+--          the lease): deliver-by deadlines are checked against it. The next claim is the
+--          earliest due time left, less ARGV[6] when its message has no key, or the compact
+--          tier's next bucket move when that comes first.
 -- An ack is refused when its lease was lost (fencing). A claimed ID whose stored message has
 -- vanished is dropped from the group and counted as vanished; a malformed member is dropped
 -- and counted likewise.
@@ -51,6 +61,7 @@
 local limit = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
 local token = ARGV[3]
+local ahead = tonumber(ARGV[6])
 local group = {keyed = KEYS[6], history = KEYS[7], name = ARGV[4]}
 local now = now_us()
 
@@ -59,15 +70,23 @@ local now = now_us()
 -- (a claim that leaves some asks for the next at once, see finish).
 local FAR_STEP = 500
 
--- finish gives the next due time: the due set's earliest, or the compact tier's next bucket
--- move when that comes first, so that the subscription claims (and moves it) then.
--- move is the compact tier's earliest move time when the claim has read it (see far_promote).
+-- finish gives the next claim time: the due set's earliest due time (less the ahead for a
+-- message without a key), or the compact tier's next bucket move when that comes first, so that
+-- the subscription claims (and moves it) then. move is the compact tier's earliest move time
+-- when the claim has read it (see far_promote).
 local function finish(result, move)
-  local due = head(KEYS[1])
+  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local due = tonumber(first[2])
+  -- Only a keyed member has "=" after its ID.
+  if due and string.byte(first[1], 13) ~= 61 then due = due - ahead end
   if move == false then move = head(KEYS[11]) end
   if move and (due == nil or move < due) then due = move end
   result[2] = due or -1
   result[3] = head(KEYS[2]) or -1
+  -- A claim that takes messages ahead gives the clock as it ends: its consumer holds them
+  -- until the Redis clock has surely read their due time, bounded by this reading and the
+  -- arrival of the reply (see redisclock.go).
+  if ahead > 0 then result[1] = now_us() end
   return result
 end
 
@@ -78,18 +97,19 @@ end
 
 local record = redis.call('GET', KEYS[5])
 if record and string.sub(record, 1, #token + 1) == token .. ' ' then
-  local deadline = string.sub(record, #token + 2)
+  local deadline, upto = string.match(string.sub(record, #token + 2), '^(%d+) ?(%d*)$')
   local leased = redis.call('ZRANGEBYSCORE', KEYS[2], deadline, deadline)
   local ids = {}
   for i, m in ipairs(leased) do ids[i] = (split(m)) end
-  local result = {now, -1, -1, {}, 0, 0, tonumber(deadline) - lease}
+  local claimed_at = tonumber(deadline) - lease
+  local result = {now, -1, -1, {}, 0, 0, claimed_at}
   local data = stored(KEYS[3], ids)
   for i, m in ipairs(leased) do
     if data[i] then
       local id, attempt = split(m)
       result[#result + 1] = id
       result[#result + 1] = attempt
-      result[#result + 1] = tonumber(deadline) - lease
+      result[#result + 1] = tonumber(upto) or claimed_at
       result[#result + 1] = data[i]
     end
   end
@@ -97,7 +117,7 @@ if record and string.sub(record, 1, #token + 1) == token .. ' ' then
 end
 
 local acked = {}
-for i = 6, #ARGV do acked[#acked + 1] = ARGV[i] end
+for i = 7, #ARGV do acked[#acked + 1] = ARGV[i] end
 local refused = ack(KEYS[2], KEYS[3], KEYS[4], group, acked, 'acked')
 if redis.call('EXISTS', KEYS[8]) == 1 then return {now, -1, -1, refused, 0, 0, now} end
 
@@ -119,16 +139,22 @@ end
 -- A bucket left unfinished holds messages due from its start on: until it is moved, only
 -- messages due before that are claimed, so that claims keep due-time order.
 local unmoved, move = far_promote(KEYS[1], KEYS[11], now, FAR_STEP)
-local upto = now
-if unmoved and unmoved <= now then upto = '(' .. int(unmoved) end
+local upto = now + ahead
+if unmoved and unmoved <= upto then upto = '(' .. int(unmoved) end
 
 local result = {now, -1, -1, refused, 0, #expired / 2, now}
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'WITHSCORES', 'LIMIT', 0, limit)
 if #due == 0 then return finish(result, move) end
 
 local ids, attempts, scores, embedded, moved, malformed = {}, {}, {}, {}, {}, 0
+local taken = #due / 2
 for i = 1, #due, 2 do
   local id, n, message = split(due[i])
+  -- A keyed ID is longer than 12 digits: it waits until it is due, and what follows it too.
+  if ahead > 0 and #id > 12 and tonumber(due[i + 1]) > now then
+    taken = (i - 1) / 2
+    break
+  end
   if n == nil or not string.find(id, '^%x%x%x%x%x%x%x%x%x%x%x%x') then
     malformed = malformed + 1
   else
@@ -144,7 +170,8 @@ for i = 1, #due, 2 do
 end
 -- The claimed members are the set's first by rank: removing the range spares a lookup per
 -- member, which in a set of millions is a cache miss or two each.
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, #due / 2 - 1)
+if taken == 0 then return finish(result, move) end
+redis.call('ZREMRANGEBYRANK', KEYS[1], 0, taken - 1)
 -- A claimed message lives in the messages hash until its group is done with it.
 if #moved > 0 then each_chunk('HSET', KEYS[3], moved) end
 -- A batch still open closes before its stored value is read (see close_batch).
@@ -197,7 +224,10 @@ if #leases > 0 then
   leases[#leases + 1] = '+inf'
   leases[#leases + 1] = lease_marker(ARGV[5])
   each_chunk('ZADD', KEYS[2], leases)
-  redis.call('SET', KEYS[5], token .. ' ' .. deadline, 'PX', math.max(1, math.ceil(lease / 1000)))
+  -- The record read above is done with: it takes the new claim.
+  record = token .. ' ' .. deadline
+  if ahead > 0 then record = record .. ' ' .. int(now + ahead) end
+  redis.call('SET', KEYS[5], record, 'PX', math.max(1, math.ceil(lease / 1000)))
 end
 drop(KEYS[3], KEYS[4], vanished, KEYS[7])
 result[5] = #vanished + malformed

@@ -2,7 +2,8 @@
 -- a subscription stops (Close or a cancelled Subscribe context). A message that was claimed but
 -- never handed to the application does not count as an attempt. The messages of a claim whose
 -- reply never arrived (its token is still in the subscription's claim record) are released too,
--- due at once.
+-- due at once, or, for a claim that took messages ahead of their due time, at the latest due
+-- time it could take (see claim.lua): never earlier than they were due.
 --
 -- fragments: now_us, split, member, each_chunk, schedule, held
 -- KEYS[1] due     zset    member (see ids.go) -> due time (µs)
@@ -26,9 +27,10 @@ local token = ARGV[2]
 if token ~= '' then
   local record = redis.call('GET', KEYS[3])
   if record and string.sub(record, 1, #token + 1) == token .. ' ' then
-    local deadline = tonumber(string.sub(record, #token + 2))
+    local deadline, upto = string.match(string.sub(record, #token + 2), '^(%d+) ?(%d*)$')
+    local at = math.max(now, tonumber(upto) or now)
     for _, m in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2], deadline, deadline)) do
-      releases[#releases + 1] = {m, now, false}
+      releases[#releases + 1] = {m, at, false}
     end
   end
 end
