@@ -29,8 +29,9 @@ type Metrics interface {
 	Published(topic string, stored, duplicates int)
 	// Claimed is called once per claim that leased at least one message to a subscription of
 	// consumer group on topic, with one lateness per claimed message: the claim's time minus the
-	// message's due time, both on the Redis clock, never negative. The slice is only valid
-	// during the call.
+	// message's due time, both on the Redis clock, never negative: 0 for a message claimed ahead
+	// of its due time, which the subscription then holds until it is due (see "Never early" in
+	// docs/guarantees.md). The slice is only valid during the call.
 	Claimed(topic, group string, lateness []time.Duration)
 	// LeasesExpired is called when a claim found n > 0 leases of the group that had expired
 	// before Ack or Nack, and made their messages due again.
@@ -93,7 +94,7 @@ func recordClaim(m Metrics, topic, group string, res store.ClaimResult, buf *[]t
 	if len(res.Messages) > 0 {
 		late := (*buf)[:0]
 		for _, c := range res.Messages {
-			late = append(late, time.Duration(max(res.NowUs-c.DueUs, 0))*time.Microsecond)
+			late = append(late, time.Duration(max(res.ClaimedUs-c.DueUs, 0))*time.Microsecond)
 		}
 		*buf = late
 		m.Claimed(topic, group, late)
