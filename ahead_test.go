@@ -1,12 +1,16 @@
 package redisdelay_test
 
 import (
+	"context"
 	"fmt"
+	"io"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -39,5 +43,53 @@ func TestAMessageClaimedAheadIsHandedOutAtItsDueTime(t *testing.T) {
 			assert.False(t, at.Before(due), "message %s handed out %s before its due time", msg.UUID, due.Sub(at))
 			msg.Ack()
 		}
+	})
+}
+
+// TestALostReplyOfAClaimAheadNeverHandsOutEarly: the replies of the first claims that lease
+// messages are lost, with messages claimed ahead among them; the claims are answered again from
+// their records. No message may reach the handler before its delay, counted from before its
+// Publish call, has passed, nor before the due time of its delivery metadata (Redis clock, this
+// host's), and none may use up an attempt. (The subscription retries a failed
+// claim after its backoff, 50 ms at least, so the messages of an answer again are due by then;
+// the due time that answer gives is checked in TestAClaimAheadTakesMessagesWithoutAKeyOnly.)
+func TestALostReplyOfAClaimAheadNeverHandsOutEarly(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		var dropped atomic.Int64
+		client := faultyClient(t, b, scriptFault{match: isClaimCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			err := next(ctx, cmd)
+			reply, _ := cmd.(*redis.Cmd).Val().([]any)
+			if err == nil && len(reply) > 7 && dropped.Add(1) <= 3 {
+				cmd.SetErr(io.EOF) // the claim ran and leased messages; its reply never arrives
+				return io.EOF
+			}
+			return err
+		}})
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, MaxAttempts: 1}, errorLogger{})
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = sub.Close() })
+		ch := subscribe(t, sub, topic)
+		const n = 12
+		notBefore := map[string]time.Time{}
+		for i := range n {
+			d := 3*time.Millisecond + time.Duration(i)*50*time.Millisecond
+			msg := message.NewMessage(fmt.Sprintf("m%02d", i), []byte("x"))
+			delay.Message(msg, delay.For(d))
+			notBefore[msg.UUID] = time.Now().Add(d)
+			require.NoError(t, pub.Publish(topic, msg))
+		}
+		for range n {
+			msg := receive(t, ch, 5*time.Second)
+			at := time.Now()
+			assert.False(t, at.Before(notBefore[msg.UUID]), "message %s handed out %s early", msg.UUID, notBefore[msg.UUID].Sub(at))
+			due, err := time.Parse(time.RFC3339Nano, msg.Metadata.Get(redisdelay.DueTimeMetadataKey))
+			require.NoError(t, err)
+			assert.False(t, at.Before(due), "message %s handed out %s before its due time", msg.UUID, due.Sub(at))
+			assert.Equal(t, "1", msg.Metadata.Get(redisdelay.AttemptMetadataKey), "a lost claim reply must not use up an attempt")
+			msg.Ack()
+		}
+		assert.GreaterOrEqual(t, dropped.Load(), int64(1), "the hook must have dropped a claim reply")
 	})
 }
