@@ -138,16 +138,21 @@ func (s *partitionConsumer) claimTurn(watch *wake.Watch) bool {
 		return true
 	}
 	if err != nil {
+		// What an earlier claim took ahead, left waiting for this one (see deliverPending), is
+		// handed out all the same.
+		s.deliverPending(false)
 		s.backoff(err, "claim")
 		return true
 	}
 	s.retry.Reset()
 	if len(res.Messages) > 0 {
 		s.book.claimed(claimedOf(res, &s.redisClock), sent)
+	}
+	if s.book.hasPending() {
 		start := time.Now()
-		n := s.deliverPending()
+		n, claimFirst := s.deliverPending(true)
 		s.adaptLimit(n, time.Since(start))
-		if len(res.Messages) == limit {
+		if claimFirst || len(res.Messages) == limit {
 			return true // more may be due
 		}
 	}
@@ -179,6 +184,7 @@ func (s *partitionConsumer) claimNext() (store.ClaimResult, time.Time, time.Time
 	ctx, cancel := s.callContext()
 	defer cancel()
 	sent := time.Now()
+	s.claimSent = sent
 	res, err := s.store.Claim(ctx, s.part, s.epoch, s.claim, s.limit, s.cfg.LeaseTimeout, leasesOf(s.book.acks))
 	if err != nil {
 		return res, sent, time.Time{}, err

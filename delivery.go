@@ -18,19 +18,25 @@ import (
 )
 
 // deliverPending hands the claimed messages out one at a time and returns how many were
-// finished. It returns early when the subscription stops.
-func (s *partitionConsumer) deliverPending() int {
-	n := 0
+// finished. It returns early when the subscription stops, and, when mayClaim, with claimFirst
+// when the next message is held until its due time (claimed ahead) and half the claim-ahead
+// time has passed since the last claim was sent: the next claim then goes out before the hold,
+// so that the messages due just after this claim's reach are claimed ahead too, not once due.
+func (s *partitionConsumer) deliverPending(mayClaim bool) (n int, claimFirst bool) {
 	for c := s.book.next(); c != nil; c = s.book.next() {
+		if mayClaim && time.Until(c.holdUntil) > 0 && time.Since(s.claimSent) >= s.claim.Ahead/2 {
+			s.book.putBack(c)
+			return n, true
+		}
 		if !s.deliver(c) {
 			if !c.delivered {
 				s.book.putBack(c)
 			}
-			return n
+			return n, false
 		}
 		n++
 	}
-	return n
+	return n, false
 }
 
 // deliver sends one message and waits for its Ack or Nack. It returns false, leaving c to be

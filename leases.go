@@ -4,6 +4,7 @@ package redisdelay
 // the acks waiting to be confirmed and the nacks a stop cut short.
 
 import (
+	"cmp"
 	"slices"
 	"sync/atomic"
 	"time"
@@ -138,9 +139,18 @@ func (b *leaseBook) claimed(msgs []*claimed, sent time.Time) {
 	if len(b.pending) == 0 && b.handing == nil && b.inflight == nil {
 		b.extendedAt = sent
 	}
+	// A claim made while messages it claimed ahead wait (see deliverPending) may take
+	// messages due before some of them: the queue stays in due-time order.
+	merge := len(b.pending) > 0
 	b.pending = append(b.pending, msgs...)
+	if merge {
+		slices.SortStableFunc(b.pending, func(a, c *claimed) int { return cmp.Compare(a.DueUs, c.DueUs) })
+	}
 	b.recount()
 }
+
+// hasPending reports whether claimed messages wait to be handed out.
+func (b *leaseBook) hasPending() bool { return len(b.pending) > 0 }
 
 // extended records a successful extension of every held lease, sent at sent.
 func (b *leaseBook) extended(sent time.Time) { b.extendedAt = sent }

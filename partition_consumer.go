@@ -73,6 +73,8 @@ type partitionConsumer struct {
 	// redisClock bounds the Redis clock from below, by which a message claimed ahead of its due
 	// time is held until it is due (see claimedOf).
 	redisClock redisClock
+	// claimSent is when the last claim was sent (see deliverPending).
+	claimSent time.Time
 	// lateness is the buffer that recordClaim reuses for each claim's lateness.
 	lateness []time.Duration
 	// recheckPhase is the instant, drawn when the consumer starts, from which its idle

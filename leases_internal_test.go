@@ -1,0 +1,35 @@
+package redisdelay
+
+import (
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+
+	"github.com/watermill-redisdelay/redisdelay/internal/store"
+)
+
+// TestAClaimMadeWhileMessagesWaitKeepsTheQueueInDueOrder: a claim made while messages claimed
+// ahead wait (see deliverPending) may take a message due before some of them; the queue hands
+// them out in due-time order, equal due times in claim order.
+func TestAClaimMadeWhileMessagesWaitKeepsTheQueueInDueOrder(t *testing.T) {
+	var count atomic.Int64
+	b := newLeaseBook(time.Minute, &count)
+	defer b.stop()
+	at := func(id string, dueUs int64) *claimed {
+		return &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: id, Attempt: 1}, DueUs: dueUs}}
+	}
+	b.claimed([]*claimed{at("a", 10), at("b", 30)}, time.Now())
+	first := b.next()
+	b.putBack(first) // held, and a claim goes out first
+	b.claimed([]*claimed{at("c", 20), at("d", 30), at("e", 40)}, time.Now())
+	var order []string
+	for c := b.next(); c != nil; c = b.next() {
+		order = append(order, c.ID)
+		b.handedOut(c)
+		b.acked(c)
+	}
+	assert.Equal(t, []string{"a", "c", "b", "d", "e"}, order)
+	assert.Zero(t, count.Load(), "nothing is left counted as held")
+}
