@@ -87,6 +87,7 @@ func (s *partitionConsumer) run(reg registration) {
 	s.epoch, s.windowEnd = reg.epoch, reg.windowEnd
 	s.book = newLeaseBook(s.cfg.LeaseTimeout, s.held)
 	defer s.book.stop()
+	defer s.sleeper.Close()
 	channel := s.store.WakeChannel(s.part)
 	watch := s.wakeHub.Watch(channel)
 	defer s.wakeHub.Unwatch(channel, watch)
@@ -287,7 +288,7 @@ func (s *partitionConsumer) sleepAtMost(wait time.Duration, watch *wake.Watch, u
 	for {
 		select {
 		case <-timer.C:
-			clock.SleepPrecisely(time.Until(deadline))
+			s.sleeper.Sleep(time.Until(deadline))
 			return
 		case due := <-watch.Due():
 			w := until(due) - s.claim.Ahead

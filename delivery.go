@@ -79,8 +79,8 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 }
 
 // hold waits until, on the local clock, for a message claimed ahead of its due time (see
-// claimedOf): its timer wakes clock.PreciseTail early and the rest is slept precisely, as for
-// the claim loop's sleep. It returns false when the subscription stops first.
+// claimedOf): its timer wakes clock.PreciseTail early and the rest is slept precisely on the
+// subscription's Sleeper, as for the claim loop's sleep. It returns false when the subscription stops first.
 func (s *partitionConsumer) hold(until time.Time) bool {
 	wait := time.Until(until)
 	if wait <= 0 {
@@ -95,7 +95,7 @@ func (s *partitionConsumer) hold(until time.Time) bool {
 			return false
 		}
 	}
-	clock.SleepPrecisely(time.Until(until))
+	s.sleeper.Sleep(time.Until(until))
 	return s.ctx.Err() == nil
 }
 

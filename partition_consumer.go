@@ -73,6 +73,9 @@ type partitionConsumer struct {
 	// redisClock bounds the Redis clock from below, by which a message claimed ahead of its due
 	// time is held until it is due (see claimedOf).
 	redisClock redisClock
+	// sleeper sleeps the last clock.PreciseTail of the claim loop's waits, on a timerfd kept
+	// for the subscription's life.
+	sleeper clock.Sleeper
 	// claimSent is when the last claim was sent (see deliverPending).
 	claimSent time.Time
 	// lateness is the buffer that recordClaim reuses for each claim's lateness.
