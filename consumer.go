@@ -234,14 +234,16 @@ func (s *partitionConsumer) adaptLimit(delivered int, took time.Duration) {
 	s.limit = max(1, min(next, 2*s.limit))
 }
 
-// sleep waits until the group's next due time or lease deadline, a wake-up for an earlier due
-// time, the recheck interval, or the end of the subscription, whichever comes first. readAt is
-// when, on the local clock, the claim most likely read the Redis clock (res.NowUs): halfway
-// through its round trip.
+// sleep waits until the group's next claim time (res.NextClaimUs: its next due time, less the
+// claim-ahead time for a message without a key) or lease deadline, a wake-up for an earlier due
+// time (less the claim-ahead time), the recheck interval, or the end of the subscription,
+// whichever comes first. readAt is when, on the local clock, the claim most likely read the
+// Redis clock (res.NowUs): halfway through its round trip.
 func (s *partitionConsumer) sleep(res store.ClaimResult, readAt time.Time, watch *wake.Watch) {
-	// The next claim then reaches Redis about a one-way trip after the due time. Waking a little
+	// The next claim then reaches Redis about a one-way trip after that time. Waking a little
 	// early costs an empty claim and a short sleep, never an early delivery: the claim script
-	// takes only what is due on the Redis clock.
+	// takes only what is due on the Redis clock, or due within the claim-ahead time, which the
+	// subscription holds until it is due (see hold).
 	until := func(dueUs int64) time.Duration {
 		return time.Duration(dueUs-res.NowUs)*time.Microsecond - time.Since(readAt)
 	}
