@@ -1,16 +1,13 @@
 package redisdelay_test
 
 import (
-	"context"
 	"fmt"
-	"io"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/ThreeDotsLabs/watermill/components/delay"
 	"github.com/ThreeDotsLabs/watermill/message"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -56,15 +53,7 @@ func TestAMessageClaimedAheadIsHandedOutAtItsDueTime(t *testing.T) {
 func TestALostReplyOfAClaimAheadNeverHandsOutEarly(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		var dropped atomic.Int64
-		client := faultyClient(t, b, scriptFault{match: isClaimCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-			err := next(ctx, cmd)
-			reply, _ := cmd.(*redis.Cmd).Val().([]any)
-			if err == nil && len(reply) > 7 && dropped.Add(1) <= 3 {
-				cmd.SetErr(io.EOF) // the claim ran and leased messages; its reply never arrives
-				return io.EOF
-			}
-			return err
-		}})
+		client := faultyClient(t, b, loseClaimReplies(3, &dropped))
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, MaxAttempts: 1}, errorLogger{})

@@ -132,19 +132,25 @@ func TestPublishWhoseReplyIsLostReportsOutcomeUnknown(t *testing.T) {
 	})
 }
 
+// loseClaimReplies is a fault that loses the replies of the first n claims that leased
+// messages: the claim ran, but its caller sees io.EOF. dropped counts them.
+func loseClaimReplies(n int64, dropped *atomic.Int64) scriptFault {
+	return scriptFault{match: isClaimCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		err := next(ctx, cmd)
+		reply, _ := cmd.(*redis.Cmd).Val().([]any)
+		// claim.lua's reply has 7 values, then 4 per leased message.
+		if err == nil && len(reply) > 7 && dropped.Add(1) <= n {
+			cmd.SetErr(io.EOF)
+			return io.EOF
+		}
+		return err
+	}}
+}
+
 func TestLostClaimReplyCostsNoAttempt(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		var dropped atomic.Int64
-		client := faultyClient(t, b, scriptFault{match: isClaimCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-			err := next(ctx, cmd)
-			reply, _ := cmd.(*redis.Cmd).Val().([]any)
-			if err == nil && len(reply) > 6 && dropped.Add(1) <= 3 {
-				// The claim ran and leased messages, but its reply never arrives.
-				cmd.SetErr(io.EOF)
-				return io.EOF
-			}
-			return err
-		}})
+		client := faultyClient(t, b, loseClaimReplies(3, &dropped))
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, MaxAttempts: 1, LeaseTimeout: time.Second}, errorLogger{})
