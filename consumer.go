@@ -30,7 +30,7 @@ const (
 	// trip and Redis's queue are then behind the due time, not in the message's lateness. It
 	// covers a loopback round trip on a busy machine; see docs/guarantees.md for what a
 	// message claimed ahead means to a cancel.
-	claimAhead = 2 * time.Millisecond
+	claimAhead = 5 * time.Millisecond
 )
 
 // newPartitionConsumer returns the consumer of one partition of topic for one Subscribe call.
@@ -127,39 +127,37 @@ func (s *partitionConsumer) claimTurn(watch *wake.Watch) bool {
 		s.closeWindow()
 	}
 	s.pollAcksSent()
-	limit := s.limit
-	res, sent, receivedAt, err := s.claimNext()
-	if errors.Is(err, ErrGroupRemoved) {
+	r := s.nextClaim()
+	if errors.Is(r.err, ErrGroupRemoved) {
 		// What it holds was dropped by the removal: stop() finds no lease to release.
-		s.logger.Error("Subscription stopped: its consumer group was removed", err, nil)
+		s.logger.Error("Subscription stopped: its consumer group was removed", r.err, nil)
 		return false
 	}
-	if errors.Is(err, store.ErrRegistrationLost) {
-		s.registrationLost(err)
+	if errors.Is(r.err, store.ErrRegistrationLost) {
+		s.registrationLost(r.err)
 		return true
 	}
-	if err != nil {
+	if r.err != nil {
 		// What an earlier claim took ahead, left waiting for this one (see deliverPending), is
 		// handed out all the same.
 		s.deliverPending(false)
-		s.backoff(err, "claim")
+		s.backoff(r.err, "claim")
 		return true
 	}
 	s.retry.Reset()
-	if len(res.Messages) > 0 {
-		s.book.claimed(claimedOf(res, &s.redisClock), sent)
-	}
 	if s.book.hasPending() {
 		start := time.Now()
-		n, claimFirst := s.deliverPending(true)
+		n := s.deliverPending(true)
 		s.adaptLimit(n, time.Since(start))
-		if claimFirst || len(res.Messages) == limit {
+		// A claim sent while messages were held is taken in by the next turn.
+		if s.claiming != nil || s.failedClaim != nil || len(s.lastClaim.res.Messages) == s.lastClaim.limit {
 			return true // more may be due
 		}
 	}
-	// The group had nothing more due when this claim ran, so sleep on what it said; anything
-	// published since then has sent a wake-up, which ends the sleep at once.
-	s.sleep(res, sent.Add(receivedAt.Sub(sent)/2), watch)
+	// The group had nothing more due when the last claim ran, so sleep on what it said;
+	// anything published since then has sent a wake-up, which ends the sleep at once.
+	last := s.lastClaim
+	s.sleep(last.res, last.sent.Add(last.received.Sub(last.sent)/2), watch)
 	return true
 }
 
@@ -177,28 +175,6 @@ func (s *partitionConsumer) registrationLost(err error) {
 	s.book.clear()
 	s.forgetTopic()
 	s.epoch, s.windowEnd = "", time.Time{}
-}
-
-// claimNext confirms the queued acks and claims the next batch in one round trip. When the
-// reply is lost, the claim keeps its token, and the next try is answered from the claim record.
-func (s *partitionConsumer) claimNext() (store.ClaimResult, time.Time, time.Time, error) {
-	ctx, cancel := s.callContext()
-	defer cancel()
-	sent := time.Now()
-	s.claimSent = sent
-	res, err := s.store.Claim(ctx, s.part, s.epoch, s.claim, s.limit, s.cfg.LeaseTimeout, leasesOf(s.book.acks))
-	if err != nil {
-		return res, sent, time.Time{}, err
-	}
-	received := time.Now()
-	s.claim.Token = store.NewToken()
-	s.redisClock.observe(res.NowUs, received)
-	recordClaim(s.cfg.Metrics, s.topic, s.group, res, &s.lateness)
-	s.acksConfirmed(res.RefusedAcks)
-	if res.Dropped > 0 {
-		s.logger.Error("Dropped due entries that were malformed or whose stored message had vanished", nil, watermill.LogFields{"dropped": res.Dropped})
-	}
-	return res, sent, received, nil
 }
 
 // closeWindow drops, in one bounded call, up to closeWindowLimit of the messages the

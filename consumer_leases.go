@@ -122,6 +122,7 @@ func (s *partitionConsumer) logRefused(refused []*claimed) {
 // message the subscription still holds. Messages whose lease was lost meanwhile are dropped
 // from the prefetch buffer, so they are not delivered twice.
 func (s *partitionConsumer) extendLeases() {
+	s.pollClaim()
 	s.confirmAcks()
 	held := s.book.held()
 	if len(held) == 0 {
@@ -148,6 +149,7 @@ func (s *partitionConsumer) extendLeases() {
 // what it cannot release comes back when its lease expires. When the application closed the Redis client first, it does so over a
 // short-lived client of its own built from the same options (see store.Store.reopened).
 func (s *partitionConsumer) stop() {
+	s.awaitClaim()
 	s.awaitAcksSent()
 	held := s.book.held()
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.OperationTimeout)

@@ -18,25 +18,39 @@ import (
 )
 
 // deliverPending hands the claimed messages out one at a time and returns how many were
-// finished. It returns early when the subscription stops, and, when mayClaim, with claimFirst
-// when the next message is held until its due time (claimed ahead) and half the claim-ahead
-// time has passed since the last claim was sent: the next claim then goes out before the hold,
-// so that the messages due just after this claim's reach are claimed ahead too, not once due.
-func (s *partitionConsumer) deliverPending(mayClaim bool) (n int, claimFirst bool) {
+// finished. It returns early when the subscription stops. When mayClaim, and the next message
+// is held until its due time (claimed ahead) and half the claim-ahead time has passed since
+// the last claim was sent, it sends the next claim (startClaim) before the hold, so that the
+// messages due just after this claim's reach are claimed ahead too, not once due; the hold
+// does not wait for that claim. When the claim's reply arrives during a hold, its messages
+// join the queue in due-time order and the earliest is handed out next.
+func (s *partitionConsumer) deliverPending(mayClaim bool) (n int) {
 	for c := s.book.next(); c != nil; c = s.book.next() {
-		if mayClaim && time.Until(c.holdUntil) > 0 && time.Since(s.claimSent) >= s.claim.Ahead/2 {
-			s.book.putBack(c)
-			return n, true
+		held := time.Until(c.holdUntil) > 0
+		if mayClaim && held && s.claiming == nil && s.failedClaim == nil && time.Since(s.claimSent) >= s.claim.Ahead/2 {
+			s.startClaim()
+		}
+		if held && s.claiming != nil {
+			replied, ok := s.holdForClaim(c.holdUntil)
+			if !ok || replied {
+				s.book.putBack(c)
+			}
+			if !ok {
+				return n
+			}
+			if replied {
+				continue
+			}
 		}
 		if !s.deliver(c) {
 			if !c.delivered {
 				s.book.putBack(c)
 			}
-			return n, false
+			return n
 		}
 		n++
 	}
-	return n, false
+	return n
 }
 
 // deliver sends one message and waits for its Ack or Nack. It returns false, leaving c to be

@@ -78,6 +78,14 @@ type partitionConsumer struct {
 	sleeper clock.Sleeper
 	// claimSent is when the last claim was sent (see deliverPending).
 	claimSent time.Time
+	// claiming receives the reply to the claim under way (see startClaim); nil while none is.
+	claiming chan claimReply
+	// failedClaim is the reply of a claim that failed while messages were handed out, for
+	// the claim loop to act on (see nextClaim); nil when none did.
+	failedClaim *claimReply
+	// lastClaim is the reply of the last claim that succeeded, whose next claim time the
+	// claim loop sleeps on.
+	lastClaim claimReply
 	// lateness is the buffer that recordClaim reuses for each claim's lateness.
 	lateness []time.Duration
 	// recheckPhase is the instant, drawn when the consumer starts, from which its idle
