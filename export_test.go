@@ -10,6 +10,10 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
+// ClaimAheadForTest is how long before its due time a subscription may claim and hold a
+// message without a key (see claimAhead).
+const ClaimAheadForTest = claimAhead
+
 // keysForTest returns the keys of group on the topic partition that a test names by its name
 // in the key space (see PartitionNameForTest): partition 0 of a topic of that name has the
 // same keys.
