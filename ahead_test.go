@@ -89,10 +89,10 @@ func TestALostReplyOfAClaimAheadNeverHandsOutEarly(t *testing.T) {
 // messages claimed ahead sends its next claim before a hold, and that claim's round trip must
 // not delay the held messages. Once a few messages have grown its claim size past one, messages
 // due 4 to 13 ms after their publish are claimed ahead on the publish's wake-up; every claim
-// after that first one is held up by the test until the
-// first claim's messages have all reached the handler. They must all arrive, while a claim sent
-// before the last of them was handed out waits (a claim that the hold waited for would keep
-// them back until the test gives up); then the rest arrive.
+// after that first one is held up by the test until the first claim's messages have all
+// reached the handler. They must all arrive, while a claim sent before the last of them was
+// handed out waits (a claim that the hold waited for would keep them back until the test gives
+// up); then the rest arrive.
 func TestAClaimSentDuringAHoldDoesNotKeepTheHeldMessagesWaiting(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
 		var firstLeased, blockedAt atomic.Int64
