@@ -3,6 +3,8 @@ package redisdelay_test
 import (
 	"context"
 	"fmt"
+	"io"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -85,80 +87,205 @@ func TestALostReplyOfAClaimAheadNeverHandsOutEarly(t *testing.T) {
 	})
 }
 
+// stalledClaims is a fault for the claims a subscription sends while it holds messages. Once
+// armed, it lets the first claim that leases messages through (leased counts them) and holds up
+// every claim after it until it is disarmed; blockedAt is when it first held one up. A
+// held-up claim runs in Redis first when runFirst, and its reply is then lost (io.EOF) if its
+// context ends meanwhile; else it runs only once released, and not at all if its context ends.
+type stalledClaims struct {
+	runFirst          bool
+	leased, blockedAt atomic.Int64
+	mu                sync.Mutex
+	release           chan struct{} // nil while disarmed
+}
+
+// arm starts holding up claims afresh.
+func (f *stalledClaims) arm() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.leased.Store(0)
+	f.blockedAt.Store(0)
+	f.release = make(chan struct{})
+}
+
+// disarm lets the held-up claims go on, and the next ones through.
+func (f *stalledClaims) disarm() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	close(f.release)
+	f.release = nil
+}
+
+func (f *stalledClaims) fault() scriptFault {
+	return scriptFault{match: isClaimCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+		f.mu.Lock()
+		release := f.release
+		f.mu.Unlock()
+		if release == nil {
+			return next(ctx, cmd)
+		}
+		if f.leased.Load() == 0 {
+			err := next(ctx, cmd)
+			// claim.lua's reply has 7 values, then 4 per leased message.
+			if reply, _ := cmd.(*redis.Cmd).Val().([]any); err == nil && len(reply) > 7 {
+				f.leased.Store(int64(len(reply)-7) / 4)
+			}
+			return err
+		}
+		f.blockedAt.CompareAndSwap(0, time.Now().UnixNano())
+		var err error
+		if f.runFirst {
+			err = next(ctx, cmd)
+		}
+		select {
+		case <-release:
+		case <-ctx.Done():
+			if f.runFirst {
+				cmd.SetErr(io.EOF)
+				return io.EOF
+			}
+			return ctx.Err()
+		}
+		if f.runFirst {
+			return err
+		}
+		return next(ctx, cmd)
+	}}
+}
+
+// heldBatch returns n messages due 4 to 3+n ms after their publish, and their UUIDs.
+func heldBatch(n int) ([]*message.Message, []string) {
+	var batch []*message.Message
+	var uuids []string
+	for i := range n {
+		msg := message.NewMessage(fmt.Sprintf("m%d", i), []byte("x"))
+		delay.Message(msg, delay.For(time.Duration(4+i)*time.Millisecond))
+		batch, uuids = append(batch, msg), append(uuids, msg.UUID)
+	}
+	return batch, uuids
+}
+
+// growClaimSize has sub's subscription ch hand out a few messages published one at a time:
+// each batch handed out doubles its claim size, from 1, so that its next claims take several
+// messages.
+func growClaimSize(t *testing.T, pub *redisdelay.Publisher, topic string, ch <-chan *message.Message) {
+	t.Helper()
+	for i := range 6 {
+		require.NoError(t, pub.Publish(topic, message.NewMessage(fmt.Sprintf("w%d", i), nil)))
+		receive(t, ch, 5*time.Second).Ack()
+	}
+}
+
+// receiveFirstClaim receives and acks what the first claim since f was armed leased (n at
+// most), and returns their UUIDs and when the last of them arrived.
+func receiveFirstClaim(t *testing.T, ch <-chan *message.Message, f *stalledClaims, n int) ([]string, time.Time) {
+	t.Helper()
+	var got []string
+	var last time.Time
+	for len(got) < n && (f.leased.Load() == 0 || int64(len(got)) < f.leased.Load()) {
+		msg := receive(t, ch, 2*time.Second)
+		last = time.Now()
+		got = append(got, msg.UUID)
+		msg.Ack()
+	}
+	require.Positive(t, f.leased.Load(), "the first claim leased messages")
+	require.Less(t, f.leased.Load(), int64(n), "the first claim reached past the last message: nothing to check")
+	return got, last
+}
+
 // TestAClaimSentDuringAHoldDoesNotKeepTheHeldMessagesWaiting: a subscription that holds
 // messages claimed ahead sends its next claim before a hold, and that claim's round trip must
 // not delay the held messages. Once a few messages have grown its claim size past one, messages
 // due 4 to 13 ms after their publish are claimed ahead on the publish's wake-up; every claim
 // after that first one is held up by the test until the first claim's messages have all
-// reached the handler. They must all arrive, while a claim sent before the last of them was
-// handed out waits (a claim that the hold waited for would keep them back until the test gives
-// up); then the rest arrive.
+// reached the handler. They must all arrive (a claim that a hold waited for would keep them back
+// until the test gives up), then the rest. Whether a claim goes out during a hold depends on
+// the timing (the next message must still be held 2.5 ms after the first claim), so the test
+// tries up to five batches and requires that in one of them a claim was sent before the last of
+// the first claim's messages was handed out.
 func TestAClaimSentDuringAHoldDoesNotKeepTheHeldMessagesWaiting(t *testing.T) {
 	forEachBackend(t, func(t *testing.T, b backend) {
-		var firstLeased, blockedAt atomic.Int64
-		var armed atomic.Bool
-		release := make(chan struct{})
-		client := faultyClient(t, b, scriptFault{match: isClaimCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
-			if !armed.Load() {
-				return next(ctx, cmd)
-			}
-			if firstLeased.Load() > 0 {
-				blockedAt.CompareAndSwap(0, time.Now().UnixNano())
-				select {
-				case <-release:
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-				return next(ctx, cmd)
-			}
-			err := next(ctx, cmd)
-			// claim.lua's reply has 7 values, then 4 per leased message.
-			if reply, _ := cmd.(*redis.Cmd).Val().([]any); err == nil && len(reply) > 7 {
-				firstLeased.Store(int64(len(reply)-7) / 4)
-			}
-			return err
-		}})
+		f := &stalledClaims{}
+		client := faultyClient(t, b, f.fault())
 		topic := newTopic()
 		pub := newPublisher(t, b)
 		sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client}, errorLogger{})
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = sub.Close() })
 		ch := subscribe(t, sub, topic)
-		for i := range 6 { // each batch handed out doubles the claim size, from 1
-			require.NoError(t, pub.Publish(topic, message.NewMessage(fmt.Sprintf("w%d", i), nil)))
-			receive(t, ch, 5*time.Second).Ack()
-		}
-		armed.Store(true)
+		growClaimSize(t, pub, topic, ch)
 		const n = 10
-		var batch []*message.Message
-		var want []string
-		for i := range n {
-			msg := message.NewMessage(fmt.Sprintf("m%d", i), []byte("x"))
-			want = append(want, msg.UUID)
-			delay.Message(msg, delay.For(time.Duration(4+i)*time.Millisecond))
-			batch = append(batch, msg)
+		during := false
+		for try := 0; try < 5 && !during; try++ {
+			f.arm()
+			batch, want := heldBatch(n)
+			require.NoError(t, pub.Publish(topic, batch...))
+			got, lastHandedOut := receiveFirstClaim(t, ch, f, n)
+			during = f.blockedAt.Load() != 0 && time.Unix(0, f.blockedAt.Load()).Before(lastHandedOut)
+			f.disarm()
+			for len(got) < n {
+				msg := receive(t, ch, 5*time.Second)
+				got = append(got, msg.UUID)
+				msg.Ack()
+			}
+			assert.ElementsMatch(t, want, got)
 		}
-		require.NoError(t, pub.Publish(topic, batch...))
-		var got []string
-		var lastHandedOut time.Time
-		for int64(len(got)) < n && (firstLeased.Load() == 0 || int64(len(got)) < firstLeased.Load()) {
-			msg := receive(t, ch, 2*time.Second)
-			lastHandedOut = time.Now()
-			got = append(got, msg.UUID)
-			msg.Ack()
-		}
-		leased := firstLeased.Load()
-		require.Positive(t, leased, "the first claim leased messages")
-		require.Less(t, leased, int64(n), "the first claim reached past the last message: nothing to check")
-		require.NotZero(t, blockedAt.Load(), "a claim was sent while the first claim's messages were handed out")
-		assert.True(t, time.Unix(0, blockedAt.Load()).Before(lastHandedOut),
-			"the next claim was sent before the last of the first claim's %d messages was handed out, and did not hold it up", leased)
-		close(release)
-		for len(got) < n {
-			msg := receive(t, ch, 5*time.Second)
-			got = append(got, msg.UUID)
-			msg.Ack()
-		}
-		assert.ElementsMatch(t, want, got)
+		assert.True(t, during, "in none of 5 batches was a claim sent before the last of the first claim's messages was handed out")
 	})
+}
+
+// TestAClaimUnderWayWhenASubscriptionStopsIsReleased: the Subscriber closes while the claim
+// its subscription sent during a hold is held up. Either that claim ran in Redis and its reply
+// is lost (runFirst), or it never ran, and the acks it carried were never sent. Close must
+// release what the claim leased (found by its token) and confirm those acks, so that another
+// Subscriber of the group receives every other message at once, at attempt 1, and nothing is
+// left in flight (the lease is a minute). As in the test above, the claim goes out during a
+// hold only with the right timing: each case tries up to five times, with a new Subscriber,
+// and requires that once.
+func TestAClaimUnderWayWhenASubscriptionStopsIsReleased(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		in := newInspector(t, b, 1)
+		for _, runFirst := range []bool{true, false} {
+			during := false
+			for try := 0; try < 5 && !during; try++ {
+				during = stopWithAClaimUnderWay(t, b, in, runFirst)
+			}
+			assert.True(t, during, "runFirst %v: in none of 5 tries was a claim sent before the last of the first claim's messages was handed out", runFirst)
+		}
+	})
+}
+
+// stopWithAClaimUnderWay runs one try of TestAClaimUnderWayWhenASubscriptionStopsIsReleased and
+// reports whether the claim held up was sent during a hold.
+func stopWithAClaimUnderWay(t *testing.T, b backend, in *redisdelay.Inspector, runFirst bool) bool {
+	t.Helper()
+	f := &stalledClaims{runFirst: runFirst}
+	client := faultyClient(t, b, f.fault())
+	topic := newTopic()
+	pub := newPublisher(t, b)
+	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, LeaseTimeout: time.Minute}, errorLogger{})
+	require.NoError(t, err)
+	ch := subscribe(t, sub, topic)
+	growClaimSize(t, pub, topic, ch)
+	f.arm()
+	defer f.disarm()
+	const n = 10
+	batch, want := heldBatch(n)
+	require.NoError(t, pub.Publish(topic, batch...))
+	got, lastHandedOut := receiveFirstClaim(t, ch, f, n)
+	require.Eventually(t, func() bool { return f.blockedAt.Load() != 0 }, 5*time.Second, time.Millisecond,
+		"the next claim is held up")
+	during := time.Unix(0, f.blockedAt.Load()).Before(lastHandedOut)
+	require.NoError(t, sub.Close())
+
+	again := subscribe(t, newSubscriber(t, b, nil), topic)
+	for len(got) < n {
+		msg := receive(t, again, 5*time.Second)
+		assert.Equal(t, "1", msg.Metadata.Get(redisdelay.AttemptMetadataKey), "a released claim uses up no attempt")
+		got = append(got, msg.UUID)
+		msg.Ack()
+	}
+	assert.ElementsMatch(t, want, got)
+	waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
+	return during
 }
