@@ -266,6 +266,7 @@ func stopWithAClaimUnderWay(t *testing.T, b backend, in *redisdelay.Inspector, r
 	pub := newPublisher(t, b)
 	sub, err := redisdelay.NewSubscriber(redisdelay.SubscriberConfig{Client: client, LeaseTimeout: time.Minute}, errorLogger{})
 	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Close() }) // before its client's, if the try fails before its Close
 	ch := subscribe(t, sub, topic)
 	growClaimSize(t, pub, topic, ch)
 	f.arm()
