@@ -126,9 +126,8 @@ func (f *stalledClaims) fault() scriptFault {
 		}
 		if f.leased.Load() == 0 {
 			err := next(ctx, cmd)
-			// claim.lua's reply has 7 values, then 4 per leased message.
-			if reply, _ := cmd.(*redis.Cmd).Val().([]any); err == nil && len(reply) > 7 {
-				f.leased.Store(int64(len(reply)-7) / 4)
+			if n := leasedBy(cmd); err == nil && n > 0 {
+				f.leased.Store(int64(n))
 			}
 			return err
 		}

@@ -132,14 +132,22 @@ func TestPublishWhoseReplyIsLostReportsOutcomeUnknown(t *testing.T) {
 	})
 }
 
+// leasedBy returns how many messages the claim cmd leased, from claim.lua's reply: 7 values,
+// then 4 per leased message; 0 when it failed.
+func leasedBy(cmd redis.Cmder) int {
+	reply, _ := cmd.(*redis.Cmd).Val().([]any)
+	if cmd.Err() != nil || len(reply) < 7 {
+		return 0
+	}
+	return (len(reply) - 7) / 4
+}
+
 // loseClaimReplies is a fault that loses the replies of the first n claims that leased
 // messages: the claim ran, but its caller sees io.EOF. dropped counts them.
 func loseClaimReplies(n int64, dropped *atomic.Int64) scriptFault {
 	return scriptFault{match: isClaimCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
 		err := next(ctx, cmd)
-		reply, _ := cmd.(*redis.Cmd).Val().([]any)
-		// claim.lua's reply has 7 values, then 4 per leased message.
-		if err == nil && len(reply) > 7 && dropped.Add(1) <= n {
+		if err == nil && leasedBy(cmd) > 0 && dropped.Add(1) <= n {
 			cmd.SetErr(io.EOF)
 			return io.EOF
 		}
