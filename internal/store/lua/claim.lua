@@ -58,7 +58,8 @@
 -- vanished is dropped from the group and counted as vanished; a malformed member is dropped
 -- and counted likewise.
 
-local limit = tonumber(ARGV[1])
+-- ARGV[1], the claim size, goes to each LIMIT as it came, and ranks as text literals: Redis 7.0
+-- formats a number argument with printf's %.17g, about 2k instructions each.
 local lease = tonumber(ARGV[2])
 local token = ARGV[3]
 local ahead = tonumber(ARGV[6])
@@ -75,7 +76,7 @@ local FAR_STEP = 500
 -- the subscription claims (and moves it) then. move is the compact tier's earliest move time
 -- when the claim has read it (see far_promote).
 local function finish(result, move)
-  local first = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
+  local first = redis.call('ZRANGE', KEYS[1], '0', '0', 'WITHSCORES')
   local due = tonumber(first[2])
   -- Only a keyed member has "=" after its ID.
   if due and string.byte(first[1], 13) ~= 61 then due = due - ahead end
@@ -123,7 +124,7 @@ if redis.call('EXISTS', KEYS[8]) == 1 then return {now, -1, -1, refused, 0, 0, n
 
 -- An expired lease puts the message back at its lease deadline, which is in the past, so it is
 -- claimed before messages that came due later; its member keeps the attempt count.
-local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', 0, limit)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now, 'WITHSCORES', 'LIMIT', '0', ARGV[1])
 if #expired > 0 then
   local back = {}
   for i = 1, #expired, 2 do
@@ -132,7 +133,7 @@ if #expired > 0 then
   end
   -- They are the set's first members by rank (the marker sorts last): a range removal spares
   -- a lookup per member.
-  redis.call('ZREMRANGEBYRANK', KEYS[2], 0, #expired / 2 - 1)
+  redis.call('ZREMRANGEBYRANK', KEYS[2], '0', #expired / 2 - 1)
   each_chunk('ZADD', KEYS[1], back)
 end
 
@@ -143,7 +144,7 @@ local upto = now + ahead
 if unmoved and unmoved <= upto then upto = '(' .. int(unmoved) end
 
 local result = {now, -1, -1, refused, 0, #expired / 2, now}
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'WITHSCORES', 'LIMIT', 0, limit)
+local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', upto, 'WITHSCORES', 'LIMIT', '0', ARGV[1])
 if #due == 0 then return finish(result, move) end
 
 local ids, attempts, scores, embedded, moved, malformed = {}, {}, {}, {}, {}, 0
@@ -171,7 +172,7 @@ end
 -- The claimed members are the set's first by rank: removing the range spares a lookup per
 -- member, which in a set of millions is a cache miss or two each.
 if taken == 0 then return finish(result, move) end
-redis.call('ZREMRANGEBYRANK', KEYS[1], 0, taken - 1)
+redis.call('ZREMRANGEBYRANK', KEYS[1], '0', taken - 1)
 -- A claimed message lives in the messages hash until its group is done with it.
 if #moved > 0 then each_chunk('HSET', KEYS[3], moved) end
 -- A batch still open closes before its stored value is read (see close_batch).

@@ -37,5 +37,6 @@ elseif ARGV[5] then
   drop(KEYS[3], KEYS[4], {id}, KEYS[6])
   id = new_id
 end
-schedule(KEYS[1], ARGV[3], {score, member(id, attempt)}, score)
+local m = member(id, attempt)
+schedule(KEYS[1], ARGV[3], {score, m}, score, m)
 return score

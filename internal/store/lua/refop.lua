@@ -56,7 +56,7 @@ if attempt ~= nil then
     else
       due = now + math.max(tonumber(schedule_arg), 0)
     end
-    schedule(KEYS[2], ARGV[6], {due, m}, due)
+    schedule(KEYS[2], ARGV[6], {due, m}, due, m)
     close_batch(KEYS[9], KEYS[4], id)
     reply = 'd'
   elseif where == 'lease' then

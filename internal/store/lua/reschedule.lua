@@ -56,7 +56,7 @@ else
     local due = KEYS[5 + g]
     local where, m = locate(due, KEYS[5 + ngroups + g], KEYS[5 + 2 * ngroups + g], id)
     if where == 'due' then
-      schedule(due, ARGV[4 + ngroups + g], {score, m}, score)
+      schedule(due, ARGV[4 + ngroups + g], {score, m}, score, m)
       states[#states + 1] = 'r'
     elseif where == 'lease' then
       states[#states + 1] = 'i'

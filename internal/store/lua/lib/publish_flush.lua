@@ -19,14 +19,14 @@ local function publish_flush(p)
   if #p.counted > 0 then each_chunk('HSET', p.refs, p.counted) end
   local scheduled = p.scheduled
   if #scheduled == 0 then return end
-  local min_score = nil
+  local min_score, first = nil, nil
   for i = 1, #scheduled, 2 do
     local score = scheduled[i]
     if score == p.now_s then score = p.now end
-    if min_score == nil or score < min_score then min_score = score end
+    if min_score == nil or score < min_score then min_score, first = score, scheduled[i + 1] end
   end
   if p.parking then each_chunk('ZADD', p.parked, scheduled) end
   for g = 1, p.ngroups do
-    schedule(p.due[g], p.channel[g], scheduled, min_score)
+    schedule(p.due[g], p.channel[g], scheduled, min_score, first)
   end
 end

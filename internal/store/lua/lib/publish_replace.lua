@@ -21,7 +21,7 @@ local function publish_replace(p, key, id, data, score, at)
     return
   end
   for _, g in ipairs(at) do
-    schedule(p.due[g[1]], p.channel[g[1]], {score, g[2]}, score)
+    schedule(p.due[g[1]], p.channel[g[1]], {score, g[2]}, score, g[2])
   end
   if p.parking then redis.call('ZADD', p.parked, 'XX', score, id .. ':0') end
 end

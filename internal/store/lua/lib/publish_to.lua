@@ -81,7 +81,7 @@ end
 -- message in the messages hash, as text (see call_holders).
 local function publish_plain_call(k, a, n, now, horizon, first, base, count, parking, embed, holders)
   local scheduled, hashed, counted, later = {}, nil, nil, nil
-  local s, h, l, now_s, min_score, hex = 0, 0, 0, nil, nil, nil
+  local s, h, l, now_s, min_score, min_m, hex = 0, 0, 0, nil, nil, nil, nil
   for i = 1, count do
     local at = first + 3 * i - 3
     local data, when = ARGV[at], ARGV[at + 1]
@@ -118,14 +118,14 @@ local function publish_plain_call(k, a, n, now, horizon, first, base, count, par
       end
       scheduled[s + 2] = m
       s = s + 2
-      if min_score == nil or score < min_score then min_score = score end
+      if min_score == nil or score < min_score then min_score, min_m = score, m end
     end
   end
   if hashed then each_chunk('HSET', KEYS[k + 2], hashed) end
   if counted then each_chunk('HSET', KEYS[k + 3], counted) end
   if parking and s > 0 then each_chunk('ZADD', KEYS[k + 5], scheduled) end
   for g = 1, n do
-    if s > 0 then schedule(KEYS[k + 9 + g], ARGV[a + 1 + n + g], scheduled, min_score) end
+    if s > 0 then schedule(KEYS[k + 9 + g], ARGV[a + 1 + n + g], scheduled, min_score, min_m) end
   end
   if later then
     local p = {later = later, ngroups = n, horizon = horizon, due = {}, far = {}, epoch = {}, channel = {},
