@@ -76,7 +76,8 @@ end
 local function far_promote(due, far, now, limit)
   local moved, left, next_move = 0, nil, nil
   while true do
-    local first = redis.call('ZRANGEBYSCORE', far, '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 1)
+    -- Every claim reads this, a compact tier or not: its LIMIT goes as text (see head).
+    local first = redis.call('ZRANGEBYSCORE', far, '-inf', '+inf', 'WITHSCORES', 'LIMIT', '0', '1')
     -- (Not `next_move = first[2] and tonumber(first[2])`: gopher-lua, miniredis's Lua,
     -- miscompiled that assignment here and went on with an empty reply.)
     if #first == 0 then
