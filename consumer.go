@@ -56,6 +56,7 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 		deadLetterPart:   store.Partition{Topic: deadLetterTopic, N: partition},
 		group:            group,
 		logger:           logger,
+		nopLogger:        isNop(logger),
 		out:              out,
 		turn:             turn,
 		limit:            1,

@@ -88,7 +88,9 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 		return true
 	}
 	s.book.handedOut(c)
-	s.logger.Trace("Message delivered", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.Attempt})
+	if !s.nopLogger {
+		s.logger.Trace("Message delivered", watermill.LogFields{"message_uuid": msg.UUID, "attempt": c.Attempt})
+	}
 	return s.awaitOutcome(c, msg)
 }
 

@@ -48,8 +48,11 @@ type partitionConsumer struct {
 	deadLetterPart  store.Partition
 	group           string
 	logger          watermill.LoggerAdapter
-	out             chan *message.Message
-	turn            chan struct{} // holds a token while a message of the Subscribe call is in flight
+	// nopLogger: the logger is watermill.NopLogger, so the per-message trace log, whose fields
+	// were a sixth of the bytes a delivery allocates, is not built.
+	nopLogger bool
+	out       chan *message.Message
+	turn      chan struct{} // holds a token while a message of the Subscribe call is in flight
 
 	book *leaseBook
 	// held counts the messages the Subscriber's subscriptions hold, for its worker record; the

@@ -64,8 +64,16 @@ func NewPublisher(config PublisherConfig, logger watermill.LoggerAdapter) (*Publ
 		eviction: evictionGuard{store: st, allow: config.AllowEvictingRedis, logger: logger},
 		callTTL:  max(publishCallTTLFactor*config.OperationTimeout, minPublishCallTTL),
 	}
-	_, p.nopLogger = logger.(watermill.NopLogger)
+	p.nopLogger = isNop(logger)
 	return p, nil
+}
+
+// isNop reports whether logger is watermill.NopLogger (whose With returns itself), so that a
+// hot path can skip building the fields of a log line nobody reads: a LoggerAdapter cannot say
+// which levels it writes.
+func isNop(logger watermill.LoggerAdapter) bool {
+	_, nop := logger.(watermill.NopLogger)
+	return nop
 }
 
 // Publish stores msgs on topic and schedules each, at its due time, for every consumer group

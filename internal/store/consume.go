@@ -164,6 +164,9 @@ func claimReply(res []any) (ClaimResult, error) {
 		Expired:     asInt(res[5]),
 		ClaimedUs:   asInt(res[6]),
 	}
+	if len(res) > 7 {
+		r.Messages = make([]Claimed, 0, (len(res)-7)/4)
+	}
 	for i := 7; i < len(res); i += 4 {
 		id, _ := res[i].(string)
 		data, _ := res[i+3].(string)
