@@ -43,14 +43,11 @@ func (c *claimed) options() received {
 	return *c.opts
 }
 
-// claimedOf wraps the messages of claim res; rc has observed its reply. They are allocated
-// together, one allocation per claim rather than per message.
+// claimedOf wraps the messages of claim res; rc has observed its reply.
 func claimedOf(res store.ClaimResult, rc *redisClock) []*claimed {
 	out := make([]*claimed, len(res.Messages))
-	all := make([]claimed, len(res.Messages))
 	for i, m := range res.Messages {
-		all[i] = claimed{Claimed: m, claimedUs: res.ClaimedUs}
-		out[i] = &all[i]
+		out[i] = &claimed{Claimed: m, claimedUs: res.ClaimedUs}
 		if m.DueUs > res.NowUs {
 			out[i].holdUntil = rc.localAt(m.DueUs) // claimed ahead
 		}
