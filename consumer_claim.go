@@ -8,7 +8,6 @@ import (
 
 	"github.com/ThreeDotsLabs/watermill"
 
-	"github.com/watermill-redisdelay/redisdelay/internal/clock"
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
@@ -128,24 +127,4 @@ func (s *partitionConsumer) awaitClaim() {
 		s.claimArrived(<-s.claiming)
 	}
 	s.failedClaim = nil
-}
-
-// holdForClaim waits until, on the local clock (a message's hold, see hold), or until the
-// reply to the claim under way arrives, whichever comes first, and reports whether the reply
-// came (it is then taken in, see claimArrived) and whether the subscription goes on. The last
-// clock.PreciseTail is slept precisely and does not watch for the reply, which then waits.
-func (s *partitionConsumer) holdForClaim(until time.Time) (replied, ok bool) {
-	if wait := time.Until(until); wait > clock.PreciseTail {
-		timer := time.NewTimer(wait - clock.PreciseTail)
-		defer timer.Stop()
-		select {
-		case r := <-s.claiming:
-			s.claimArrived(r)
-			return true, true
-		case <-timer.C:
-		case <-s.ctx.Done():
-			return false, false
-		}
-	}
-	return false, s.hold(until)
 }

@@ -31,7 +31,7 @@ func (s *partitionConsumer) deliverPending(mayClaim bool) (n int) {
 			s.startClaim()
 		}
 		if held && s.claiming != nil {
-			replied, ok := s.holdForClaim(c.holdUntil)
+			replied, ok := s.holdWatching(c.holdUntil, s.claiming)
 			if !ok || replied {
 				s.book.putBack(c)
 			}
@@ -98,21 +98,33 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 // claimedOf): its timer wakes clock.PreciseTail early and the rest is slept precisely on the
 // subscription's Sleeper, as for the claim loop's sleep. It returns false when the subscription stops first.
 func (s *partitionConsumer) hold(until time.Time) bool {
+	_, ok := s.holdWatching(until, nil)
+	return ok
+}
+
+// holdWatching is hold, whose timer part also ends when a reply arrives on claiming (never, for
+// nil): it reports whether the reply came (it is then taken in, see claimArrived) and whether
+// the subscription goes on. The last clock.PreciseTail is slept precisely and does not watch
+// for the reply, which then waits.
+func (s *partitionConsumer) holdWatching(until time.Time, claiming <-chan claimReply) (replied, ok bool) {
 	wait := time.Until(until)
 	if wait <= 0 {
-		return true
+		return false, true
 	}
 	if wait > clock.PreciseTail {
 		timer := time.NewTimer(wait - clock.PreciseTail)
 		defer timer.Stop()
 		select {
+		case r := <-claiming:
+			s.claimArrived(r)
+			return true, true
 		case <-timer.C:
 		case <-s.ctx.Done():
-			return false
+			return false, false
 		}
 	}
 	s.sleeper.Sleep(time.Until(until))
-	return s.ctx.Err() == nil
+	return false, s.ctx.Err() == nil
 }
 
 // delivery decodes c into the message to hand out, with its delivery metadata, and reads its
