@@ -16,8 +16,9 @@ import (
 var ErrNotStored = errors.New("messages were not stored")
 
 // StoreFunc stores the items of one round: all of them or none. It returns one outcome byte per
-// item, in the order of items. ctx carries the values of the round's first call and the latest
-// deadline among its calls, and no call's cancellation.
+// item, in the order of items, which it must not modify (with one call in the round, they are
+// that call's slice). ctx carries the values of the round's first call and the latest deadline
+// among its calls, and no call's cancellation.
 type StoreFunc[T any] func(ctx context.Context, items []T) (outcomes string, err error)
 
 // Committer owns the commit calls of one topic partition that wait to be stored and the rounds
@@ -90,7 +91,9 @@ func New[T any](store StoreFunc[T], outcomeUnknown error) *Committer[T] {
 // error wrapping ErrNotStored and ctx.Err(), and items are never stored. When ctx ends while the
 // round is under way, it returns an error wrapping New's outcomeUnknown and ctx.Err(): items are
 // then either all stored or none is. The cancellation of ctx never aborts a round under way,
-// since other calls share it.
+// since other calls share it. items must not be modified once passed, even after Commit
+// returned: a round of this call alone stores the slice itself, not a copy, and may go on after
+// an outcome-unknown return.
 func (g *Committer[T]) Commit(ctx context.Context, items []T) (string, error) {
 	c, _ := g.calls.Get().(*call[T])
 	if c == nil {
