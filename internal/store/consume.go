@@ -288,8 +288,8 @@ func (s Store) DeadLetter(ctx context.Context, g Group, epoch string, l Lease, r
 		return s.deadLetterAcross(ctx, g, epoch, l, reason, dead, call, groups, msgs, lease)
 	}
 	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
-	keys, args := s.publishTarget([]string{gk.lease, tk.messages, tk.refs, gk.keyed, tk.history}, []any{l.member(), g.Name, reason, epoch}, dead, call, groups, msgs)
-	res, err := s.run(ctx, s.client, deadLetterScript, keys, args...)
+	cmd, nkeys := s.publishTarget(newCommand(0, gk.lease, tk.messages, tk.refs, gk.keyed, tk.history), []any{l.member(), g.Name, reason, epoch}, dead, call, groups, msgs)
+	res, err := s.eval(ctx, s.client, deadLetterScript, nkeys, cmd)
 	if err != nil {
 		return err
 	}
@@ -306,8 +306,8 @@ func (s Store) deadLetterAcross(ctx context.Context, g Group, epoch string, l Le
 	if len(lost) > 0 {
 		return ErrLeaseLost
 	}
-	keys, args := s.publishTarget(nil, nil, dead, call, groups, msgs)
-	res, err := s.run(ctx, s.client, deadLetterPublishScript, keys, args...)
+	cmd, nkeys := s.publishTarget(newCommand(0), nil, dead, call, groups, msgs)
+	res, err := s.eval(ctx, s.client, deadLetterPublishScript, nkeys, cmd)
 	if err == nil {
 		_, err = publishReply(deadLetterPublishScript, res)
 	}

@@ -226,6 +226,8 @@ func cached[K comparable, V any](c *keyCache, m *map[K]V, key K, build func(K) V
 
 // topicKeys are the keys shared by all consumer groups of a topic.
 type topicKeys struct {
+	// tag is the prefix of every key of the partition (see keySpace.tag).
+	tag                                 string
 	seq, messages, refs, groups, parked string
 	// window exists while the new-group window is open (see register.lua).
 	window string
@@ -239,6 +241,10 @@ type topicKeys struct {
 	// removedParked is the parked set once the removal of the topic's last group took it
 	// (see removegroup.lua).
 	removedParked string
+	// published holds the keys that publish_to reads after the call's key, in its order (seq,
+	// messages, refs, groups, parked, history, batches, window, debounce), as interface values
+	// boxed once here rather than in every publish call.
+	published []any
 }
 
 // groupKeys are the keys of one consumer group on one topic.
@@ -253,6 +259,13 @@ type groupKeys struct {
 	// far is the index of the group's compact tier, and the prefix of its buckets and count
 	// (see promote.lua); removedFar is the index a removal took over.
 	far, removedFar string
+	// boxed holds what publish_to takes of the group, boxed once (see topicKeys.published).
+	boxed groupBoxed
+}
+
+// groupBoxed holds a group's keys and names that every publish call sends, as interface values.
+type groupBoxed struct {
+	due, keyed, far, epoch, wakeChannel, name any
 }
 
 // tag is the key prefix of a topic partition (see Partition.name), with its hash tag in braces:
@@ -290,7 +303,8 @@ func (k keySpace) topic(p Partition) topicKeys {
 
 func (k keySpace) buildTopic(p Partition) topicKeys {
 	t := k.tag(p.name())
-	return topicKeys{
+	tk := topicKeys{
+		tag:           t,
 		seq:           t + ":seq",
 		messages:      t + ":msg",
 		refs:          t + ":refs",
@@ -302,6 +316,8 @@ func (k keySpace) buildTopic(p Partition) topicKeys {
 		debounce:      t + ":debounce:",
 		batches:       t + ":batches",
 	}
+	tk.published = []any{tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches, tk.window, tk.debounce}
+	return tk
 }
 
 // topicRegistry is the hash of every topic published to or subscribed, topic -> partitions. It
@@ -310,7 +326,7 @@ func (k keySpace) topicRegistry() string { return k.prefix + "topics" }
 
 // call is the key that records that publish call token ran on partition p.
 func (k keySpace) call(p Partition, token string) string {
-	return k.tag(p.name()) + ":call:" + token
+	return k.topic(p).tag + ":call:" + token
 }
 
 // claimRecord is the key that holds the last claim of subscription id in group g.
@@ -327,7 +343,7 @@ func (k keySpace) group(g Group) groupKeys {
 
 func (k keySpace) buildGroup(g Group) groupKeys {
 	prefix := k.tag(g.name()) + ":g:" + g.Name
-	return groupKeys{
+	gk := groupKeys{
 		due:          prefix + ":due",
 		lease:        prefix + ":lease",
 		keyed:        prefix + ":keyed",
@@ -339,6 +355,8 @@ func (k keySpace) buildGroup(g Group) groupKeys {
 		far:          prefix + ":far",
 		removedFar:   prefix + ":far:removed",
 	}
+	gk.boxed = groupBoxed{due: gk.due, keyed: gk.keyed, far: gk.far, epoch: gk.epoch, wakeChannel: gk.wakeChannel, name: g.Name}
+	return gk
 }
 
 // schedule is the state hash of periodic schedule name, in the slot of tick topic partition

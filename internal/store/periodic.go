@@ -44,8 +44,8 @@ func (s Store) PutSchedule(ctx context.Context, tick Partition, name, def, ver s
 	if first != nil {
 		next, msgs = strconv.FormatInt(firstMs, 10), []Outgoing{*first}
 	}
-	keys, args := s.publishTarget([]string{s.keys.schedule(tick, name), s.keys.scheduleIndex(tick)}, []any{name, def, ver, next, atUs}, tick, call, groups, msgs)
-	res, err := s.run(ctx, s.client, periodicPutScript, keys, args...)
+	cmd, nkeys := s.publishTarget(newCommand(0, s.keys.schedule(tick, name), s.keys.scheduleIndex(tick)), []any{name, def, ver, next, atUs}, tick, call, groups, msgs)
+	res, err := s.eval(ctx, s.client, periodicPutScript, nkeys, cmd)
 	if err != nil {
 		return "", "", err
 	}
@@ -104,8 +104,8 @@ func (s Store) AdvanceSchedule(ctx context.Context, tick Partition, name string,
 		last = strconv.FormatInt(a.LastMs, 10)
 	}
 	args := []any{a.Mode, a.Version, strconv.FormatInt(a.ExpectMs, 10), a.Next, last, a.LastKey, a.Outcome, a.Published, a.Skipped, a.Buffered}
-	keys, args := s.publishTarget([]string{s.keys.schedule(tick, name)}, args, tick, call, groups, msgs)
-	res, err := s.run(ctx, s.client, periodicAdvanceScript, keys, args...)
+	cmd, nkeys := s.publishTarget(newCommand(0, s.keys.schedule(tick, name)), args, tick, call, groups, msgs)
+	res, err := s.eval(ctx, s.client, periodicAdvanceScript, nkeys, cmd)
 	if err != nil {
 		return false, err
 	}

@@ -176,26 +176,48 @@ func NewToken() string {
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
 
-// publishTarget appends the keys and arguments that publish_to expects for partition p: its
-// keys (the topic's, the groups' due sets and keyed hashes, their compact-tier indexes and
-// epochs), then the call key lifetime with the horizon and fence, the groups, their wake
-// channels and the messages.
-func (s Store) publishTarget(keys []string, args []any, p Partition, call Call, groups []string, msgs []Outgoing) ([]string, []any) {
+// publishTarget appends to cmd, a command begun by newCommand with the caller's keys, the keys
+// that publish_to expects for partition p (the call key, the topic's, the groups' due sets and
+// keyed hashes, their compact-tier indexes and epochs), then args, the caller's arguments, then
+// publish_to's: the call key lifetime with the horizon and fence, the groups, their wake
+// channels and the messages. It returns cmd and how many keys it holds. The keys and group
+// names are interface values kept with the key names (see topicKeys.published), so that a
+// publish call boxes only its call key and its messages.
+func (s Store) publishTarget(cmd, args []any, p Partition, call Call, groups []string, msgs []Outgoing) ([]any, int) {
 	tk := s.keys.topic(p)
-	keys = append(keys, s.keys.call(p, call.Token), tk.seq, tk.messages, tk.refs, tk.groups, tk.parked, tk.history, tk.batches, tk.window, tk.debounce)
+	var buf [4]groupKeys
+	gks := buf[:0]
+	for _, g := range groups {
+		gks = append(gks, s.keys.group(p.Of(g)))
+	}
+	cmd = append(cmd, tk.tag+":call:"+call.Token)
+	cmd = append(cmd, tk.published...)
+	for _, gk := range gks {
+		cmd = append(cmd, gk.boxed.due)
+	}
+	for _, gk := range gks {
+		cmd = append(cmd, gk.boxed.keyed)
+	}
+	for _, gk := range gks {
+		cmd = append(cmd, gk.boxed.far)
+	}
+	for _, gk := range gks {
+		cmd = append(cmd, gk.boxed.epoch)
+	}
+	nkeys := len(cmd) - commandHead
 	sent := time.Now()
-	keys, args = s.groupTargets(keys, append(args, call.ttlArg(msgs, sent)), p, groups, false, true)
-	// Then every group's compact-tier index, then every group's epoch.
-	n := len(keys)
-	keys = append(keys, make([]string, 2*len(groups))...)
-	for i, g := range groups {
-		gk := s.keys.group(p.Of(g))
-		keys[n+i], keys[n+len(groups)+i] = gk.far, gk.epoch
+	cmd = append(cmd, args...)
+	cmd = append(cmd, call.ttlArg(msgs, sent), len(groups))
+	for _, gk := range gks {
+		cmd = append(cmd, gk.boxed.name)
+	}
+	for _, gk := range gks {
+		cmd = append(cmd, gk.boxed.wakeChannel)
 	}
 	for _, m := range msgs {
-		args = append(args, m.Data, m.scheduleArg(sent), m.KeySpec)
+		cmd = append(cmd, m.Data, m.scheduleArg(sent), m.KeySpec)
 	}
-	return keys, args
+	return cmd, nkeys
 }
 
 // groupTargets appends the per-group keys and arguments that publish_to and the scripts by key
@@ -263,11 +285,11 @@ func publishReply(sc *script, reply any) (string, error) {
 // view is wrong; nothing is stored then. A second run of the same call stores nothing and
 // returns the first run's outcomes. With DurableReplicas, see publishDurably.
 func (s Store) Publish(ctx context.Context, p Partition, call Call, groups []string, msgs []Outgoing) (string, error) {
-	keys, args := s.publishTarget(make([]string, 0, 10+4*len(groups)), make([]any, 0, 2+2*len(groups)+3*len(msgs)), p, call, groups, msgs)
+	cmd, nkeys := s.publishTarget(newCommand(10+6*len(groups)+2+3*len(msgs)), nil, p, call, groups, msgs)
 	if s.opts.DurableReplicas > 0 {
-		return s.publishDurably(ctx, keys, args)
+		return s.publishDurably(ctx, nkeys, cmd)
 	}
-	res, err := s.run(ctx, s.client, publishScript, keys, args...)
+	res, err := s.eval(ctx, s.client, publishScript, nkeys, cmd)
 	if err != nil {
 		return "", err
 	}
@@ -278,17 +300,17 @@ func (s Store) Publish(ctx context.Context, p Partition, call Call, groups []str
 // keys, since WAIT counts the replicas that have that connection's writes. Once the script ran,
 // the messages are stored, so every failure of WAIT (too few replicas, a lost connection, the
 // end of ctx) wraps ErrNotDurable.
-func (s Store) publishDurably(ctx context.Context, keys []string, args []any) (string, error) {
+func (s Store) publishDurably(ctx context.Context, nkeys int, cmd []any) (string, error) {
 	connect, ok := masterConn(s.client)
 	if !ok {
 		return "", fmt.Errorf("DurableReplicas needs a *redis.Client or *redis.ClusterClient, not %T", s.client)
 	}
-	conn, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (*redis.Conn, error) { return connect(ctx, keys[0]) })
+	conn, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (*redis.Conn, error) { return connect(ctx, cmd[commandHead].(string)) })
 	if err != nil {
 		return "", err
 	}
 	defer conn.Close()
-	res, err := s.run(ctx, conn, publishScript, keys, args...)
+	res, err := s.eval(ctx, conn, publishScript, nkeys, cmd)
 	var outcomes string
 	if err == nil {
 		outcomes, err = publishReply(publishScript, res)

@@ -17,29 +17,73 @@ import (
 
 // run runs a script: bounded by ctx (see bounded), on the script form the server supports, with
 // the error classified (see classify) and named after the script.
-func (s Store) run(ctx context.Context, c redis.Scripter, sc *script, keys []string, args ...any) (any, error) {
-	if err := sc.checkKeys(keys); err != nil {
+func (s Store) run(ctx context.Context, c doer, sc *script, keys []string, args ...any) (any, error) {
+	return s.eval(ctx, c, sc, len(keys), append(newCommand(len(args), keys...), args...))
+}
+
+// commandHead is how many places an EVAL command has before its keys: the command, the
+// script's source or SHA1, and the number of keys.
+const commandHead = 3
+
+// newCommand begins an EVAL command for eval: commandHead free places, then keys, with room for
+// more places (the script's arguments, or more keys) beyond them.
+func newCommand(room int, keys ...string) []any {
+	cmd := make([]any, commandHead, commandHead+len(keys)+room)
+	for _, k := range keys {
+		cmd = append(cmd, k)
+	}
+	return cmd
+}
+
+// doer is what runs a command: a go-redis client, or one of its connections.
+type doer interface {
+	Do(ctx context.Context, args ...any) *redis.Cmd
+}
+
+// eval is run with the command already built (see newCommand): commandHead free places, then
+// sc's nkeys keys, then its arguments. It fills the free places, so cmd is used once.
+func (s Store) eval(ctx context.Context, c doer, sc *script, nkeys int, cmd []any) (any, error) {
+	if err := sc.checkKeys(nkeys); err != nil {
 		return nil, err
 	}
+	cmd[2] = nkeys
 	if s.opts.Observe != nil {
 		start := time.Now()
 		defer func() { s.opts.Observe(sc.name, time.Since(start)) }()
 	}
 	res, err := bounded(ctx, s.contextTimeouts || s.direct, func(ctx context.Context) (any, error) {
-		if s.shebang.unsupported.Load() {
-			return sc.plain.Run(ctx, c, keys, args...).Result()
-		}
-		res, err := sc.flagged.Run(ctx, c, keys, args...).Result()
-		if err != nil && isShebangRefused(err) {
+		if !s.shebang.unsupported.Load() {
+			res, err := evalForm(ctx, c, sc.flagged, cmd)
+			if err == nil || !isShebangRefused(err) {
+				return res, err
+			}
 			s.shebang.unsupported.Store(true)
-			return sc.plain.Run(ctx, c, keys, args...).Result()
 		}
-		return res, err
+		return evalForm(ctx, c, sc.plain, cmd)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("script %s: %w", sc.name, classify(err))
 	}
 	return res, nil
+}
+
+// evalForm runs form with cmd's keys and arguments: EVALSHA, then EVAL with the source when
+// the server does not hold the script (a NOSCRIPT error), as go-redis's Script.Run does. It
+// fills cmd's first two places.
+func evalForm(ctx context.Context, c doer, form scriptForm, cmd []any) (any, error) {
+	cmd[0], cmd[1] = "evalsha", form.sha
+	res, err := c.Do(ctx, cmd...).Result()
+	if err != nil && isNoScript(err) {
+		cmd[0], cmd[1] = "eval", form.src
+		res, err = c.Do(ctx, cmd...).Result()
+	}
+	return res, err
+}
+
+// isNoScript reports the server's NOSCRIPT error (KVRocks puts "ERR " before it).
+func isNoScript(err error) bool {
+	msg := strings.TrimPrefix(err.Error(), "ERR ")
+	return strings.HasPrefix(msg, "NOSCRIPT")
 }
 
 // command runs f, one plain command, bounded by ctx, with its error classified.

@@ -1,15 +1,15 @@
 package store
 
 import (
+	"crypto/sha1"
 	"embed"
+	"encoding/hex"
 	"fmt"
 	"path"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync/atomic"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // The Lua scripts are the heart of the adapter: one file per command in lua/, each with a header
@@ -105,17 +105,28 @@ type script struct {
 	name     string
 	keys     int
 	variadic bool
-	flagged  *redis.Script
-	plain    *redis.Script
+	flagged  scriptForm
+	plain    scriptForm
+}
+
+// scriptForm is one form of a script: its source, and its SHA1 (hex) that EVALSHA names it by.
+// Both are kept as interface values, boxed once here rather than on every call.
+type scriptForm struct {
+	src, sha any
+}
+
+func newScriptForm(src string) scriptForm {
+	sum := sha1.Sum([]byte(src))
+	return scriptForm{src: src, sha: hex.EncodeToString(sum[:])}
 }
 
 // checkKeys reports a call with the wrong number of keys, which Redis Cluster could not route
 // or the script would misread.
-func (sc *script) checkKeys(keys []string) error {
-	if len(keys) == sc.keys || sc.variadic && len(keys) >= sc.keys {
+func (sc *script) checkKeys(n int) error {
+	if n == sc.keys || sc.variadic && n >= sc.keys {
 		return nil
 	}
-	return fmt.Errorf("script %s: %d keys, want %d", sc.name, len(keys), sc.keys)
+	return fmt.Errorf("script %s: %d keys, want %d", sc.name, n, sc.keys)
 }
 
 var (
@@ -238,8 +249,8 @@ func assemble(spec scriptSpec) (*script, error) {
 		name:     spec.file,
 		keys:     h.keys,
 		variadic: h.variadic,
-		flagged:  redis.NewScript(shebang + code),
-		plain:    redis.NewScript(code),
+		flagged:  newScriptForm(shebang + code),
+		plain:    newScriptForm(code),
 	}, nil
 }
 
