@@ -110,6 +110,26 @@ func benchmarkPublish(b *testing.B, perProc int) {
 	reportScriptCPU(b, c, before, b.N)
 }
 
+// BenchmarkPublishAlone publishes one message per call from one goroutine: every call is a
+// round of its own, so this measures what a round costs the client (allocations per round,
+// not shared between callers), as a lone or slow publisher pays it.
+func BenchmarkPublishAlone(b *testing.B) {
+	be, c := benchBackend(b)
+	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: be.client}, nil)
+	require.NoError(b, err)
+	payload := make([]byte, 100)
+	before, cpu := scriptCPU(b, c), processCPU()
+	b.ReportAllocs()
+	for range b.N {
+		if err := pub.Publish("bench", message.NewMessage(watermill.NewUUID(), payload)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "client-µs/msg")
+	reportScriptCPU(b, c, before, b.N)
+}
+
 // processCPU is the CPU time this process used so far, user and system.
 func processCPU() time.Duration {
 	var ru syscall.Rusage

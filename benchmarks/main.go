@@ -43,6 +43,7 @@ func run() int {
 		redisStats = flag.Bool("redis-stats", false, "print redis-server CPU use and the costliest commands of each measurement to stderr")
 		burstSubs  = flag.Int("burst-subs", 0, "subscribers (asynq: Concurrency) in the due-burst scenario (0 = 1)")
 		cpuProfile = flag.String("cpuprofile", "", "write a CPU profile of this process to `file`")
+		memProfile = flag.String("memprofile", "", "write an allocation profile of this process to `file` when it ends")
 	)
 	flag.Parse()
 
@@ -92,6 +93,10 @@ func run() int {
 			return 1
 		}
 		defer pprof.StopCPUProfile()
+	}
+	if *memProfile != "" {
+		runtime.MemProfileRate = 4096
+		defer writeAllocs(*memProfile)
 	}
 
 	addr := os.Getenv("REDIS_ADDR")
@@ -205,4 +210,19 @@ func run() int {
 		return 1
 	}
 	return 0
+}
+
+// writeAllocs writes the allocation profile (every allocation since the start, sampled at
+// runtime.MemProfileRate) to path; a failure is printed, not returned.
+func writeAllocs(path string) {
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.Lookup("allocs").WriteTo(f, 0)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "memprofile:", err)
+	}
 }
