@@ -170,7 +170,10 @@ func applyContextDelays(topic string, msgs []*message.Message) error {
 func (p *Publisher) publish(topic string, msgs ...*message.Message) ([]Outcome, error) {
 	parent := context.Background()
 	if len(msgs) > 0 {
-		parent = context.WithoutCancel(msgs[0].Context())
+		// A message's context is Background unless it was given one.
+		if parent = msgs[0].Context(); parent.Done() != nil {
+			parent = context.WithoutCancel(parent)
+		}
 	}
 	return p.publishWith(parent, topic, msgs, seam.PublishOptions{})
 }
