@@ -129,14 +129,17 @@ func (s Store) CloseWindow(ctx context.Context, p Partition) (int64, time.Durati
 // the registration with its data (see born_after in lua/lib/next_ids.lua); nothing was acked
 // or claimed then.
 func (s Store) Claim(ctx context.Context, g Group, epoch string, call ClaimCall, limit int, lease time.Duration, acks []Lease) (ClaimResult, error) {
-	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
-	args := make([]any, 0, 6+len(acks))
-	args = append(args, limit, lease.Microseconds(), call.Token, g.Name, epoch, call.Ahead.Microseconds())
+	gk := s.keys.group(g)
+	const nkeys = len(groupBoxed{}.claimBefore) + 1 + len(groupBoxed{}.claimAfter)
+	cmd := newCommand(nkeys + 6 + len(acks))
+	cmd = append(cmd, gk.boxed.claimBefore[:]...)
+	cmd = append(cmd, gk.claimRecords+call.Subscription)
+	cmd = append(cmd, gk.boxed.claimAfter[:]...)
+	cmd = append(cmd, limit, lease.Microseconds(), call.Token, gk.boxed.name, epoch, call.Ahead.Microseconds())
 	for _, a := range acks {
-		args = append(args, a.member())
+		cmd = append(cmd, a.member())
 	}
-	keys := []string{gk.due, gk.lease, tk.messages, tk.refs, s.keys.claimRecord(g, call.Subscription), gk.keyed, tk.history, gk.paused, tk.batches, gk.epoch, gk.far, tk.seq}
-	reply, err := s.run(ctx, s.client, claimScript, keys, args...)
+	reply, err := s.eval(ctx, s.client, claimScript, nkeys, cmd)
 	if err != nil {
 		return ClaimResult{}, err
 	}
@@ -192,13 +195,14 @@ func (s Store) finish(ctx context.Context, g Group, epoch, outcome, reason strin
 	if len(acks) == 0 {
 		return nil, nil
 	}
-	tk, gk := s.keys.topic(g.Partition), s.keys.group(g)
-	args := make([]any, 0, 4+len(acks))
-	args = append(args, g.Name, outcome, reason, epoch)
+	gk := s.keys.group(g)
+	cmd := newCommand(len(gk.boxed.ack) + 4 + len(acks))
+	cmd = append(cmd, gk.boxed.ack[:]...)
+	cmd = append(cmd, gk.boxed.name, outcome, reason, epoch)
 	for _, a := range acks {
-		args = append(args, a.member())
+		cmd = append(cmd, a.member())
 	}
-	res, err := s.run(ctx, s.client, ackScript, []string{gk.lease, tk.messages, tk.refs, gk.keyed, tk.history}, args...)
+	res, err := s.eval(ctx, s.client, ackScript, len(gk.boxed.ack), cmd)
 	if err != nil {
 		return nil, err
 	}

@@ -259,13 +259,22 @@ type groupKeys struct {
 	// far is the index of the group's compact tier, and the prefix of its buckets and count
 	// (see promote.lua); removedFar is the index a removal took over.
 	far, removedFar string
-	// boxed holds what publish_to takes of the group, boxed once (see topicKeys.published).
+	// claimRecords is the prefix of the keys that hold each subscription's last claim (see
+	// keySpace.claimRecord).
+	claimRecords string
+	// boxed holds what publish_to, claim.lua and ack.lua take of the group, boxed once (see
+	// topicKeys.published).
 	boxed groupBoxed
 }
 
-// groupBoxed holds a group's keys and names that every publish call sends, as interface values.
+// groupBoxed holds a group's keys and name that every publish, claim and ack call sends, as
+// interface values: claim.lua's keys are claimBefore, the subscription's claim record, then
+// claimAfter; ack.lua's are ack.
 type groupBoxed struct {
 	due, keyed, far, epoch, wakeChannel, name any
+	claimBefore                               [4]any
+	claimAfter                                [7]any
+	ack                                       [5]any
 }
 
 // tag is the key prefix of a topic partition (see Partition.name), with its hash tag in braces:
@@ -331,7 +340,7 @@ func (k keySpace) call(p Partition, token string) string {
 
 // claimRecord is the key that holds the last claim of subscription id in group g.
 func (k keySpace) claimRecord(g Group, id string) string {
-	return k.tag(g.name()) + ":g:" + g.Name + ":claim:" + id
+	return k.group(g).claimRecords + id
 }
 
 func (k keySpace) group(g Group) groupKeys {
@@ -355,7 +364,14 @@ func (k keySpace) buildGroup(g Group) groupKeys {
 		far:          prefix + ":far",
 		removedFar:   prefix + ":far:removed",
 	}
-	gk.boxed = groupBoxed{due: gk.due, keyed: gk.keyed, far: gk.far, epoch: gk.epoch, wakeChannel: gk.wakeChannel, name: g.Name}
+	tk := k.topic(g.Partition)
+	gk.claimRecords = prefix + ":claim:"
+	gk.boxed = groupBoxed{
+		due: gk.due, keyed: gk.keyed, far: gk.far, epoch: gk.epoch, wakeChannel: gk.wakeChannel, name: g.Name,
+		claimBefore: [...]any{gk.due, gk.lease, tk.messages, tk.refs},
+		claimAfter:  [...]any{gk.keyed, tk.history, gk.paused, tk.batches, gk.epoch, gk.far, tk.seq},
+		ack:         [...]any{gk.lease, tk.messages, tk.refs, gk.keyed, tk.history},
+	}
 	return gk
 }
 
