@@ -190,3 +190,44 @@ func TestGroupCommitLingersAtMostLingerMax(t *testing.T) {
 	rounds := roundsOf(t, f.recorded(), ones(5))
 	require.Equal(t, []int{4}, rounds[3])
 }
+
+// A round's context carries the first call's values and the latest of the calls' deadlines
+// (none when one call has none), ends with DeadlineExceeded at that deadline, and its end
+// frees the round's slot once, however often it ends.
+func TestRoundContextCarriesTheFirstCallsValuesAndTheLatestDeadline(t *testing.T) {
+	type key struct{}
+	g := New(func(context.Context, []int) (string, error) { return "", nil }, errOutcomeUnknown)
+	now := time.Now()
+	first, cancelFirst := context.WithDeadline(context.WithValue(context.Background(), key{}, "first"), now.Add(time.Hour))
+	defer cancelFirst()
+	later, cancelLater := context.WithDeadline(context.Background(), now.Add(2*time.Hour))
+	defer cancelLater()
+
+	ctx := newRoundContext(g, []*call[int]{{ctx: first}, {ctx: later}})
+	require.Equal(t, "first", ctx.Value(key{}))
+	deadline, ok := ctx.Deadline()
+	require.True(t, ok)
+	require.Equal(t, now.Add(2*time.Hour), deadline)
+	cancelFirst()
+	require.NoError(t, ctx.Err(), "a call's cancellation does not reach the round")
+
+	none := newRoundContext(g, []*call[int]{{ctx: later}, {ctx: context.Background()}})
+	_, ok = none.Deadline()
+	require.False(t, ok, "a call without a deadline leaves the round without one")
+
+	g.mu.Lock()
+	g.inFlight, g.callsInFlight = 1, 2
+	g.mu.Unlock()
+	ctx.expire()
+	ctx.end(context.Canceled)
+	select {
+	case <-ctx.Done():
+	default:
+		t.Fatal("Done not closed once the context ended")
+	}
+	require.ErrorIs(t, ctx.Err(), context.DeadlineExceeded, "the first end is the one it keeps")
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	require.Equal(t, 0, g.inFlight, "the slot freed once")
+	require.Equal(t, 0, g.callsInFlight)
+}

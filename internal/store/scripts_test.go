@@ -1,6 +1,7 @@
 package store
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"regexp"
@@ -282,4 +283,30 @@ func (r *keyReads) add(index, param string, base int) {
 	} else {
 		r.after = append(r.after, n)
 	}
+}
+
+// A server that does not hold a script (a new or restarted server, or SCRIPT FLUSH) answers
+// EVALSHA with NOSCRIPT: eval then sends the source, which the server keeps, and the call
+// succeeds. On miniredis, which refuses the shebang line, the plain form runs instead.
+func TestEvalSendsTheSourceWhenTheServerLacksTheScript(t *testing.T) {
+	forStoreBackends(t, func(t *testing.T, client *redis.Client) {
+		s := testStore(client)
+		ctx := context.Background()
+		part := Partition{Topic: "noscript"}
+		publish := func() {
+			outcomes, err := s.Publish(ctx, part, testCall(), nil, []Outgoing{{Data: []byte("m")}})
+			require.NoError(t, err)
+			require.Equal(t, "s", outcomes)
+		}
+		publish()
+		form := publishScript.flagged
+		if s.shebang.unsupported.Load() {
+			form = publishScript.plain
+		}
+		require.NoError(t, client.ScriptFlush(ctx).Err())
+		publish()
+		held, err := client.ScriptExists(ctx, form.sha.(string)).Result()
+		require.NoError(t, err)
+		require.Equal(t, []bool{true}, held, "the server keeps the script it was sent")
+	})
 }
