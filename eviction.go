@@ -28,6 +28,14 @@ type evictionGuard struct {
 	err  error
 }
 
+// settled reports whether check has its answer already, with no Redis call to make: then it
+// returns at once, nil.
+func (g *evictionGuard) settled() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.done && g.err == nil
+}
+
 // check returns nil when the servers do not evict keys (or eviction is allowed, or CONFIG is
 // not available), ErrEvictingRedis naming the policy otherwise, or the Redis error when the
 // policy could not be read.

@@ -194,15 +194,13 @@ func (p *Publisher) publishWith(parent context.Context, topic string, msgs []*me
 	if err := p.prepare(topic, msgs, o, batch, partitions); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(parent, p.config.OperationTimeout)
-	defer cancel()
-	if err := p.eviction.check(ctx); err != nil {
-		return nil, fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
+	deadline := time.Now().Add(p.config.OperationTimeout)
+	if !p.eviction.settled() || !p.topics.known(topic, p.config.Partitions) {
+		if err := p.settle(parent, deadline, topic, msgs); err != nil {
+			return nil, err
+		}
 	}
-	if err := p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger); err != nil {
-		return nil, err
-	}
-	outcomes, err := p.commitAll(ctx, topic, msgs, batch, partitions, o.NotAfterUs)
+	outcomes, err := p.commitAll(parent, deadline, topic, msgs, batch, partitions, o.NotAfterUs)
 	if err != nil {
 		return nil, err
 	}
@@ -211,6 +209,18 @@ func (p *Publisher) publishWith(parent context.Context, topic string, msgs []*me
 		p.logger.Trace("Published", watermill.LogFields{"topic": topic, "messages": len(msgs)})
 	}
 	return outcomes, nil
+}
+
+// settle reads, by deadline, what a publish to topic checks once: the eviction policy (see
+// evictionGuard) and the topic's partitions in the registry (see registeredTopics), and
+// returns the error that refuses msgs.
+func (p *Publisher) settle(parent context.Context, deadline time.Time, topic string, msgs []*message.Message) error {
+	ctx, cancel := context.WithDeadline(parent, deadline)
+	defer cancel()
+	if err := p.eviction.check(ctx); err != nil {
+		return fmt.Errorf("redisdelay: publish %d message(s) to topic %s (first UUID %s): %w", len(msgs), quote(topic), quote(msgs[0].UUID), err)
+	}
+	return p.topics.ensure(ctx, p.store, topic, p.config.Partitions, p.logger)
 }
 
 // prepare prepares each of msgs for topic (see outgoing), with o's due times and key
@@ -238,13 +248,13 @@ func (p *Publisher) prepare(topic string, msgs []*message.Message, o seam.Publis
 }
 
 // commitAll stores batch, the prepared msgs, each on its partition in partitions, one commit
-// per partition, fenced at notAfterUs when it is > 0 (see commit), and returns the outcome of
-// each message in the order of msgs.
-func (p *Publisher) commitAll(ctx context.Context, topic string, msgs []*message.Message, batch []store.Outgoing, partitions []int, notAfterUs int64) ([]Outcome, error) {
+// per partition by deadline (see commit), fenced at notAfterUs when it is > 0, and returns the
+// outcome of each message in the order of msgs.
+func (p *Publisher) commitAll(parent context.Context, deadline time.Time, topic string, msgs []*message.Message, batch []store.Outgoing, partitions []int, notAfterUs int64) ([]Outcome, error) {
 	outcomes := make([]Outcome, len(msgs))
 	if p.config.Partitions == 1 {
 		// One partition: the whole batch, in order, without regrouping it.
-		if err := p.commitPart(ctx, topic, 0, batch, msgs[0].UUID, outcomes, nil, notAfterUs); err != nil {
+		if err := p.commitPart(parent, deadline, topic, 0, batch, msgs[0].UUID, outcomes, nil, notAfterUs); err != nil {
 			return nil, err
 		}
 		return outcomes, nil
@@ -254,7 +264,7 @@ func (p *Publisher) commitAll(ctx context.Context, topic string, msgs []*message
 		for j, i := range indexes {
 			part[j] = batch[i]
 		}
-		if err := p.commitPart(ctx, topic, n, part, msgs[indexes[0]].UUID, outcomes, indexes, notAfterUs); err != nil {
+		if err := p.commitPart(parent, deadline, topic, n, part, msgs[indexes[0]].UUID, outcomes, indexes, notAfterUs); err != nil {
 			return nil, err
 		}
 	}
@@ -263,8 +273,8 @@ func (p *Publisher) commitAll(ctx context.Context, topic string, msgs []*message
 
 // commitPart stores part, the messages of msgs for partition n of topic, and writes their
 // outcomes to outcomes at indexes (at 0, 1, … when indexes is nil).
-func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []store.Outgoing, firstUUID string, outcomes []Outcome, indexes []int, notAfterUs int64) error {
-	letters, err := p.commit(ctx, store.Partition{Topic: topic, N: n}, part, notAfterUs)
+func (p *Publisher) commitPart(parent context.Context, deadline time.Time, topic string, n int, part []store.Outgoing, firstUUID string, outcomes []Outcome, indexes []int, notAfterUs int64) error {
+	letters, err := p.commit(parent, deadline, store.Partition{Topic: topic, N: n}, part, notAfterUs)
 	if err != nil {
 		return fmt.Errorf("redisdelay: publish %d message(s) to topic %s partition %d (first UUID %s): %w", len(part), quote(topic), n, quote(firstUUID), err)
 	}
@@ -278,12 +288,20 @@ func (p *Publisher) commitPart(ctx context.Context, topic string, n int, part []
 	return nil
 }
 
-// commit stores msgs on topic partition part through its groupcommit.Committer, which shares
-// rounds with concurrent calls; see Committer.Commit for the result. A call whose context ended
-// while it waited for a round returns an error wrapping groupcommit.ErrNotStored, one whose
-// context ended during its round an error wrapping ErrOutcomeUnknown. A call fenced at
-// notAfterUs (> 0; see storeBatch) makes a script call of its own.
-func (p *Publisher) commit(ctx context.Context, part store.Partition, msgs []store.Outgoing, notAfterUs int64) (string, error) {
+// commit stores msgs on topic partition part by deadline through its groupcommit.Committer,
+// which shares rounds with concurrent calls; see Committer.Commit for the result. A call whose
+// deadline came (or whose parent ended) while it waited for a round returns an error wrapping
+// groupcommit.ErrNotStored, one during its round an error wrapping ErrOutcomeUnknown. A
+// parent that cannot end (Publish's) waits with Committer.CommitBy, which needs no context of
+// its own; one that can (the Scheduler's) with a context of the deadline, whose end it
+// follows. A call fenced at notAfterUs (> 0; see storeBatch) makes a script call of its own.
+func (p *Publisher) commit(parent context.Context, deadline time.Time, part store.Partition, msgs []store.Outgoing, notAfterUs int64) (string, error) {
+	var ctx context.Context
+	if notAfterUs > 0 || parent.Done() != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(parent, deadline)
+		defer cancel()
+	}
 	if notAfterUs > 0 {
 		return p.storeBatch(ctx, p.store, part, msgs, notAfterUs)
 	}
@@ -299,7 +317,11 @@ func (p *Publisher) commit(ctx context.Context, part store.Partition, msgs []sto
 			p.forgetIdleQueues()
 		}
 	}
-	return g.(*groupcommit.Committer[store.Outgoing]).Commit(ctx, msgs)
+	committer := g.(*groupcommit.Committer[store.Outgoing])
+	if ctx == nil {
+		return committer.CommitBy(parent, deadline, msgs)
+	}
+	return committer.Commit(ctx, msgs)
 }
 
 // maxQueues is how many topic partitions a Publisher keeps a groupcommit.Committer for before

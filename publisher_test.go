@@ -26,7 +26,7 @@ func TestPublisherForgetsIdleQueuesPastTheBound(t *testing.T) {
 	require.NoError(t, err)
 	data, _ := DefaultMarshalerUnmarshaler{}.Marshal("", message.NewMessage("m", nil))
 	for i := range maxQueues + 10 {
-		_, err := p.commit(context.Background(), store.Partition{Topic: "t" + strconv.Itoa(i)}, []store.Outgoing{{Data: data}}, 0)
+		_, err := p.commit(context.Background(), time.Now().Add(time.Minute), store.Partition{Topic: "t" + strconv.Itoa(i)}, []store.Outgoing{{Data: data}}, 0)
 		require.NoError(t, err)
 	}
 	n := 0

@@ -24,6 +24,15 @@ type registeredTopics struct {
 	seen map[string]int
 }
 
+// known reports whether ensure has nothing to do for topic with partitions: it is in the
+// registry with those partitions.
+func (r *registeredTopics) known(topic string, partitions int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	registered, ok := r.seen[topic]
+	return ok && registered == partitions
+}
+
 // ensure writes topic with partitions to the registry unless the topic is there already, and
 // returns an error, naming the topic and both counts, when the registry holds other partitions
 // for it: its messages would be split between two layouts, and a key would lead to a partition

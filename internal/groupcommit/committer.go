@@ -65,10 +65,20 @@ type Committer[T any] struct {
 
 // call is one commit call.
 type call[T any] struct {
-	ctx   context.Context
-	items []T
-	taken bool        // in a round; guarded by Committer.mu
-	done  chan result // buffered; receives the call's part of its round's result
+	ctx context.Context
+	// deadline is when the caller gives up: its context's (Commit) or the one it named
+	// (CommitBy); zero for none.
+	deadline time.Time
+	items    []T
+	taken    bool        // in a round; guarded by Committer.mu
+	done     chan result // buffered; receives the call's part of its round's result
+	// timer is CommitBy's, kept with the call for its next use while it never fired.
+	timer *time.Timer
+}
+
+// ended reports whether c's caller has given up (or is about to, its deadline passed).
+func (c *call[T]) ended() bool {
+	return c.ctx.Err() != nil || !c.deadline.IsZero() && !time.Now().Before(c.deadline)
 }
 
 // result is a commit call's result: the outcomes of its items, or the error of its round.
@@ -95,25 +105,70 @@ func New[T any](store StoreFunc[T], outcomeUnknown error) *Committer[T] {
 // returned: a round of this call alone stores the slice itself, not a copy, and may go on after
 // an outcome-unknown return.
 func (g *Committer[T]) Commit(ctx context.Context, items []T) (string, error) {
+	deadline, _ := ctx.Deadline()
+	c := g.enqueue(ctx, deadline, items)
+	select {
+	case r := <-c.done:
+		g.recycle(c)
+		return r.outcomes, r.err
+	case <-ctx.Done():
+	}
+	return g.abandon(c, ctx.Err())
+}
+
+// CommitBy is Commit for a caller that gives up at deadline instead of when a context ends:
+// values gives the round the values that a call's context gives it (see StoreFunc), and is
+// never cancelled. At the deadline it returns what Commit returns when its context reaches its
+// deadline, wrapping context.DeadlineExceeded. It allocates no context of its own, and no
+// timer once its call has one: a call keeps its timer while it never fired.
+func (g *Committer[T]) CommitBy(values context.Context, deadline time.Time, items []T) (string, error) {
+	c := g.enqueue(values, deadline, items)
+	if c.timer == nil {
+		c.timer = time.NewTimer(time.Until(deadline))
+	} else {
+		c.timer.Reset(time.Until(deadline))
+	}
+	select {
+	case r := <-c.done:
+		if !c.timer.Stop() {
+			// It fired: with the timers of Go before 1.23 its value may still be on its way,
+			// so it serves no later call.
+			c.timer = nil
+		}
+		g.recycle(c)
+		return r.outcomes, r.err
+	case <-c.timer.C:
+	}
+	return g.abandon(c, context.DeadlineExceeded)
+}
+
+// enqueue adds a call of items, with ctx and deadline (see call), to the pending calls and
+// starts the rounds that may start.
+func (g *Committer[T]) enqueue(ctx context.Context, deadline time.Time, items []T) *call[T] {
 	c, _ := g.calls.Get().(*call[T])
 	if c == nil {
 		c = &call[T]{done: make(chan result, 1)}
 	}
-	c.ctx, c.items = ctx, items
+	c.ctx, c.deadline, c.items = ctx, deadline, items
 	g.mu.Lock()
 	g.pending = append(g.pending, c)
 	g.pendingItems += len(items)
 	g.startRounds()
 	g.mu.Unlock()
+	return c
+}
 
-	select {
-	case r := <-c.done:
-		// The round let go of c when it sent r: c serves another call.
-		*c = call[T]{done: c.done}
-		g.calls.Put(c)
-		return r.outcomes, r.err
-	case <-ctx.Done():
-	}
+// recycle keeps c, whose result was received (the round let go of it when it sent it), for
+// another call.
+func (g *Committer[T]) recycle(c *call[T]) {
+	*c = call[T]{done: c.done, timer: c.timer}
+	g.calls.Put(c)
+}
+
+// abandon ends the wait of call c, whose caller gave up with err: ErrNotStored when no round
+// took it (it leaves the pending calls), else the round's result if it arrived meanwhile, or
+// the outcome-unknown error.
+func (g *Committer[T]) abandon(c *call[T], err error) (string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if !c.taken {
@@ -122,13 +177,13 @@ func (g *Committer[T]) Commit(ctx context.Context, items []T) (string, error) {
 			g.pendingItems -= len(c.items)
 			g.retireIfIdle()
 		}
-		return "", fmt.Errorf("%w: %w", ErrNotStored, ctx.Err())
+		return "", fmt.Errorf("%w: %w", ErrNotStored, err)
 	}
 	select {
-	case r := <-c.done: // the round finished as ctx ended
+	case r := <-c.done: // the round finished as the caller gave up
 		return r.outcomes, r.err
 	default:
-		return "", fmt.Errorf("%w: %w", g.outcomeUnknown, ctx.Err())
+		return "", fmt.Errorf("%w: %w", g.outcomeUnknown, err)
 	}
 }
 

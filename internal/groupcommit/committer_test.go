@@ -1,3 +1,8 @@
+// The package's tests run with the timers of Go before 1.23 (asynchronous channels), which a
+// user's program gets when its go.mod names an older Go: CommitBy's reuse of a timer must hold
+// there too (TestCommitByReusesItsTimerOnlyWhileItNeverFired checks that they are in force).
+//go:debug asynctimerchan=1
+
 package groupcommit
 
 import (
@@ -239,4 +244,27 @@ func TestGroupCommitHoldsNoGoroutineOnceIdle(t *testing.T) {
 	f.open()
 	eventually(t, "every runner ended", func() bool { return runners(g) == 0 })
 	require.True(t, g.Idle())
+}
+
+// A call that waited with CommitBy and got its result before its deadline keeps its timer for
+// a later call, which waits for its own deadline; a call whose timer fired drops it. Neither
+// ends a later call early.
+func TestCommitByReusesItsTimerOnlyWhileItNeverFired(t *testing.T) {
+	require.Equal(t, 1, cap(time.NewTimer(time.Hour).C), "timers of Go before 1.23 (see go:debug above)")
+	f := newFakeStore(t)
+	f.open()
+	g := New(f.store, errOutcomeUnknown)
+	for i := range 200 {
+		// Every fourth call has a deadline that a round can outlive: its timer may fire.
+		timeout := time.Minute
+		if i%4 == 0 {
+			timeout = time.Duration(i%3) * time.Millisecond
+		}
+		_, err := g.CommitBy(context.Background(), time.Now().Add(timeout), messagesOf(i, 1))
+		if timeout == time.Minute {
+			require.NoError(t, err, "call %d", i)
+		} else if err != nil {
+			require.ErrorIs(t, err, context.DeadlineExceeded, "call %d", i)
+		}
+	}
 }

@@ -94,13 +94,19 @@ type outcome struct {
 }
 
 // goCommit commits n messages of call id on g, with a deadline of timeout from its start, and
-// sends the outcome to out.
+// sends the outcome to out. Calls of an odd id wait with CommitBy, the others with a context
+// (Commit): every test that commits through goCommit holds for both.
 func goCommit(g *Committer[string], id, n int, timeout time.Duration, out chan<- outcome) {
 	go func() {
 		start := time.Now()
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		defer cancel()
-		_, err := g.Commit(ctx, messagesOf(id, n))
+		var err error
+		if id%2 == 1 {
+			_, err = g.CommitBy(context.Background(), start.Add(timeout), messagesOf(id, n))
+		} else {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			_, err = g.Commit(ctx, messagesOf(id, n))
+		}
 		out <- outcome{id: id, err: err, elapsed: time.Since(start)}
 	}()
 }

@@ -149,13 +149,13 @@ func (g *Committer[T]) lingerFired() {
 
 // takeRound removes from pending and returns the longest prefix of calls that holds at most
 // maxCombinedItems items, or the first call alone when it holds more. Calls whose context
-// already ended are dropped on the way: their Commit returns ErrNotStored. g.mu is held.
+// already gave up are dropped on the way: their Commit returns ErrNotStored. g.mu is held.
 func (g *Committer[T]) takeRound() []*call[T] {
 	var round []*call[T]
 	size, n := 0, 0
 	for ; n < len(g.pending); n++ {
 		c := g.pending[n]
-		if c.ctx.Err() != nil {
+		if c.ended() {
 			g.pendingItems -= len(c.items)
 			continue
 		}
@@ -231,13 +231,12 @@ type roundContext[T any] struct {
 func newRoundContext[T any](g *Committer[T], round []*call[T]) *roundContext[T] {
 	ctx := &roundContext[T]{values: round[0].ctx, g: g, calls: len(round), done: make(chan struct{})}
 	for _, c := range round {
-		d, ok := c.ctx.Deadline()
-		if !ok {
+		if c.deadline.IsZero() {
 			ctx.deadline = time.Time{}
 			break
 		}
-		if d.After(ctx.deadline) {
-			ctx.deadline = d
+		if c.deadline.After(ctx.deadline) {
+			ctx.deadline = c.deadline
 		}
 	}
 	return ctx

@@ -203,7 +203,7 @@ func TestRoundContextCarriesTheFirstCallsValuesAndTheLatestDeadline(t *testing.T
 	later, cancelLater := context.WithDeadline(context.Background(), now.Add(2*time.Hour))
 	defer cancelLater()
 
-	ctx := newRoundContext(g, []*call[int]{{ctx: first}, {ctx: later}})
+	ctx := newRoundContext(g, []*call[int]{{ctx: first, deadline: now.Add(time.Hour)}, {ctx: later, deadline: now.Add(2 * time.Hour)}})
 	require.Equal(t, "first", ctx.Value(key{}))
 	deadline, ok := ctx.Deadline()
 	require.True(t, ok)
@@ -211,7 +211,7 @@ func TestRoundContextCarriesTheFirstCallsValuesAndTheLatestDeadline(t *testing.T
 	cancelFirst()
 	require.NoError(t, ctx.Err(), "a call's cancellation does not reach the round")
 
-	none := newRoundContext(g, []*call[int]{{ctx: later}, {ctx: context.Background()}})
+	none := newRoundContext(g, []*call[int]{{ctx: later, deadline: now.Add(2 * time.Hour)}, {ctx: context.Background()}})
 	_, ok = none.Deadline()
 	require.False(t, ok, "a call without a deadline leaves the round without one")
 
