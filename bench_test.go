@@ -89,41 +89,39 @@ func BenchmarkPublish64(b *testing.B) {
 	benchmarkPublish(b, 32)
 }
 
+// BenchmarkPublishAlone publishes one message per call from one goroutine: every call is a
+// round of its own, so this measures what a round costs the client (allocations per round,
+// not shared between callers), as a lone or slow publisher pays it.
+func BenchmarkPublishAlone(b *testing.B) {
+	benchmarkPublish(b, 0)
+}
+
+// benchmarkPublish publishes one message of 100 bytes per call from perProc goroutines per
+// GOMAXPROCS, or from the benchmark's own goroutine alone when perProc is 0.
 func benchmarkPublish(b *testing.B, perProc int) {
 	be, c := benchBackend(b)
 	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: be.client}, nil)
 	require.NoError(b, err)
 	payload := make([]byte, 100)
+	publish := func() error { return pub.Publish("bench", message.NewMessage(watermill.NewUUID(), payload)) }
 	before, cpu := scriptCPU(b, c), processCPU()
 	b.ReportAllocs()
-	b.SetParallelism(perProc)
-	b.RunParallel(func(pb *testing.PB) {
-		for pb.Next() {
-			if err := pub.Publish("bench", message.NewMessage(watermill.NewUUID(), payload)); err != nil {
-				b.Error(err)
-				return
+	if perProc == 0 {
+		for range b.N {
+			if err := publish(); err != nil {
+				b.Fatal(err)
 			}
 		}
-	})
-	b.StopTimer()
-	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "client-µs/msg")
-	reportScriptCPU(b, c, before, b.N)
-}
-
-// BenchmarkPublishAlone publishes one message per call from one goroutine: every call is a
-// round of its own, so this measures what a round costs the client (allocations per round,
-// not shared between callers), as a lone or slow publisher pays it.
-func BenchmarkPublishAlone(b *testing.B) {
-	be, c := benchBackend(b)
-	pub, err := redisdelay.NewPublisher(redisdelay.PublisherConfig{Client: be.client}, nil)
-	require.NoError(b, err)
-	payload := make([]byte, 100)
-	before, cpu := scriptCPU(b, c), processCPU()
-	b.ReportAllocs()
-	for range b.N {
-		if err := pub.Publish("bench", message.NewMessage(watermill.NewUUID(), payload)); err != nil {
-			b.Fatal(err)
-		}
+	} else {
+		b.SetParallelism(perProc)
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				if err := publish(); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
 	}
 	b.StopTimer()
 	b.ReportMetric(float64((processCPU()-cpu).Microseconds())/float64(b.N), "client-µs/msg")
