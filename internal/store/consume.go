@@ -133,7 +133,7 @@ func (s Store) Claim(ctx context.Context, g Group, epoch string, call ClaimCall,
 	const nkeys = len(groupBoxed{}.claimBefore) + 1 + len(groupBoxed{}.claimAfter)
 	cmd := newCommand(nkeys + 6 + len(acks))
 	cmd = append(cmd, gk.boxed.claimBefore[:]...)
-	cmd = append(cmd, gk.claimRecords+call.Subscription)
+	cmd = append(cmd, s.keys.claimRecord(g, call.Subscription))
 	cmd = append(cmd, gk.boxed.claimAfter[:]...)
 	cmd = append(cmd, limit, lease.Microseconds(), call.Token, gk.boxed.name, epoch, call.Ahead.Microseconds())
 	for _, a := range acks {

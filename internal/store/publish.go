@@ -190,7 +190,7 @@ func (s Store) publishTarget(cmd, args []any, p Partition, call Call, groups []s
 	for _, g := range groups {
 		gks = append(gks, s.keys.group(p.Of(g)))
 	}
-	cmd = append(cmd, tk.tag+":call:"+call.Token)
+	cmd = append(cmd, s.keys.call(p, call.Token))
 	cmd = append(cmd, tk.published...)
 	for _, gk := range gks {
 		cmd = append(cmd, gk.boxed.due)
