@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -292,4 +293,53 @@ func stopWithAClaimUnderWay(t *testing.T, b backend, in *redisdelay.Inspector, r
 	assert.ElementsMatch(t, want, got)
 	waitDrained(t, in, topic, redisdelay.DefaultConsumerGroup)
 	return during
+}
+
+// TestAMessageDueBeforeAHeldOneIsNotKeptWaitingByTheHold: a subscription holds a message it
+// claimed ahead of its due time; a message published meanwhile without a delay, due at once,
+// must be handed out first, before the held one is due, not after the hold. The subscription
+// claims 100 ms ahead (instead of 5 ms), so that the hold outlasts the claim the wake-up of
+// the second message sends, however slow the machine. The second message is published from the
+// hook of the claim that leased the first, before the subscription sees that claim's reply.
+func TestAMessageDueBeforeAHeldOneIsNotKeptWaitingByTheHold(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b backend) {
+		topic := newTopic()
+		pub := newPublisher(t, b)
+		var (
+			once       sync.Once
+			publishErr error
+			published  time.Time
+		)
+		client := faultyClient(t, b, scriptFault{match: isClaimCall, around: func(ctx context.Context, cmd redis.Cmder, next redis.ProcessHook) error {
+			err := next(ctx, cmd)
+			if err == nil && leasedBy(cmd) > 0 && strings.Contains(fmt.Sprint(cmd.(*redis.Cmd).Val()), "held-first") {
+				once.Do(func() {
+					publishErr = pub.Publish(topic, message.NewMessage("due-now", []byte("x")))
+					published = time.Now()
+				})
+			}
+			return err
+		}})
+		sub := newSubscriberOn(t, client, func(*redisdelay.SubscriberConfig) {})
+		redisdelay.SetClaimAheadForTest(sub, 100*time.Millisecond)
+		ch := subscribe(t, sub, topic)
+		held := message.NewMessage("held-first", []byte("x"))
+		delay.Message(held, delay.For(300*time.Millisecond))
+		require.NoError(t, pub.Publish(topic, held))
+
+		first := receive(t, ch, 5*time.Second)
+		firstAt := time.Now()
+		first.Ack()
+		second := receive(t, ch, 5*time.Second)
+		second.Ack()
+		require.NoError(t, publishErr)
+		require.False(t, published.IsZero(), "the claim that leased the held message must have been seen")
+		require.Equal(t, "due-now", first.UUID, "the message due at once must not wait for the held one")
+		require.Equal(t, "held-first", second.UUID)
+		due, err := time.Parse(time.RFC3339Nano, second.Metadata.Get(redisdelay.DueTimeMetadataKey))
+		require.NoError(t, err)
+		assert.True(t, published.Before(due), "the second message must have been published during the hold")
+		assert.True(t, firstAt.Before(due), "handed out %s after the held message's due time", firstAt.Sub(due))
+		assert.False(t, time.Now().Before(due), "the held message must not be handed out early")
+	})
 }

@@ -60,18 +60,22 @@ func newPartitionConsumer(s *Subscriber, ctx context.Context, topic, deadLetterT
 		out:              out,
 		turn:             turn,
 		limit:            1,
-		claim:            store.ClaimCall{Subscription: store.NewToken(), Token: store.NewToken(), Ahead: aheadOn(s.clock)},
+		claim:            store.ClaimCall{Subscription: store.NewToken(), Token: store.NewToken(), Ahead: s.aheadTime()},
 		held:             &s.worker.held,
 		retry:            retry,
 		recheckPhase:     newRecheckPhase(time.Now(), s.config.RecheckInterval),
 	}
 }
 
-// aheadOn is the claims' ClaimCall.Ahead of a subscription on clock c: claimAhead, but none on
-// the test kit's virtual clock, where the time to hold a message until is not a real time.
-func aheadOn(c clock.Clock) time.Duration {
-	if c.Virtual() {
+// aheadTime is the claims' ClaimCall.Ahead of s's subscriptions: claimAhead (or what a test
+// set), but none on the test kit's virtual clock, where the time to hold a message until is not
+// a real time.
+func (s *Subscriber) aheadTime() time.Duration {
+	switch {
+	case s.clock.Virtual():
 		return 0
+	case s.claimAhead > 0:
+		return s.claimAhead
 	}
 	return claimAhead
 }
@@ -304,6 +308,12 @@ func (s *partitionConsumer) woke(due int64) {
 	if due == 0 {
 		s.extendLeases()
 	}
+}
+
+// wokenBefore reports whether a wake-up noted since the last claim was sent (see woke) asks
+// for a claim before dueUs (Unix µs, Redis clock): a "check now", or an earlier due time.
+func (s *partitionConsumer) wokenBefore(dueUs int64) bool {
+	return s.woken == 0 || (s.woken > 0 && s.woken < dueUs)
 }
 
 // backoff logs a failed Redis call and waits before the next try. A call that the end of the

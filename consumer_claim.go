@@ -41,6 +41,9 @@ func (s *partitionConsumer) claimCall() func() claimReply {
 	call, part, epoch, limit, lease := s.claim, s.part, s.epoch, s.limit, s.cfg.LeaseTimeout
 	sent := time.Now()
 	s.claimSent = sent
+	// The claim sees every message whose wake-up came before it was sent (a publish sends its
+	// wake-up once stored); its reply's next claim time then covers them.
+	s.woken = -1
 	return func() claimReply {
 		defer cancel()
 		res, err := s.store.Claim(ctx, part, epoch, call, limit, lease, leasesOf(acks))

@@ -19,19 +19,23 @@ import (
 
 // deliverPending hands the claimed messages out one at a time and returns how many were
 // finished. It returns early when the subscription stops. When mayClaim, and the next message
-// is held until its due time (claimed ahead) and half the claim-ahead time has passed since
-// the last claim was sent, it sends the next claim (startClaim) before the hold, so that the
-// messages due just after this claim's reach are claimed ahead too, not once due; the hold
-// does not wait for that claim. When the claim's reply arrives during a hold, its messages
+// is held until its due time (claimed ahead), it sends the next claim (startClaim) before the
+// hold if half the claim-ahead time has passed since the last claim was sent, so that the
+// messages due just after this claim's reach are claimed ahead too, not once due, or if a
+// wake-up announced a message due before the held one; the hold does not wait for that claim.
+// A wake-up of that kind that arrives during the hold sends a claim then (see holdWatching):
+// a message published while another is held, due before it, is not kept waiting for the hold
+// (up to the claim-ahead time). When the claim's reply arrives during a hold, its messages
 // join the queue in due-time order and the earliest is handed out next.
 func (s *partitionConsumer) deliverPending(mayClaim bool) (n int) {
 	for c := s.book.next(); c != nil; c = s.book.next() {
 		held := time.Until(c.holdUntil) > 0
-		if mayClaim && held && s.claiming == nil && s.failedClaim == nil && time.Since(s.claimSent) >= s.claim.Ahead/2 {
+		watch := mayClaim && held && s.failedClaim == nil
+		if watch && s.claiming == nil && (time.Since(s.claimSent) >= s.claim.Ahead/2 || s.wokenBefore(c.DueUs)) {
 			s.startClaim()
 		}
-		if held && s.claiming != nil {
-			replied, ok := s.holdWatching(c.holdUntil, s.claiming)
+		if watch {
+			replied, ok := s.holdWatching(c, true)
 			if !ok || replied {
 				s.book.putBack(c)
 			}
@@ -58,7 +62,7 @@ func (s *partitionConsumer) deliverPending(mayClaim bool) (n int) {
 func (s *partitionConsumer) deliver(c *claimed) bool {
 	// A message claimed ahead of its due time waits for it before anything is done with it:
 	// its deadline check and a dead letter for its spent attempts come at its due time too.
-	if !s.hold(c.holdUntil) {
+	if !s.hold(c) {
 		return false
 	}
 	msg := s.delivery(c)
@@ -97,33 +101,52 @@ func (s *partitionConsumer) deliver(c *claimed) bool {
 // hold waits until, on the local clock, for a message claimed ahead of its due time (see
 // claimedOf): its timer wakes clock.PreciseTail early and the rest is slept precisely on the
 // subscription's Sleeper, as for the claim loop's sleep. It returns false when the subscription stops first.
-func (s *partitionConsumer) hold(until time.Time) bool {
-	_, ok := s.holdWatching(until, nil)
+func (s *partitionConsumer) hold(c *claimed) bool {
+	_, ok := s.holdWatching(c, false)
 	return ok
 }
 
-// holdWatching is hold, whose timer part also ends when a reply arrives on claiming (never, for
-// nil): it reports whether the reply came (it is then taken in, see claimArrived) and whether
-// the subscription goes on. The last clock.PreciseTail is slept precisely and does not watch
-// for the reply, which then waits.
-func (s *partitionConsumer) holdWatching(until time.Time, claiming <-chan claimReply) (replied, ok bool) {
-	wait := time.Until(until)
+// holdWatching holds c until its holdUntil, as hold does. When watch, its timer part also
+// watches the claim under way and the group's wake-ups: it ends when the claim's reply
+// arrives (taken in, see claimArrived), and a wake-up for a message due before c (or a "check
+// now") sends a claim when none is under way, whose reply then ends it. It reports whether a
+// reply came and whether the subscription goes on. The last clock.PreciseTail is slept
+// precisely and watches nothing: a reply or wake-up then waits.
+func (s *partitionConsumer) holdWatching(c *claimed, watch bool) (replied, ok bool) {
+	wait := time.Until(c.holdUntil)
 	if wait <= 0 {
 		return false, true
 	}
 	if wait > clock.PreciseTail {
 		timer := time.NewTimer(wait - clock.PreciseTail)
 		defer timer.Stop()
-		select {
-		case r := <-claiming:
-			s.claimArrived(r)
-			return true, true
-		case <-timer.C:
-		case <-s.ctx.Done():
-			return false, false
+		var claiming <-chan claimReply
+		var wake <-chan int64
+		if watch {
+			wake = s.wake.Due()
+		}
+	timed:
+		for {
+			if watch {
+				claiming = s.claiming // a nil channel (no claim under way) is never ready
+			}
+			select {
+			case r := <-claiming:
+				s.claimArrived(r)
+				return true, true
+			case due := <-wake:
+				s.woke(due)
+				if s.claiming == nil && s.wokenBefore(c.DueUs) {
+					s.startClaim()
+				}
+			case <-timer.C:
+				break timed
+			case <-s.ctx.Done():
+				return false, false
+			}
 		}
 	}
-	s.sleeper.Sleep(time.Until(until))
+	s.sleeper.Sleep(time.Until(c.holdUntil))
 	return false, s.ctx.Err() == nil
 }
 

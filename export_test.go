@@ -14,6 +14,10 @@ import (
 // message without a key (see claimAhead).
 const ClaimAheadForTest = claimAhead
 
+// SetClaimAheadForTest makes the subscriptions that sub starts from now on claim messages
+// without a key up to d before their due time instead of claimAhead.
+func SetClaimAheadForTest(sub *Subscriber, d time.Duration) { sub.claimAhead = d }
+
 // keysForTest returns the keys of group on the topic partition that a test names by its name
 // in the key space (see PartitionNameForTest): partition 0 of a topic of that name has the
 // same keys.

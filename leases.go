@@ -167,10 +167,16 @@ func (b *leaseBook) next() *claimed {
 	return c
 }
 
-// putBack returns a message that was taken but not handed out to the head of the queue.
+// putBack returns a message that was taken but not handed out to the queue, before the first
+// message due after it: the head, unless a claim that arrived meanwhile brought messages due
+// before it (see deliverPending).
 func (b *leaseBook) putBack(c *claimed) {
 	b.handing = nil
-	b.pending = append([]*claimed{c}, b.pending...)
+	i := 0
+	for i < len(b.pending) && b.pending[i].DueUs < c.DueUs {
+		i++
+	}
+	b.pending = slices.Insert(b.pending, i, c)
 }
 
 // handedOut records c as the message in flight: from now on its attempt counts.

@@ -33,3 +33,27 @@ func TestAClaimMadeWhileMessagesWaitKeepsTheQueueInDueOrder(t *testing.T) {
 	assert.Equal(t, []string{"a", "c", "b", "d", "e"}, order)
 	assert.Zero(t, count.Load(), "nothing is left counted as held")
 }
+
+// TestAMessagePutBackAfterAClaimGoesAfterTheMessagesDueBeforeIt: the claim's reply arrives
+// while the queue's head is taken and held (see holdWatching); it brings a message due before
+// the head, which is handed out first once the head is put back.
+func TestAMessagePutBackAfterAClaimGoesAfterTheMessagesDueBeforeIt(t *testing.T) {
+	var count atomic.Int64
+	b := newLeaseBook(time.Minute, &count)
+	defer b.stop()
+	at := func(id string, dueUs int64) *claimed {
+		return &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: id, Attempt: 1}, DueUs: dueUs}}
+	}
+	b.claimed([]*claimed{at("a", 10), at("b", 30)}, time.Now())
+	held := b.next()
+	b.claimed([]*claimed{at("z", 5), at("c", 10), at("d", 20)}, time.Now())
+	b.putBack(held)
+	var order []string
+	for c := b.next(); c != nil; c = b.next() {
+		order = append(order, c.ID)
+		b.handedOut(c)
+		b.acked(c)
+	}
+	assert.Equal(t, []string{"z", "a", "c", "d", "b"}, order)
+	assert.Zero(t, count.Load(), "nothing is left counted as held")
+}

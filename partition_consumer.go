@@ -60,8 +60,10 @@ type partitionConsumer struct {
 	held *atomic.Int64
 	// wake is the watch of the group's wake channel. A wake-up that arrives while the
 	// subscription hands messages out is kept in woken (the earliest due time, Unix µs; -1 for
-	// none) for the next sleep; a "check now" (0, which RemoveGroup sends) makes it check its
-	// leases at once, so that it drops what a removal took away.
+	// none) until the next claim is sent, which sees its message: for the next sleep, or for a
+	// hold that it cuts short with a claim when its message is due first (see holdWatching); a
+	// "check now" (0, which RemoveGroup sends) makes it check its leases at once, so that it
+	// drops what a removal took away.
 	wake  *wake.Watch
 	woken int64
 	limit int // how many messages the next claim takes

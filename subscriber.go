@@ -36,6 +36,8 @@ type Subscriber struct {
 	// clock reads the delay metadata of nacked messages against; the real clock but in the
 	// test kit (see internal/clock).
 	clock clock.Clock
+	// claimAhead replaces the constant claimAhead when a test sets it (see aheadTime).
+	claimAhead time.Duration
 	// worker is this Subscriber's worker record (see workers.go).
 	worker *worker
 	// watch tells a watched clock (the test kit's, through a Scheduler) of the subscriptions.
