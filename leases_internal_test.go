@@ -10,6 +10,11 @@ import (
 	"github.com/watermill-redisdelay/redisdelay/internal/store"
 )
 
+// claimedAt is a claimed message of ID id, first attempt, due at dueUs.
+func claimedAt(id string, dueUs int64) *claimed {
+	return &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: id, Attempt: 1}, DueUs: dueUs}}
+}
+
 // TestAClaimMadeWhileMessagesWaitKeepsTheQueueInDueOrder: a claim made while messages claimed
 // ahead wait (see deliverPending) may take a message due before some of them; the queue hands
 // them out in due-time order, equal due times in claim order.
@@ -17,13 +22,10 @@ func TestAClaimMadeWhileMessagesWaitKeepsTheQueueInDueOrder(t *testing.T) {
 	var count atomic.Int64
 	b := newLeaseBook(time.Minute, &count)
 	defer b.stop()
-	at := func(id string, dueUs int64) *claimed {
-		return &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: id, Attempt: 1}, DueUs: dueUs}}
-	}
-	b.claimed([]*claimed{at("a", 10), at("b", 30)}, time.Now())
+	b.claimed([]*claimed{claimedAt("a", 10), claimedAt("b", 30)}, time.Now())
 	first := b.next()
 	b.putBack(first) // held, and a claim goes out first
-	b.claimed([]*claimed{at("c", 20), at("d", 30), at("e", 40)}, time.Now())
+	b.claimed([]*claimed{claimedAt("c", 20), claimedAt("d", 30), claimedAt("e", 40)}, time.Now())
 	var order []string
 	for c := b.next(); c != nil; c = b.next() {
 		order = append(order, c.ID)
@@ -41,12 +43,9 @@ func TestAMessagePutBackAfterAClaimGoesAfterTheMessagesDueBeforeIt(t *testing.T)
 	var count atomic.Int64
 	b := newLeaseBook(time.Minute, &count)
 	defer b.stop()
-	at := func(id string, dueUs int64) *claimed {
-		return &claimed{Claimed: store.Claimed{Lease: store.Lease{ID: id, Attempt: 1}, DueUs: dueUs}}
-	}
-	b.claimed([]*claimed{at("a", 10), at("b", 30)}, time.Now())
+	b.claimed([]*claimed{claimedAt("a", 10), claimedAt("b", 30)}, time.Now())
 	held := b.next()
-	b.claimed([]*claimed{at("z", 5), at("c", 10), at("d", 20)}, time.Now())
+	b.claimed([]*claimed{claimedAt("z", 5), claimedAt("c", 10), claimedAt("d", 20)}, time.Now())
 	b.putBack(held)
 	var order []string
 	for c := b.next(); c != nil; c = b.next() {
